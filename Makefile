@@ -1,0 +1,38 @@
+# Two commands set everything up on a fresh machine: `make demo` and `make test`.
+SHELL := /bin/bash
+VENV := .venv
+BIN := $(VENV)/bin
+EXTRAS ?= dev
+
+.PHONY: venv test lint typecheck unit demo bench soak clean
+
+venv:
+	@scripts/bootstrap.sh $(EXTRAS)
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: venv
+	$(BIN)/mypy
+
+unit: venv
+	$(BIN)/pytest
+
+test: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/pytest
+
+demo: venv
+	$(BIN)/epochlog demo
+
+bench: venv
+	$(BIN)/python -m benchmarks.log_bench
+
+soak: venv
+	$(BIN)/pytest -m slow
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info

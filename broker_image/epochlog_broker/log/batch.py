@@ -1,0 +1,270 @@
+"""The record batch: the unit the log stores, replicates and checks.
+
+Layout (big-endian), 57-byte header then the records:
+
+    length u32           bytes after this field
+    crc u32              CRC-32 of every byte after this field
+    magic u8             format version (1)
+    attributes u16       reserved (compression, control batches), 0 today
+    baseOffset i64       offset of the first record
+    leaderEpoch i32      epoch of the leader that appended the batch
+    recordCount i32      records in the batch; offsets are baseOffset + i
+    firstTimestamp i64   ms since the epoch
+    maxTimestamp i64
+    producerId i64       idempotent producer id, -1 if none
+    producerEpoch i16
+    baseSequence i32
+
+    record: timestamp i64, keyLength i32 (-1 = null), valueLength i32 (-1 = null),
+            headerCount u16, key, value, then per header: keyLength u16,
+            valueLength u32, key (UTF-8), value
+
+The CRC covers base offset and leader epoch as well as the records, so any flipped
+bit in a batch is detected. A batch is written once by the leader and copied
+verbatim by followers.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+MAGIC = 1
+HEADER = struct.Struct(">IIBHqiiqqqhi")
+HEADER_SIZE = HEADER.size
+_REC = struct.Struct(">qiiH")
+_HDR = struct.Struct(">HI")
+_LEN = struct.Struct(">I")
+NO_PRODUCER_ID = -1
+
+
+class BatchFormatError(ValueError):
+    """Bytes that are not a valid batch; `reason` says which check failed."""
+
+    def __init__(self, reason: str, position: int) -> None:
+        super().__init__(f"{reason} at byte {position}")
+        self.reason = reason
+        self.position = position
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A record as a producer hands it to the log (no offset yet)."""
+
+    value: bytes | None
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+    timestamp: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """A record read back from the log."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+    leader_epoch: int
+
+
+class BatchHeader(NamedTuple):
+    length: int
+    crc: int
+    magic: int
+    attributes: int
+    base_offset: int
+    leader_epoch: int
+    record_count: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+
+    @property
+    def size(self) -> int:
+        return self.length + 4
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.record_count
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.record_count - 1
+
+
+def encode_records(records: Sequence[Record], default_timestamp: int) -> tuple[bytes, int, int]:
+    """Encode the record section; returns (bytes, first timestamp, max timestamp)."""
+    parts: list[bytes] = []
+    add = parts.append
+    pack = _REC.pack
+    first_ts = -1
+    max_ts = -1
+    for r in records:
+        ts = default_timestamp if r.timestamp is None else r.timestamp
+        if first_ts < 0:
+            first_ts = ts
+        if ts > max_ts:
+            max_ts = ts
+        key, value = r.key, r.value
+        add(
+            pack(
+                ts,
+                -1 if key is None else len(key),
+                -1 if value is None else len(value),
+                len(r.headers),
+            )
+        )
+        if key:
+            add(key)
+        if value:
+            add(value)
+        for hk, hv in r.headers:
+            hkb = hk.encode()
+            add(_HDR.pack(len(hkb), len(hv)))
+            add(hkb)
+            add(hv)
+    return b"".join(parts), first_ts, max_ts
+
+
+def encode_batch(
+    records: Sequence[Record],
+    *,
+    base_offset: int,
+    leader_epoch: int,
+    timestamp: int,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+) -> bytes:
+    if not records:
+        raise ValueError("a batch holds at least one record")
+    body, first_ts, max_ts = encode_records(records, timestamp)
+    header = HEADER.pack(
+        HEADER_SIZE - 4 + len(body),
+        0,
+        MAGIC,
+        0,
+        base_offset,
+        leader_epoch,
+        len(records),
+        first_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+    )
+    crc = zlib.crc32(body, zlib.crc32(memoryview(header)[8:]))
+    return header[:4] + _LEN.pack(crc) + header[8:] + body
+
+
+def check_batch(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
+    """Validate the framing and CRC of the batch at `pos` in `buf`; return its header."""
+    available = len(buf) - pos
+    if available < HEADER_SIZE:
+        raise BatchFormatError("truncated batch header", pos)
+    h = BatchHeader._make(HEADER.unpack_from(buf, pos))
+    if h.magic != MAGIC:
+        raise BatchFormatError(f"unknown magic {h.magic}", pos)
+    if h.length < HEADER_SIZE - 4:
+        raise BatchFormatError(f"batch length {h.length} shorter than a header", pos)
+    if h.size > available:
+        raise BatchFormatError(f"batch of {h.size} bytes runs past the end", pos)
+    if h.record_count < 1:
+        raise BatchFormatError(f"record count {h.record_count}", pos)
+    if h.base_offset < 0 or h.leader_epoch < 0:
+        raise BatchFormatError("negative base offset or leader epoch", pos)
+    if zlib.crc32(memoryview(buf)[pos + 8 : pos + h.size]) != h.crc:
+        raise BatchFormatError("CRC mismatch", pos)
+    return h
+
+
+def decode_records(raw: bytes | memoryview, h: BatchHeader) -> list[LogRecord]:
+    """Decode the records of a batch already checked by `check_batch` (raw starts at it)."""
+    out: list[LogRecord] = []
+    pos = HEADER_SIZE
+    end = h.size
+    unpack = _REC.unpack_from
+    mv = memoryview(raw)
+    try:
+        for i in range(h.record_count):
+            ts, klen, vlen, nh = unpack(mv, pos)
+            pos += _REC.size
+            key = None
+            if klen >= 0:
+                key = bytes(mv[pos : pos + klen])
+                pos += klen
+            value = None
+            if vlen >= 0:
+                value = bytes(mv[pos : pos + vlen])
+                pos += vlen
+            headers: tuple[tuple[str, bytes], ...] = ()
+            if nh:
+                hs = []
+                for _ in range(nh):
+                    hkl, hvl = _HDR.unpack_from(mv, pos)
+                    pos += _HDR.size
+                    hk = bytes(mv[pos : pos + hkl]).decode()
+                    pos += hkl
+                    hs.append((hk, bytes(mv[pos : pos + hvl])))
+                    pos += hvl
+                headers = tuple(hs)
+            if pos > end:
+                raise BatchFormatError("record runs past the batch", pos)
+            out.append(LogRecord(h.base_offset + i, ts, key, value, headers, h.leader_epoch))
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise BatchFormatError(f"malformed record section ({exc})", pos) from exc
+    if pos != end:
+        raise BatchFormatError("bytes left after the last record", pos)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class RecordBatch:
+    """One stored batch: its checked header and its exact bytes."""
+
+    header: BatchHeader
+    raw: bytes
+
+    @classmethod
+    def from_bytes(cls, raw: bytes, *, deep: bool = False) -> RecordBatch:
+        """Parse exactly one batch; `deep` also decodes every record (untrusted input)."""
+        h = check_batch(raw)
+        if h.size != len(raw):
+            raise BatchFormatError(f"{len(raw) - h.size} bytes after the batch", h.size)
+        if deep:
+            decode_records(raw, h)
+        return cls(h, raw)
+
+    @property
+    def base_offset(self) -> int:
+        return self.header.base_offset
+
+    @property
+    def next_offset(self) -> int:
+        return self.header.next_offset
+
+    @property
+    def last_offset(self) -> int:
+        return self.header.last_offset
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.header.leader_epoch
+
+    @property
+    def record_count(self) -> int:
+        return self.header.record_count
+
+    @property
+    def size(self) -> int:
+        return len(self.raw)
+
+    def records(self) -> list[LogRecord]:
+        return decode_records(self.raw, self.header)

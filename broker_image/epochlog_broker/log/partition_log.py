@@ -1,0 +1,550 @@
+"""`PartitionLog`: one replica's log of one partition, on any `FileSystem`.
+
+It owns the segments of the partition directory, the leader epoch history
+(persisted as `leader-epoch-checkpoint`) and recovery on open. Durability is
+explicit: `append_*` returns the new log end, `flush()` fsyncs and only then
+advances `persisted_log_end_offset`. Nothing above this layer may treat data as
+on disk before that.
+
+Invariants kept across crashes:
+- the epoch checkpoint always covers every batch on disk (a new epoch is
+  checkpointed before its first batch is written; entries past the log end are
+  dropped on recovery);
+- only the last segment can hold unsynced bytes (a segment is fsynced before
+  the next one is created), so only it can have a torn tail;
+- a torn tail is cut back to the last valid batch and reported; bytes that fail
+  their checks while valid batches follow them are damage to data that was
+  already on disk, and opening fails with CorruptRecordError naming the file
+  and position instead of dropping them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import posixpath
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import structlog
+
+from epochlog.errors import (
+    CorruptRecordError,
+    FencedLeaderEpochError,
+    InvalidRequestError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    StorageError,
+)
+from epochlog_broker.log.batch import (
+    BatchFormatError,
+    BatchHeader,
+    LogRecord,
+    Record,
+    RecordBatch,
+    encode_batch,
+)
+from epochlog_broker.log.checkpoints import (
+    LEADER_EPOCH_CHECKPOINT,
+    TMP_SUFFIX,
+    CheckpointError,
+    atomic_write,
+    read_leader_epochs,
+    write_leader_epochs,
+)
+from epochlog_broker.log.config import LogConfig
+from epochlog_broker.log.epochs import EpochHistory
+from epochlog_broker.log.fs import FileSystem, ensure_dir
+from epochlog_broker.log.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    ScanFailure,
+    Segment,
+    find_valid_batch_after,
+    iter_batches,
+    parse_segment_name,
+    segment_name,
+)
+
+CLEAN_SHUTDOWN = ".clean-shutdown"
+log = structlog.get_logger("epochlog.log")
+
+
+@dataclass
+class RecoveryReport:
+    """What opening the log found and did."""
+
+    partition: str
+    clean_shutdown: bool = False
+    segments: int = 0
+    log_start_offset: int = 0
+    log_end_offset: int = 0
+    truncated_bytes: int = 0
+    truncated_batches: int = 0
+    truncated_reason: str | None = None
+    indexes_rebuilt: list[str] = field(default_factory=list)
+    epoch_checkpoint: str = "ok"
+    epoch_entries_dropped: int = 0
+    redo_applied: bool = False
+    temp_files_removed: list[str] = field(default_factory=list)
+
+    @property
+    def truncated(self) -> bool:
+        return self.truncated_bytes > 0
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    log_end_offset: int
+    leader_epoch: int
+
+
+class PartitionLog:
+    def __init__(self, fs: FileSystem, directory: str, config: LogConfig, name: str) -> None:
+        self.fs = fs
+        self.directory = directory
+        self.config = config
+        self.name = name
+        self.segments: list[Segment] = []
+        self.epochs = EpochHistory()
+        self.log_end_offset = 0
+        self.persisted_log_end_offset = 0
+        self.recovery = RecoveryReport(partition=name)
+        self._failed: str | None = None
+        self._closed = False
+
+    # -- open / recovery --------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        fs: FileSystem,
+        directory: str,
+        config: LogConfig | None = None,
+        *,
+        name: str | None = None,
+    ) -> PartitionLog:
+        plog = cls(fs, directory, config or LogConfig(), name or posixpath.basename(directory))
+        plog._recover()
+        return plog
+
+    def _recover(self) -> None:
+        fs, d, report = self.fs, self.directory, self.recovery
+        ensure_dir(fs, d)
+        names = fs.listdir(d)
+        dirty_dir = False
+        for n in names:
+            if n.endswith(TMP_SUFFIX):
+                fs.remove(posixpath.join(d, n))
+                report.temp_files_removed.append(n)
+                dirty_dir = True
+        report.clean_shutdown = CLEAN_SHUTDOWN in names
+        if report.clean_shutdown:
+            # Must be gone durably before any new write, or a later crash would be
+            # mistaken for a clean shutdown and the torn tail trusted.
+            fs.remove(posixpath.join(d, CLEAN_SHUTDOWN))
+            dirty_dir = True
+        if dirty_dir:
+            fs.sync_dir(d)
+
+        bases = sorted(b for b in (parse_segment_name(n) for n in names) if b is not None)
+        for base in bases:
+            seg = Segment(fs, d, base, fs.open(posixpath.join(d, segment_name(base))))
+            if seg.apply_redo():
+                report.redo_applied = True
+            self.segments.append(seg)
+        if not self.segments:
+            self.segments.append(self._create_segment(0))
+
+        for i, seg in enumerate(self.segments):
+            last = i == len(self.segments) - 1
+            self._recover_segment(seg, last=last, trust_index=report.clean_shutdown or not last)
+            if not last and seg.next_offset != self.segments[i + 1].base_offset:
+                raise seg.corrupt(
+                    seg.size,
+                    f"segment ends at offset {seg.next_offset} but the next segment "
+                    f"starts at {self.segments[i + 1].base_offset}",
+                )
+        # Data that survived a process crash may still sit only in the page cache.
+        self.active.file.sync()
+        self.log_end_offset = self.active.next_offset
+        self.persisted_log_end_offset = self.log_end_offset
+        self._recover_epochs()
+        report.segments = len(self.segments)
+        report.log_start_offset = self.log_start_offset
+        report.log_end_offset = self.log_end_offset
+        log.info(
+            "log_recovered",
+            partition=self.name,
+            logStartOffset=self.log_start_offset,
+            logEndOffset=self.log_end_offset,
+            cleanShutdown=report.clean_shutdown,
+            truncatedBytes=report.truncated_bytes,
+            truncatedBatches=report.truncated_batches,
+            indexesRebuilt=len(report.indexes_rebuilt),
+            epochCheckpoint=report.epoch_checkpoint,
+        )
+
+    def _recover_segment(self, seg: Segment, *, last: bool, trust_index: bool) -> None:
+        interval = self.config.index_interval_bytes
+        start_pos, start_offset = 0, seg.base_offset
+        index = seg.load_index() if trust_index else None
+        if index is not None and len(index) > 0:
+            start_offset, start_pos = index.last()
+            seg.index = index
+        elif trust_index and seg.size > 0:
+            self.recovery.indexes_rebuilt.append(segment_name(seg.base_offset, INDEX_SUFFIX))
+        failure: ScanFailure | None = None
+        for item in iter_batches(seg.file, start_pos, seg.size, start_offset):
+            if isinstance(item, ScanFailure):
+                failure = item
+                break
+            seg.note_scanned(item[0], item[1], interval)
+        if failure is None:
+            if index is None and seg.size > 0 and not last:
+                seg.write_index()
+            return
+        if index is not None and failure.position == start_pos:
+            # The cached index points at something that is not a batch start: rebuild.
+            seg.index = type(seg.index)(seg.base_offset)
+            seg.bytes_since_index = 0
+            self.recovery.indexes_rebuilt.append(segment_name(seg.base_offset, INDEX_SUFFIX))
+            self._recover_segment(seg, last=last, trust_index=False)
+            return
+        offset = seg.next_offset
+        if not last or find_valid_batch_after(seg.file, failure.position, seg.size, offset):
+            raise seg.corrupt(failure.position, failure.reason, offset)
+        # A torn tail: only unsynced bytes of the last segment can be here.
+        dropped = seg.size - failure.position
+        batches = sum(1 for _ in _frames(seg, failure.position)) or 1
+        seg.file.truncate(failure.position)
+        seg.file.sync()
+        seg.size = failure.position
+        self.recovery.truncated_bytes += dropped
+        self.recovery.truncated_batches += batches
+        self.recovery.truncated_reason = failure.reason
+        log.warning(
+            "log_tail_truncated",
+            partition=self.name,
+            segment=segment_name(seg.base_offset),
+            position=failure.position,
+            logEndOffset=offset,
+            droppedBytes=dropped,
+            droppedBatches=batches,
+            reason=failure.reason,
+        )
+
+    def _recover_epochs(self) -> None:
+        path = posixpath.join(self.directory, LEADER_EPOCH_CHECKPOINT)
+        report = self.recovery
+        try:
+            entries = read_leader_epochs(self.fs, path)
+            if entries is None:
+                report.epoch_checkpoint = "missing"
+            else:
+                self.epochs = EpochHistory(entries)
+        except CheckpointError as exc:
+            report.epoch_checkpoint = f"damaged ({exc.message})"
+            entries = None
+        before = len(self.epochs)
+        self.epochs.truncate_from_end(self.log_end_offset)
+        report.epoch_entries_dropped = before - len(self.epochs)
+        if entries is None or not self._epochs_cover_log():
+            if entries is not None:
+                report.epoch_checkpoint = "inconsistent with the log"
+            self.epochs = self._scan_epochs()
+            report.epoch_checkpoint += ", rebuilt from the log"
+        if entries is None or report.epoch_entries_dropped or "rebuilt" in report.epoch_checkpoint:
+            self._write_epochs()
+
+    def _epochs_cover_log(self) -> bool:
+        """Check the history against the batches of the last segment (the only ones a
+        crash can leave out of step with the checkpoint)."""
+        for item in iter_batches(self.active.file, 0, self.active.size, self.active.base_offset):
+            assert not isinstance(item, ScanFailure)
+            h = item[1]
+            if self.epochs.epoch_for_offset(h.base_offset) != h.leader_epoch:
+                return False
+        return not (self.log_end_offset > self.log_start_offset and not len(self.epochs))
+
+    def _scan_epochs(self) -> EpochHistory:
+        history = EpochHistory()
+        for seg in self.segments:
+            for item in iter_batches(seg.file, 0, seg.size, seg.base_offset):
+                if isinstance(item, ScanFailure):
+                    raise seg.corrupt(item.position, item.reason)
+                h = item[1]
+                if h.leader_epoch > history.latest_epoch:
+                    history.assign(h.leader_epoch, h.base_offset)
+                elif h.leader_epoch < history.latest_epoch:
+                    raise seg.corrupt(item[0], "leader epoch goes backwards", h.base_offset)
+        return history
+
+    def _write_epochs(self) -> None:
+        write_leader_epochs(
+            self.fs, posixpath.join(self.directory, LEADER_EPOCH_CHECKPOINT), self.epochs.entries
+        )
+
+    def _create_segment(self, base_offset: int) -> Segment:
+        path = posixpath.join(self.directory, segment_name(base_offset))
+        seg = Segment(
+            self.fs, self.directory, base_offset, self.fs.open(path, create=True, truncate=True)
+        )
+        seg.next_offset = base_offset
+        self.fs.sync_dir(self.directory)
+        return seg
+
+    # -- state ------------------------------------------------------------------------
+
+    @property
+    def active(self) -> Segment:
+        return self.segments[-1]
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.segments[0].base_offset
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.epochs.latest_epoch
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise StorageError(f"log {self.name} is closed", partition=self.name)
+        if self._failed is not None:
+            raise StorageError(
+                f"log {self.name} is offline after an I/O error: {self._failed}",
+                partition=self.name,
+            )
+
+    def _fail(self, exc: OSError) -> StorageError:
+        self._failed = f"{exc.strerror or exc}"
+        log.error("log_io_error", partition=self.name, error=self._failed)
+        return StorageError(f"I/O error on log {self.name}: {self._failed}", partition=self.name)
+
+    # -- appends ----------------------------------------------------------------------
+
+    def append_records(
+        self,
+        records: Sequence[Record],
+        *,
+        leader_epoch: int,
+        timestamp: int,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        base_sequence: int = -1,
+    ) -> AppendResult:
+        """Append records as one batch at the log end (the leader's path)."""
+        self._check_usable()
+        if not records:
+            raise InvalidRequestError("no records to append", partition=self.name)
+        raw = encode_batch(
+            records,
+            base_offset=self.log_end_offset,
+            leader_epoch=leader_epoch,
+            timestamp=timestamp,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=base_sequence,
+        )
+        batch = RecordBatch(RecordBatch.from_bytes(raw).header, raw)
+        return self._append(batch.header, raw)
+
+    def append_batch(self, raw: bytes) -> AppendResult:
+        """Append a batch exactly as another replica stored it (the follower's path)."""
+        self._check_usable()
+        try:
+            h = RecordBatch.from_bytes(raw).header
+        except BatchFormatError as exc:
+            raise InvalidRequestError(f"invalid batch: {exc}", partition=self.name) from exc
+        if h.base_offset != self.log_end_offset:
+            raise InvalidRequestError(
+                f"batch starts at offset {h.base_offset}, log end is {self.log_end_offset}",
+                partition=self.name,
+            )
+        return self._append(h, raw)
+
+    def _append(self, h: BatchHeader, raw: bytes) -> AppendResult:
+        if len(raw) > self.config.max_batch_bytes:
+            raise RecordTooLargeError(
+                f"batch of {len(raw)} bytes exceeds max_batch_bytes {self.config.max_batch_bytes}",
+                partition=self.name,
+            )
+        if h.leader_epoch < self.epochs.latest_epoch:
+            raise FencedLeaderEpochError(
+                f"batch epoch {h.leader_epoch} is older than the log's epoch "
+                f"{self.epochs.latest_epoch}",
+                partition=self.name,
+                leaderEpoch=self.epochs.latest_epoch,
+            )
+        try:
+            if h.leader_epoch > self.epochs.latest_epoch:
+                # Checkpoint the new epoch before its first batch can reach the disk.
+                self.epochs.assign(h.leader_epoch, h.base_offset)
+                self._write_epochs()
+            if self.active.size > 0 and self.active.size + len(raw) > self.config.segment_bytes:
+                self._roll()
+            self.active.append(raw, h, self.config.index_interval_bytes)
+        except OSError as exc:
+            raise self._fail(exc) from exc
+        self.log_end_offset = h.next_offset
+        return AppendResult(h.base_offset, h.last_offset, self.log_end_offset, h.leader_epoch)
+
+    def _roll(self) -> None:
+        old = self.active
+        old.file.sync()
+        self.persisted_log_end_offset = old.next_offset
+        old.write_index()
+        self.segments.append(self._create_segment(old.next_offset))
+        log.info(
+            "segment_rolled",
+            partition=self.name,
+            segment=segment_name(old.next_offset),
+            logEndOffset=old.next_offset,
+        )
+
+    def flush(self) -> int:
+        """fsync the log; returns the persisted log end offset."""
+        self._check_usable()
+        if self.persisted_log_end_offset < self.log_end_offset:
+            target = self.log_end_offset
+            try:
+                self.active.file.sync()
+            except OSError as exc:
+                raise self._fail(exc) from exc
+            self.persisted_log_end_offset = target
+        return self.persisted_log_end_offset
+
+    # -- reads ------------------------------------------------------------------------
+
+    def _check_offset(self, offset: int) -> None:
+        if not self.log_start_offset <= offset <= self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{self.log_start_offset}, {self.log_end_offset}]",
+                partition=self.name,
+                logStartOffset=self.log_start_offset,
+                logEndOffset=self.log_end_offset,
+            )
+
+    def read_batches(
+        self, offset: int, max_bytes: int = 1 << 20, upper_bound: int | None = None
+    ) -> list[RecordBatch]:
+        """Whole batches holding offsets from `offset`, starting below `upper_bound`."""
+        self._check_usable()
+        self._check_offset(offset)
+        limit = (
+            self.log_end_offset if upper_bound is None else min(upper_bound, self.log_end_offset)
+        )
+        if offset >= limit:
+            return []
+        i = max(0, bisect.bisect_right([s.base_offset for s in self.segments], offset) - 1)
+        out: list[RecordBatch] = []
+        total = 0
+        for seg in self.segments[i:]:
+            if seg.base_offset >= limit or (out and total >= max_bytes):
+                break
+            batches = seg.read(offset, max_bytes - total if out else max_bytes, limit)
+            if out and batches and total + batches[0].size > max_bytes:
+                break
+            out.extend(batches)
+            total += sum(b.size for b in batches)
+        return out
+
+    def read_records(
+        self,
+        offset: int,
+        *,
+        max_records: int | None = None,
+        max_bytes: int = 1 << 20,
+        upper_bound: int | None = None,
+    ) -> list[LogRecord]:
+        """Records from `offset` up to (not including) `upper_bound`, e.g. the HW."""
+        limit = (
+            self.log_end_offset if upper_bound is None else min(upper_bound, self.log_end_offset)
+        )
+        out: list[LogRecord] = []
+        for batch in self.read_batches(offset, max_bytes, limit):
+            try:
+                records = batch.records()
+            except BatchFormatError as exc:
+                raise CorruptRecordError(
+                    f"batch at offset {batch.base_offset} of {self.name} does not decode: {exc}",
+                    partition=self.name,
+                    offset=batch.base_offset,
+                ) from exc
+            for r in records:
+                if r.offset < offset:
+                    continue
+                if r.offset >= limit or (max_records is not None and len(out) >= max_records):
+                    return out
+                out.append(r)
+        return out
+
+    # -- truncation -------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> bool:
+        """Drop every record at or after `offset`; durable when this returns."""
+        self._check_usable()
+        if offset >= self.log_end_offset:
+            return False
+        if offset < self.log_start_offset:
+            raise OffsetOutOfRangeError(
+                f"cannot truncate to {offset}, below log start {self.log_start_offset}",
+                partition=self.name,
+            )
+        old_end = self.log_end_offset
+        try:
+            removed = False
+            while len(self.segments) > 1 and self.active.base_offset >= offset:
+                seg = self.segments.pop()
+                seg.close()
+                self.fs.remove(seg.log_path)
+                if self.fs.exists(seg.index_path):
+                    self.fs.remove(seg.index_path)
+                removed = True
+            if removed:
+                self.fs.sync_dir(self.directory)
+            self.active.truncate_to(offset)
+            if self.epochs.truncate_from_end(offset):
+                self._write_epochs()
+        except OSError as exc:
+            raise self._fail(exc) from exc
+        self.log_end_offset = offset
+        self.persisted_log_end_offset = min(self.persisted_log_end_offset, offset)
+        log.info(
+            "log_truncated",
+            partition=self.name,
+            logEndOffset=offset,
+            previousLogEndOffset=old_end,
+            leaderEpoch=self.epochs.latest_epoch,
+        )
+        return True
+
+    def close(self) -> None:
+        """Flush, write the active index and mark the shutdown clean."""
+        if self._closed:
+            return
+        if self._failed is None:
+            self.flush()
+            self.active.write_index()
+            atomic_write(self.fs, posixpath.join(self.directory, CLEAN_SHUTDOWN), b"")
+        for seg in self.segments:
+            seg.close()
+        self._closed = True
+
+
+def _frames(seg: Segment, position: int) -> list[int]:
+    """Positions of the batch frames a torn tail still outlines by their length fields."""
+    out = []
+    pos = position
+    while pos + 4 <= seg.size:
+        out.append(pos)
+        size = int.from_bytes(seg.file.pread(4, pos), "big") + 4
+        if size < 8:
+            break
+        pos += size
+    return out
+
+
+__all__ = ["LOG_SUFFIX", "AppendResult", "PartitionLog", "RecoveryReport"]

@@ -1,0 +1,306 @@
+"""One segment: a file of consecutive record batches plus its in-memory offset index.
+
+File names are the base offset, zero-padded: `00000000000000001234.log` and its
+`.index`. A segment owns reading by offset, scanning (for recovery), and cutting
+its tail. Cutting inside a batch rewrites that batch with only its earlier
+records; the rewrite goes through a small redo file (`.log.truncate`) so that a
+crash in the middle can neither lose the kept records nor leave a torn batch.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from epochlog.errors import CorruptRecordError
+from epochlog_broker.log.batch import (
+    HEADER,
+    HEADER_SIZE,
+    MAGIC,
+    BatchFormatError,
+    BatchHeader,
+    RecordBatch,
+    check_batch,
+    decode_records,
+    encode_batch,
+)
+from epochlog_broker.log.batch import Record as _Record
+from epochlog_broker.log.checkpoints import atomic_write
+from epochlog_broker.log.fs import File, FileSystem, read_all
+from epochlog_broker.log.index import IndexFormatError, OffsetIndex
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+REDO_SUFFIX = ".log.truncate"
+_LEN = struct.Struct(">I")
+_REDO_HEAD = struct.Struct(">4sq")
+_CRC = struct.Struct(">I")
+_CHUNK = 1 << 20
+
+
+def segment_name(base_offset: int, suffix: str = LOG_SUFFIX) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    stem, dot, ext = name.partition(".")
+    if dot and ext == "log" and len(stem) == 20 and stem.isdigit():
+        return int(stem)
+    return None
+
+
+@dataclass(frozen=True)
+class ScanFailure:
+    """Where a scan stopped: the first byte that is not a valid, consecutive batch."""
+
+    position: int
+    reason: str
+
+
+def iter_batches(
+    file: File, start: int, end: int, expected_offset: int | None = None
+) -> Iterator[tuple[int, BatchHeader] | ScanFailure]:
+    """Yield (position, header) of each valid batch in [start, end), then a ScanFailure if
+    the region does not end exactly on a batch boundary with valid, consecutive batches."""
+    buf = b""
+    buf_pos = start
+    pos = start
+    while pos < end:
+        off = pos - buf_pos
+        if len(buf) - off < HEADER_SIZE:
+            buf, buf_pos, off = file.pread(min(_CHUNK, end - pos), pos), pos, 0
+        if len(buf) - off >= 4:
+            size = _LEN.unpack_from(buf, off)[0] + 4
+            if size <= end - pos and len(buf) - off < size:
+                buf, buf_pos, off = file.pread(max(_CHUNK, size), pos), pos, 0
+        try:
+            h = check_batch(memoryview(buf)[: min(len(buf), end - buf_pos)], off)
+        except BatchFormatError as exc:
+            yield ScanFailure(pos, exc.reason)
+            return
+        if expected_offset is not None and h.base_offset != expected_offset:
+            yield ScanFailure(pos, f"base offset {h.base_offset}, expected {expected_offset}")
+            return
+        yield pos, h
+        expected_offset = h.next_offset
+        pos += h.size
+
+
+def find_valid_batch_after(file: File, position: int, end: int, min_offset: int) -> int | None:
+    """Position of some valid batch with base offset >= `min_offset` after `position`.
+
+    Used only when a scan fails, to tell a torn tail (nothing valid follows) from
+    damage in the middle of the log (valid batches follow the bad bytes).
+    """
+    pos = position + 1
+    while pos < end:
+        buf = file.pread(min(_CHUNK + HEADER_SIZE, end - pos), pos)
+        i = buf.find(bytes([MAGIC]), 8)
+        while i != -1:
+            cand = i - 8
+            if cand + HEADER_SIZE <= len(buf):
+                h = BatchHeader._make(HEADER.unpack_from(buf, cand))
+                if (
+                    h.attributes == 0
+                    and h.base_offset >= min_offset
+                    and HEADER_SIZE <= h.size <= end - (pos + cand)
+                    and h.record_count > 0
+                ):
+                    raw = buf[cand : cand + h.size]
+                    if len(raw) < h.size:
+                        raw = file.pread(h.size, pos + cand)
+                    if zlib.crc32(memoryview(raw)[8:]) == h.crc:
+                        return pos + cand
+            i = buf.find(bytes([MAGIC]), i + 1)
+        pos += max(1, len(buf) - HEADER_SIZE)
+    return None
+
+
+class Segment:
+    def __init__(self, fs: FileSystem, directory: str, base_offset: int, file: File) -> None:
+        self.fs = fs
+        self.directory = directory
+        self.base_offset = base_offset
+        self.file = file
+        self.size = file.size()
+        self.next_offset = base_offset
+        self.index = OffsetIndex(base_offset)
+        self.bytes_since_index = 0
+        self.max_timestamp = -1
+
+    @property
+    def log_path(self) -> str:
+        return posixpath.join(self.directory, segment_name(self.base_offset))
+
+    @property
+    def index_path(self) -> str:
+        return posixpath.join(self.directory, segment_name(self.base_offset, INDEX_SUFFIX))
+
+    @property
+    def redo_path(self) -> str:
+        return posixpath.join(self.directory, segment_name(self.base_offset, REDO_SUFFIX))
+
+    def corrupt(self, position: int, reason: str, offset: int | None = None) -> CorruptRecordError:
+        where = f"offset {offset}, " if offset is not None else ""
+        return CorruptRecordError(
+            f"corrupt batch in {self.log_path} at {where}byte {position}: {reason}",
+            file=self.log_path,
+            position=position,
+            offset=offset,
+        )
+
+    # -- writing ----------------------------------------------------------------------
+
+    def append(self, raw: bytes, h: BatchHeader, interval: int) -> None:
+        if self.bytes_since_index >= interval:
+            self.index.add(h.base_offset, self.size)
+            self.bytes_since_index = 0
+        self.file.append(raw)
+        self.size += len(raw)
+        self.bytes_since_index += len(raw)
+        self.next_offset = h.next_offset
+        self.max_timestamp = max(self.max_timestamp, h.max_timestamp)
+
+    def note_scanned(self, position: int, h: BatchHeader, interval: int) -> None:
+        """Account for a batch found on disk (recovery) as if it had been appended."""
+        if self.bytes_since_index >= interval and position > 0:
+            self.index.add(h.base_offset, position)
+            self.bytes_since_index = 0
+        self.bytes_since_index += h.size
+        self.next_offset = h.next_offset
+        self.max_timestamp = max(self.max_timestamp, h.max_timestamp)
+
+    def write_index(self) -> None:
+        atomic_write(self.fs, self.index_path, self.index.encode())
+
+    def load_index(self) -> OffsetIndex | None:
+        if not self.fs.exists(self.index_path):
+            return None
+        try:
+            return OffsetIndex.decode(
+                read_all(self.fs, self.index_path), self.base_offset, self.size
+            )
+        except IndexFormatError:
+            return None
+
+    # -- reading ----------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, upper_bound: int | None) -> list[RecordBatch]:
+        """Batches holding offsets >= `offset` (and starting below `upper_bound`).
+
+        Returns at least one batch if any qualifies, even when it is larger than
+        `max_bytes`, so that a reader always makes progress.
+        """
+        _, pos = self.index.lookup(offset)
+        out: list[RecordBatch] = []
+        total = 0
+        buf = b""
+        buf_pos = pos
+        while pos < self.size:
+            off = pos - buf_pos
+            want = max(max_bytes - total, HEADER_SIZE) + 8192
+            if len(buf) - off < HEADER_SIZE:
+                buf, buf_pos, off = self.file.pread(min(want, self.size - pos), pos), pos, 0
+                if len(buf) < HEADER_SIZE:
+                    raise self.corrupt(pos, "truncated batch header")
+            size = _LEN.unpack_from(buf, off)[0] + 4
+            if len(buf) - off < size:
+                buf, buf_pos, off = (
+                    self.file.pread(min(max(want, size), self.size - pos), pos),
+                    pos,
+                    0,
+                )
+            try:
+                h = check_batch(buf, off)
+            except BatchFormatError as exc:
+                raise self.corrupt(pos, exc.reason) from exc
+            if h.next_offset <= offset:
+                pos += h.size
+                continue
+            if upper_bound is not None and h.base_offset >= upper_bound:
+                break
+            if out and total + h.size > max_bytes:
+                break
+            out.append(RecordBatch(h, bytes(buf[off : off + h.size])))
+            total += h.size
+            pos += h.size
+            if total >= max_bytes:
+                break
+        return out
+
+    # -- truncation -------------------------------------------------------------------
+
+    def locate(self, offset: int) -> tuple[int, BatchHeader] | None:
+        """(position, header) of the batch holding `offset`, or None at/after the end."""
+        _, pos = self.index.lookup(offset)
+        for item in iter_batches(self.file, pos, self.size):
+            if isinstance(item, ScanFailure):
+                raise self.corrupt(item.position, item.reason)
+            p, h = item
+            if h.base_offset <= offset < h.next_offset:
+                return p, h
+        return None
+
+    def truncate_to(self, offset: int) -> None:
+        """Keep offsets below `offset`; durable when this returns."""
+        if offset >= self.next_offset:
+            return
+        if offset <= self.base_offset:
+            cut, kept = 0, b""
+        else:
+            found = self.locate(offset)
+            assert found is not None
+            cut, h = found
+            kept = b""
+            if h.base_offset < offset:
+                batch = self.file.pread(h.size, cut)
+                records = decode_records(batch, h)[: offset - h.base_offset]
+                kept = encode_batch(
+                    [_Record(r.value, r.key, r.headers, r.timestamp) for r in records],
+                    base_offset=h.base_offset,
+                    leader_epoch=h.leader_epoch,
+                    timestamp=h.first_timestamp,
+                    producer_id=h.producer_id,
+                    producer_epoch=h.producer_epoch,
+                    base_sequence=h.base_sequence,
+                )
+        if kept:
+            redo = _REDO_HEAD.pack(b"ELTR", cut) + kept
+            atomic_write(self.fs, self.redo_path, redo + _CRC.pack(zlib.crc32(redo)))
+        self.file.truncate(cut)
+        if kept:
+            self.file.append(kept)
+        self.file.sync()
+        if kept:
+            self.fs.remove(self.redo_path)
+            self.fs.sync_dir(self.directory)
+        self.size = cut + len(kept)
+        self.index.truncate_to_position(cut)
+        self.next_offset = offset
+        self.bytes_since_index = self.size - self.index.last()[1]
+
+    def apply_redo(self) -> bool:
+        """Finish a mid-batch truncation interrupted by a crash; True if one was applied."""
+        if not self.fs.exists(self.redo_path):
+            return False
+        raw = read_all(self.fs, self.redo_path)
+        valid = (
+            len(raw) > _REDO_HEAD.size + _CRC.size
+            and raw[:4] == b"ELTR"
+            and _CRC.unpack_from(raw, len(raw) - 4)[0] == zlib.crc32(raw[:-4])
+        )
+        if valid:
+            cut = _REDO_HEAD.unpack_from(raw)[1]
+            self.file.truncate(cut)
+            self.file.append(raw[_REDO_HEAD.size : -4])
+            self.file.sync()
+            self.size = self.file.size()
+        self.fs.remove(self.redo_path)
+        self.fs.sync_dir(self.directory)
+        return valid
+
+    def close(self) -> None:
+        self.file.close()

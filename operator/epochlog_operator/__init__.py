@@ -1,0 +1,1 @@
+"""The epochlog controller: kopf handlers over pure liveness, election and ISR decisions."""

@@ -1,0 +1,1 @@
+"""The Spark side of epochlog: a Structured Streaming data source and the consuming job."""
