@@ -36,6 +36,7 @@ from epochlog.errors import (
     StorageError,
 )
 from epochlog_broker.log.batch import (
+    HEADER,
     BatchFormatError,
     BatchHeader,
     LogRecord,
@@ -348,8 +349,7 @@ class PartitionLog:
             producer_epoch=producer_epoch,
             base_sequence=base_sequence,
         )
-        batch = RecordBatch(RecordBatch.from_bytes(raw).header, raw)
-        return self._append(batch.header, raw)
+        return self._append(BatchHeader._make(HEADER.unpack_from(raw)), raw)
 
     def append_batch(self, raw: bytes) -> AppendResult:
         """Append a batch exactly as another replica stored it (the follower's path)."""
