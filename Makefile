@@ -32,7 +32,7 @@ bench: venv
 	$(BIN)/python -m benchmarks.log_bench
 
 soak: venv
-	$(BIN)/pytest -m slow
+	HYPOTHESIS_PROFILE=soak $(BIN)/pytest -q -p no:cacheprovider --timeout 3600
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info

@@ -1,0 +1,520 @@
+"""The leader's replication rules for one partition, as a sans-I/O state machine.
+
+`Leader` owns, for one leader epoch: the high watermark, the follower positions
+it is computed from, ISR expansion proposals (KIP-497), the purgatory of
+produce requests waiting for their acks, and the KIP-207 gate on offsets served
+to clients. It reads no disk, network or clock: the shell reports facts as
+arguments (integer milliseconds, offsets) and carries out what comes back.
+
+Protocol with the shell:
+
+- Construct on becoming leader with the log's facts at that moment (log end =
+  epoch start offset, persisted log end, epoch history, checkpointed HW). The
+  leader keeps its own copy of the epoch history with the new epoch starting
+  at the log end, which is what the log itself records on the first append of
+  the epoch, so both agree.
+- Produce: `begin_produce(acks)` (may raise NotEnoughReplicasError) returns the
+  leader epoch to append with; append to the log; then `on_appended(...)`.
+  Whenever the log is fsynced, `on_flushed(persisted_log_end_offset)`. Call
+  `tick(now_ms)` at `next_deadline_ms()` to time requests out.
+- Follower fetch: `on_fetch(request, now_ms)` raises a typed error or returns a
+  `FetchDecision`: either `DivergingEpoch` (send as is) or `ReadRange` (read
+  the batches in the range from the log and send them with its HW).
+  `offsets_for_leader_epoch(...)` answers a follower's divergence query.
+- Controller: send every `ProposeIsr` action; feed recorded ISR changes to
+  `on_isr_update`, and `on_isr_proposal_rejected` when the controller refused
+  the proposal. `heartbeat()` is the per-partition part of the heartbeat.
+- Clients: `latest_offset()` / `client_high_watermark()` raise the retriable
+  OffsetNotAvailableError until the HW reaches the log end at election.
+- Leaving leadership: `resign()` fails everything still waiting.
+
+Actions returned: `ProduceCompleted`, `ProduceFailed`, `ProposeIsr`.
+
+Across leader changes the KIP-207 gate is what keeps reported offsets
+monotonic: every HW a previous leader served is at most the persisted end of
+each member of its maximal ISR, so at most the log end of whichever member is
+elected next. A broker that stays up may additionally pass the largest HW it
+ever served for the partition as `reported_high_watermark`; the gate then also
+holds until that value is reached. Unclean elections void this guarantee.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from epochlog.errors import (
+    EpochlogError,
+    FencedLeaderEpochError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    OffsetNotAvailableError,
+    OffsetOutOfRangeError,
+    RequestTimedOutError,
+    UnknownLeaderEpochError,
+)
+from epochlog_broker.log.epochs import EpochHistory
+from epochlog_broker.replication.messages import (
+    UNDEFINED,
+    Acks,
+    DivergingEpoch,
+    EpochEndOffset,
+    FetchRequest,
+    OffsetsForLeaderEpochRequest,
+)
+from epochlog_broker.replication.purgatory import Purgatory, Waiting
+
+# -- outputs ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRange:
+    """Send the follower the log's batches in [start_offset, end_offset) and this HW."""
+
+    leader_epoch: int
+    start_offset: int
+    end_offset: int
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceCompleted:
+    request_id: int
+    last_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceFailed:
+    request_id: int
+    last_offset: int
+    error: EpochlogError
+
+
+@dataclass(frozen=True, slots=True)
+class ProposeIsr:
+    """Ask the controller to record `isr`; valid only against `partition_epoch`.
+
+    `broker_epochs` are the broker epochs the added replicas fetched with, so the
+    controller can refuse a replica whose process has since been replaced.
+    """
+
+    partition: str
+    leader_epoch: int
+    partition_epoch: int
+    isr: frozenset[int]
+    broker_epochs: tuple[tuple[int, int], ...]
+
+
+LeaderAction = ProduceCompleted | ProduceFailed | ProposeIsr
+
+
+@dataclass(frozen=True, slots=True)
+class FetchDecision:
+    answer: ReadRange | DivergingEpoch
+    actions: tuple[LeaderAction, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerStatus:
+    broker_id: int
+    last_caught_up_time_ms: int | None
+    log_end_offset: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderHeartbeat:
+    leader_epoch: int
+    partition_epoch: int
+    persisted_log_end_offset: int
+    high_watermark: int
+    isr: frozenset[int]
+    followers: tuple[FollowerStatus, ...]
+
+
+# -- internal state --------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Follower:
+    log_end_offset: int | None = None
+    broker_epoch: int | None = None
+    last_caught_up_time_ms: int | None = None
+    last_fetch_time_ms: int | None = None
+    leader_end_at_last_fetch: int | None = None
+
+
+class Leader:
+    def __init__(
+        self,
+        *,
+        partition: str,
+        broker_id: int,
+        leader_epoch: int,
+        partition_epoch: int,
+        isr: Iterable[int],
+        replicas: Iterable[int],
+        min_insync_replicas: int,
+        replica_lag_time_max_ms: int,
+        log_end_offset: int,
+        persisted_log_end_offset: int,
+        high_watermark: int,
+        epochs: EpochHistory,
+        now_ms: int,
+        reported_high_watermark: int = 0,
+    ) -> None:
+        self.partition = partition
+        self.broker_id = broker_id
+        self.leader_epoch = leader_epoch
+        self.partition_epoch = partition_epoch
+        self.replicas = tuple(replicas)
+        self.min_insync_replicas = min_insync_replicas
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        if broker_id not in self.replicas:
+            raise ValueError(f"broker {broker_id} is not a replica of {partition}")
+        if not 0 <= persisted_log_end_offset <= log_end_offset:
+            raise ValueError(
+                f"persisted log end {persisted_log_end_offset} outside [0, {log_end_offset}]"
+            )
+        self.epoch_start_offset = log_end_offset
+        self._log_end_offset = log_end_offset
+        self._persisted_log_end_offset = persisted_log_end_offset
+        # A checkpoint above the log end can only come from a log that lost data;
+        # serving it would promise records that are not there.
+        self._high_watermark = max(0, min(high_watermark, log_end_offset))
+        self._client_floor = max(log_end_offset, reported_high_watermark)
+        self._epochs = EpochHistory(epochs.entries)
+        self._epochs.assign(leader_epoch, log_end_offset)
+        self._isr = frozenset(isr) | {broker_id}
+        self._proposed: ProposeIsr | None = None
+        self._followers = {r: _Follower() for r in self.replicas if r != broker_id}
+        for r, f in self._followers.items():
+            if r in self._isr:
+                # An ISR member gets a full lag window to show up under the new leader.
+                f.last_caught_up_time_ms = now_ms
+        self._acks_leader = Purgatory()
+        self._acks_all = Purgatory()
+        self._resigned = False
+        # A sole-member ISR has its quorum complete at once.
+        self._maybe_advance_high_watermark()
+
+    # -- state ---------------------------------------------------------------------------
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def persisted_log_end_offset(self) -> int:
+        return self._persisted_log_end_offset
+
+    @property
+    def epochs(self) -> EpochHistory:
+        return EpochHistory(self._epochs.entries)
+
+    @property
+    def isr(self) -> frozenset[int]:
+        """The ISR the controller recorded."""
+        return self._isr
+
+    @property
+    def maximal_isr(self) -> frozenset[int]:
+        """Recorded ISR plus the replicas proposed for it: the HW quorum (KIP-497)."""
+        return self._isr | self._proposed.isr if self._proposed else self._isr
+
+    @property
+    def pending_proposal(self) -> ProposeIsr | None:
+        """The ISR proposal awaiting the controller, for the shell to resend."""
+        return self._proposed
+
+    def follower_log_end_offset(self, broker_id: int) -> int | None:
+        return self._followers[broker_id].log_end_offset
+
+    def last_caught_up_time_ms(self, broker_id: int) -> int | None:
+        return self._followers[broker_id].last_caught_up_time_ms
+
+    # -- validation ----------------------------------------------------------------------
+
+    def _check_leader_epoch(self, epoch: int) -> None:
+        if self._resigned:
+            raise NotLeaderOrFollowerError(
+                f"{self.partition}: no longer leader", leaderEpoch=self.leader_epoch
+            )
+        if epoch < self.leader_epoch:
+            raise FencedLeaderEpochError(
+                f"{self.partition}: leader epoch {epoch} is older than {self.leader_epoch}",
+                leader=self.broker_id,
+                leaderEpoch=self.leader_epoch,
+            )
+        if epoch > self.leader_epoch:
+            raise UnknownLeaderEpochError(
+                f"{self.partition}: leader epoch {epoch} is newer than {self.leader_epoch}",
+                leader=self.broker_id,
+                leaderEpoch=self.leader_epoch,
+            )
+
+    # -- produce -------------------------------------------------------------------------
+
+    def begin_produce(self, acks: Acks) -> int:
+        """Admit a produce request; returns the leader epoch to append with."""
+        self._check_leader_epoch(self.leader_epoch)
+        if acks is Acks.ALL and len(self._isr) < self.min_insync_replicas:
+            raise NotEnoughReplicasError(
+                f"{self.partition}: ISR {sorted(self._isr)} is smaller than "
+                f"minInsyncReplicas {self.min_insync_replicas}",
+                leader=self.broker_id,
+                leaderEpoch=self.leader_epoch,
+            )
+        return self.leader_epoch
+
+    def on_appended(
+        self,
+        *,
+        request_id: int,
+        last_offset: int,
+        log_end_offset: int,
+        acks: Acks,
+        now_ms: int,
+        timeout_ms: int,
+    ) -> list[LeaderAction]:
+        """The log holds the request's records up to `last_offset` (maybe not on disk yet)."""
+        if not last_offset < log_end_offset:
+            raise ValueError(f"last offset {last_offset} not below log end {log_end_offset}")
+        self._log_end_offset = max(self._log_end_offset, log_end_offset)
+        if acks is Acks.NONE:
+            return [ProduceCompleted(request_id, last_offset)]
+        waiting = Waiting(request_id, last_offset, now_ms + timeout_ms)
+        if acks is Acks.LEADER:
+            self._acks_leader.add(waiting)
+            return self._complete_leader_acks()
+        self._acks_all.add(waiting)
+        return self._complete_all_acks()
+
+    def on_flushed(self, persisted_log_end_offset: int) -> list[LeaderAction]:
+        """The log is fsynced up to `persisted_log_end_offset`."""
+        if persisted_log_end_offset > self._log_end_offset:
+            raise ValueError(
+                f"persisted end {persisted_log_end_offset} beyond log end {self._log_end_offset}"
+            )
+        self._persisted_log_end_offset = max(
+            self._persisted_log_end_offset, persisted_log_end_offset
+        )
+        return self._complete_leader_acks() + self._maybe_advance_high_watermark()
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines = [w.deadline_ms for w in self._acks_leader.waiting + self._acks_all.waiting]
+        return min(deadlines, default=None)
+
+    def tick(self, now_ms: int) -> list[LeaderAction]:
+        """Fail the produce requests whose deadline passed (REQUEST_TIMED_OUT)."""
+        expired = self._acks_leader.pop_expired(now_ms) + self._acks_all.pop_expired(now_ms)
+        return [
+            ProduceFailed(
+                w.request_id,
+                w.last_offset,
+                RequestTimedOutError(
+                    f"{self.partition}: offset {w.last_offset} not acknowledged in time",
+                    leader=self.broker_id,
+                    leaderEpoch=self.leader_epoch,
+                ),
+            )
+            for w in sorted(expired, key=lambda w: w.last_offset)
+        ]
+
+    def resign(self) -> list[LeaderAction]:
+        """Leadership ended: every waiting request fails; nothing further is accepted."""
+        self._resigned = True
+        waiting = self._acks_leader.pop_all() + self._acks_all.pop_all()
+        return [
+            ProduceFailed(
+                w.request_id,
+                w.last_offset,
+                NotLeaderOrFollowerError(
+                    f"{self.partition}: leadership of epoch {self.leader_epoch} ended",
+                    leaderEpoch=self.leader_epoch,
+                ),
+            )
+            for w in sorted(waiting, key=lambda w: w.last_offset)
+        ]
+
+    def _complete_leader_acks(self) -> list[LeaderAction]:
+        return [
+            ProduceCompleted(w.request_id, w.last_offset)
+            for w in self._acks_leader.pop_below(self._persisted_log_end_offset)
+        ]
+
+    def _complete_all_acks(self) -> list[LeaderAction]:
+        done = self._acks_all.pop_below(self._high_watermark)
+        if len(self._isr) >= self.min_insync_replicas:
+            return [ProduceCompleted(w.request_id, w.last_offset) for w in done]
+        # The HW may pass a record while the recorded ISR is below minimum: then
+        # fewer electable replicas than promised hold it, so it is not acknowledged.
+        return [
+            ProduceFailed(
+                w.request_id,
+                w.last_offset,
+                NotEnoughReplicasError(
+                    f"{self.partition}: offset {w.last_offset} reached only ISR "
+                    f"{sorted(self._isr)}, below minInsyncReplicas {self.min_insync_replicas}",
+                    leader=self.broker_id,
+                    leaderEpoch=self.leader_epoch,
+                ),
+            )
+            for w in done
+        ]
+
+    # -- high watermark ------------------------------------------------------------------
+
+    def _maybe_advance_high_watermark(self) -> list[LeaderAction]:
+        ends = [self._persisted_log_end_offset]
+        for r in self.maximal_isr - {self.broker_id}:
+            f = self._followers.get(r)
+            if f is None or f.log_end_offset is None:
+                # A quorum member not yet heard from in this epoch may hold less.
+                return []
+            ends.append(f.log_end_offset)
+        candidate = min(ends)
+        if candidate <= self._high_watermark:
+            return []
+        self._high_watermark = candidate
+        return self._complete_all_acks()
+
+    # -- follower fetches ----------------------------------------------------------------
+
+    def on_fetch(self, request: FetchRequest, now_ms: int) -> FetchDecision:
+        self._check_leader_epoch(request.leader_epoch)
+        f = self._followers.get(request.replica_id)
+        if f is None:
+            raise NotLeaderOrFollowerError(
+                f"{self.partition}: broker {request.replica_id} is not a follower replica",
+                leader=self.broker_id,
+                leaderEpoch=self.leader_epoch,
+            )
+        if f.broker_epoch is not None and request.broker_epoch < f.broker_epoch:
+            raise NotLeaderOrFollowerError(
+                f"{self.partition}: broker {request.replica_id} fetched with broker epoch "
+                f"{request.broker_epoch}, older than {f.broker_epoch}",
+                leader=self.broker_id,
+                leaderEpoch=self.leader_epoch,
+            )
+        if not 0 <= request.fetch_offset <= self._log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"{self.partition}: fetch offset {request.fetch_offset} beyond log end "
+                f"{self._log_end_offset}",
+                logEndOffset=self._log_end_offset,
+                leaderEpoch=self.leader_epoch,
+            )
+        f.broker_epoch = request.broker_epoch
+        if request.last_fetched_epoch != UNDEFINED:
+            epoch, end = self._epochs.end_offset_for(
+                request.last_fetched_epoch, self._log_end_offset
+            )
+            if epoch < request.last_fetched_epoch or end < request.fetch_offset:
+                # Its position says nothing about our log; it must truncate first.
+                return FetchDecision(
+                    DivergingEpoch(self.leader_epoch, self._high_watermark, epoch, end)
+                )
+        self._record_fetch(f, request.fetch_offset, now_ms)
+        actions = self._maybe_propose(request)
+        actions += self._maybe_advance_high_watermark()
+        return FetchDecision(
+            ReadRange(
+                self.leader_epoch,
+                request.fetch_offset,
+                self._log_end_offset,
+                self._high_watermark,
+            ),
+            tuple(actions),
+        )
+
+    def _record_fetch(self, f: _Follower, fetch_offset: int, now_ms: int) -> None:
+        # KIP-16 as Kafka implements it: reading to the current log end means caught
+        # up now; reading to the end as it was at the previous fetch means caught up
+        # as of that fetch (appends in between do not count against the follower).
+        caught_up_at: int | None = None
+        if fetch_offset >= self._log_end_offset:
+            caught_up_at = now_ms
+        elif f.leader_end_at_last_fetch is not None and fetch_offset >= f.leader_end_at_last_fetch:
+            caught_up_at = f.last_fetch_time_ms
+        if caught_up_at is not None and (
+            f.last_caught_up_time_ms is None or caught_up_at > f.last_caught_up_time_ms
+        ):
+            f.last_caught_up_time_ms = caught_up_at
+        f.log_end_offset = fetch_offset
+        f.leader_end_at_last_fetch = self._log_end_offset
+        f.last_fetch_time_ms = now_ms
+
+    def _maybe_propose(self, request: FetchRequest) -> list[LeaderAction]:
+        if self._proposed is not None or request.replica_id in self.maximal_isr:
+            return []
+        end = request.fetch_offset
+        if end < self._high_watermark or end < self.epoch_start_offset:
+            return []
+        self._proposed = ProposeIsr(
+            self.partition,
+            self.leader_epoch,
+            self.partition_epoch,
+            self._isr | {request.replica_id},
+            ((request.replica_id, request.broker_epoch),),
+        )
+        return [self._proposed]
+
+    def offsets_for_leader_epoch(self, request: OffsetsForLeaderEpochRequest) -> EpochEndOffset:
+        self._check_leader_epoch(request.leader_epoch)
+        epoch, end = self._epochs.end_offset_for(request.epoch, self._log_end_offset)
+        return EpochEndOffset(epoch, end)
+
+    # -- controller ----------------------------------------------------------------------
+
+    def on_isr_update(self, isr: Iterable[int], partition_epoch: int) -> list[LeaderAction]:
+        """The controller recorded `isr` at `partition_epoch`; stale updates are ignored."""
+        if partition_epoch <= self.partition_epoch:
+            return []
+        self.partition_epoch = partition_epoch
+        self._isr = frozenset(isr) | {self.broker_id}
+        # Any proposal in flight was made against an older partition epoch and is
+        # void: the recorded ISR now says who is in.
+        self._proposed = None
+        return self._maybe_advance_high_watermark()
+
+    def on_isr_proposal_rejected(self) -> list[LeaderAction]:
+        """The controller refused the pending proposal: those replicas leave the quorum."""
+        self._proposed = None
+        return self._maybe_advance_high_watermark()
+
+    def heartbeat(self) -> LeaderHeartbeat:
+        return LeaderHeartbeat(
+            self.leader_epoch,
+            self.partition_epoch,
+            self._persisted_log_end_offset,
+            self._high_watermark,
+            self._isr,
+            tuple(
+                FollowerStatus(r, f.last_caught_up_time_ms, f.log_end_offset)
+                for r, f in sorted(self._followers.items())
+            ),
+        )
+
+    # -- clients -------------------------------------------------------------------------
+
+    def client_high_watermark(self) -> int:
+        """The HW as clients may see it; never lower than any value served before."""
+        if self._high_watermark < self._client_floor:
+            raise OffsetNotAvailableError(
+                f"{self.partition}: high watermark {self._high_watermark} has not reached "
+                f"{self._client_floor} since the election of epoch {self.leader_epoch}",
+                leader=self.broker_id,
+                leaderEpoch=self.leader_epoch,
+            )
+        return self._high_watermark
+
+    def latest_offset(self) -> int:
+        """ListOffsets `latest`: the HW, behind the same KIP-207 gate."""
+        return self.client_high_watermark()
+
+    def check_offsets_available(self) -> None:
+        """KIP-207 applies to every ListOffsets query (earliest, by time) alike."""
+        self.client_high_watermark()

@@ -1,0 +1,109 @@
+"""Values exchanged between replicas, and between the replication core and its shell.
+
+Everything here is an immutable value. The shell turns requests and answers into
+HTTP bodies and back; the core never sees bytes. Record batches travel as
+`Batch`: the offsets and leader epoch the rules need plus an opaque `payload`
+(the stored batch bytes) that the shell appends verbatim.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from epochlog_broker.log.epochs import UNDEFINED
+
+__all__ = [
+    "UNDEFINED",
+    "Acks",
+    "Batch",
+    "DivergingEpoch",
+    "EpochEndOffset",
+    "FetchData",
+    "FetchRequest",
+    "OffsetsForLeaderEpochRequest",
+]
+
+
+class Acks(enum.StrEnum):
+    """When a produce request is answered (`acks=` of the HTTP API)."""
+
+    ALL = "all"
+    LEADER = "leader"
+    NONE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    base_offset: int
+    last_offset: int
+    leader_epoch: int
+    payload: object = None
+
+    def __post_init__(self) -> None:
+        if self.base_offset < 0 or self.last_offset < self.base_offset or self.leader_epoch < 0:
+            raise ValueError(f"invalid batch {self!r}")
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest:
+    """A follower's fetch.
+
+    `fetch_offset` is the follower's persisted log end: everything below it is
+    fsynced on the follower, which is what lets the leader count it for the high
+    watermark. `last_fetched_epoch` is the epoch of the record just below
+    `fetch_offset` (UNDEFINED for an empty log); the leader uses it to detect a
+    diverged log (KIP-320). `leader_epoch` is the follower's view of the current
+    leader epoch and `broker_epoch` identifies the follower's process.
+    """
+
+    replica_id: int
+    broker_epoch: int
+    leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int = UNDEFINED
+
+
+@dataclass(frozen=True, slots=True)
+class FetchData:
+    """Answer to a fetch whose log matches the leader's: batches from the fetch offset."""
+
+    leader_epoch: int
+    high_watermark: int
+    batches: tuple[Batch, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DivergingEpoch:
+    """Answer to a fetch from a diverged log: no data, truncate first (KIP-320).
+
+    `epoch` is the largest epoch of the leader not above the follower's last
+    fetched epoch, and `end_offset` where that epoch ends in the leader's log
+    (both UNDEFINED when the leader knows no such epoch).
+    """
+
+    leader_epoch: int
+    high_watermark: int
+    epoch: int
+    end_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsForLeaderEpochRequest:
+    """Where does `epoch` end in the leader's log? (KIP-101, KIP-279)."""
+
+    replica_id: int
+    leader_epoch: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEndOffset:
+    """Largest epoch <= the requested one and where it ends; UNDEFINED if none."""
+
+    epoch: int
+    end_offset: int

@@ -1,0 +1,135 @@
+"""Broker heartbeats to the controller and the controller's answer, as pydantic models.
+
+A broker sends a `BrokerHeartbeat` every `heartbeatIntervalMs`. It says who the
+broker is (id, brokerEpoch, address) and, per partition it hosts, what that
+replica has: its role and leaderEpoch, the log end offset that is on disk and
+its high watermark. A leader adds what it knows of its followers
+(`followers`: each one's log end offset and lastCaughtUpTime) and the replicas
+it proposes to add to the ISR. The answer, a `HeartbeatResponse`, carries the
+broker's current assignments as the controller has persisted them.
+
+Times a broker reports (`timeMs`, `lastCaughtUpTime`) are on the broker's clock.
+`timeMs` is the broker's clock when it built the heartbeat, so the controller
+can read the other times relative to it and never compare two clocks directly.
+
+brokerEpoch must be larger on every start of the broker process than on any
+earlier start (a persisted counter, or the start time in ms): the controller
+takes a smaller one for a late message from a dead process.
+
+Naming and wire conventions are those of `epochlog.wire`.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Final, Self
+
+from pydantic import Field, model_validator
+
+from epochlog.resources import PartitionStatus
+from epochlog.wire import BrokerId, NonNegativeInt, WireModel
+
+DEFAULT_HEARTBEAT_INTERVAL_MS: Final = 500
+
+
+class PartitionRole(enum.StrEnum):
+    LEADER = "leader"
+    FOLLOWER = "follower"
+
+
+class FollowerProgress(WireModel):
+    """A leader's view of one follower, from the follower's fetches."""
+
+    replica: BrokerId
+    log_end_offset: NonNegativeInt
+    """The offset the follower fetches from: all below it is on the follower's disk."""
+    last_caught_up_time: NonNegativeInt | None = None
+    """Leader clock when a fetch last read up to the leader's log end; None: not since the
+    broker became leader."""
+
+
+class IsrProposal(WireModel):
+    """The leader asks to add `replica`, which caught up while it had `broker_epoch`."""
+
+    replica: BrokerId
+    broker_epoch: NonNegativeInt
+    log_end_offset: NonNegativeInt
+
+
+class PartitionReport(WireModel):
+    """One hosted partition as the reporting broker has it."""
+
+    name: Annotated[str, Field(min_length=1)]
+    role: PartitionRole
+    leader_epoch: NonNegativeInt
+    """The newest leaderEpoch this replica knows (0: none yet)."""
+    partition_epoch: NonNegativeInt = 0
+    log_end_offset: NonNegativeInt
+    """Log end offset on disk (fsynced); data above it is not counted anywhere."""
+    high_watermark: NonNegativeInt
+    epoch_start_offset: NonNegativeInt | None = None
+    """Leaders: the log end offset recorded when this broker became leader of leader_epoch."""
+    followers: tuple[FollowerProgress, ...] = ()
+    isr_proposals: tuple[IsrProposal, ...] = ()
+
+    @model_validator(mode="after")
+    def _leader_only_fields(self) -> Self:
+        if self.role is not PartitionRole.LEADER and (self.followers or self.isr_proposals):
+            raise ValueError(f"{self.name}: only a leader reports followers and isrProposals")
+        return self
+
+    def follower(self, replica: int) -> FollowerProgress | None:
+        for f in self.followers:
+            if f.replica == replica:
+                return f
+        return None
+
+
+class BrokerHeartbeat(WireModel):
+    broker_id: BrokerId
+    broker_epoch: NonNegativeInt
+    address: Annotated[str, Field(min_length=1)]
+    time_ms: NonNegativeInt
+    partitions: tuple[PartitionReport, ...] = ()
+
+    @model_validator(mode="after")
+    def _one_report_per_partition(self) -> Self:
+        names = [p.name for p in self.partitions]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"partitions {repeated} are reported more than once")
+        return self
+
+    def partition(self, name: str) -> PartitionReport | None:
+        for p in self.partitions:
+            if p.name == name:
+                return p
+        return None
+
+
+class PartitionAssignment(WireModel):
+    """What a broker is told about one partition it holds a replica of."""
+
+    name: str
+    leader: BrokerId | None
+    leader_epoch: NonNegativeInt
+    partition_epoch: NonNegativeInt
+    isr: tuple[BrokerId, ...]
+    replicas: tuple[BrokerId, ...]
+
+    @classmethod
+    def from_status(cls, name: str, status: PartitionStatus) -> PartitionAssignment:
+        return cls(
+            name=name,
+            leader=status.leader,
+            leader_epoch=status.leader_epoch,
+            partition_epoch=status.partition_epoch,
+            isr=status.isr,
+            replicas=status.replicas,
+        )
+
+
+class HeartbeatResponse(WireModel):
+    fenced: Annotated[bool, Field(strict=True)] = False
+    """This brokerEpoch is fenced: the broker must restart with a new brokerEpoch to rejoin."""
+    assignments: tuple[PartitionAssignment, ...] = ()

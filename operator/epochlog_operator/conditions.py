@@ -1,0 +1,100 @@
+"""The Partition's status conditions: Ready, UnderReplicated, UnderMinIsr, Offline.
+
+A partition without a leader has no replica in sync, whatever ISR it keeps
+for the next election; so in-sync counts are taken as zero while it is offline.
+Ready means acks=all writes can succeed: a leader and at least
+minInsyncReplicas in sync. lastTransitionTime changes only when a condition's
+status flips, as Kubernetes tools expect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from epochlog.resources import Condition, ConditionStatus, ConditionType, rfc3339
+from epochlog_operator.election import Offline
+
+
+def partition_conditions(
+    *,
+    leader: int | None,
+    isr: Sequence[int],
+    replicas: Sequence[int],
+    replication_factor: int,
+    min_insync_replicas: int,
+    offline: Offline | None,
+    previous: Sequence[Condition],
+    generation: int,
+    now_ms: int,
+) -> tuple[Condition, ...]:
+    in_sync = 0 if leader is None else len(isr)
+    expected = len(replicas) or replication_factor
+    judged: list[tuple[ConditionType, bool, str, str]] = []
+
+    offline_reason = offline.reason.value if offline else "NoLeader"
+    offline_message = offline.message if offline else "no leader"
+
+    if leader is None:
+        judged.append((ConditionType.READY, False, "Offline", offline_message))
+    elif in_sync < min_insync_replicas:
+        judged.append(
+            (
+                ConditionType.READY,
+                False,
+                "UnderMinIsr",
+                f"{in_sync} replica(s) in sync, minInsyncReplicas is {min_insync_replicas}",
+            )
+        )
+    else:
+        judged.append((ConditionType.READY, True, "InSync", f"broker {leader} leads"))
+
+    if in_sync < expected:
+        judged.append(
+            (
+                ConditionType.UNDER_REPLICATED,
+                True,
+                "IsrSmallerThanReplicas",
+                f"{in_sync} of {expected} replicas in sync",
+            )
+        )
+    else:
+        judged.append(
+            (ConditionType.UNDER_REPLICATED, False, "AllReplicasInSync", "all replicas in sync")
+        )
+
+    below = in_sync < min_insync_replicas
+    judged.append(
+        (
+            ConditionType.UNDER_MIN_ISR,
+            below,
+            "IsrBelowMinInsyncReplicas" if below else "MinInsyncReplicasMet",
+            f"{in_sync} replica(s) in sync, minInsyncReplicas is {min_insync_replicas}",
+        )
+    )
+
+    if leader is None:
+        judged.append((ConditionType.OFFLINE, True, offline_reason, offline_message))
+    else:
+        judged.append((ConditionType.OFFLINE, False, "LeaderAvailable", f"broker {leader} leads"))
+
+    before = {c.type: c for c in previous}
+    out: list[Condition] = []
+    for type_, true, reason, message in judged:
+        status = ConditionStatus.TRUE if true else ConditionStatus.FALSE
+        old = before.get(type_)
+        since = (
+            old.last_transition_time
+            if old is not None and old.status == status
+            else rfc3339(now_ms)
+        )
+        out.append(
+            Condition(
+                type=type_,
+                status=status,
+                reason=reason,
+                message=message,
+                last_transition_time=since,
+                observed_generation=generation,
+            )
+        )
+    return tuple(out)

@@ -1,0 +1,492 @@
+"""One decision for one Partition: from its spec, status and broker reports, its next status.
+
+`decide` is the whole controller logic for a partition, as a pure function: the
+kopf layer only persists `Decision.status` (with a resourceVersion check against
+`Decision.resource_version`), posts `Decision.events` and answers heartbeats
+from what it persisted; the simulator calls the same function. Time comes in
+as `now_ms`, on the controller's wall clock (Unix epoch ms), because the status
+keeps times across controller restarts.
+
+In order, a decision
+1. assigns replicas if neither spec nor status has them (`assignment`),
+2. refreshes log end offsets, high watermark and lastCaughtUpTime from the
+   heartbeats (only the current leader's report, for the current leaderEpoch,
+   speaks for followers),
+3. elects the first leader, or else judges the ISR (`isr`): a healthy leader
+   keeps leading while fenced, restarted and lagging followers leave and
+   proposed replicas join; a fenced or restarted leader, no leader, or brokers
+   reporting a leaderEpoch above the recorded one lead to an election
+   (`election`),
+4. bumps partitionEpoch once if leader, ISR or replicas changed (going offline
+   changes no epoch), and derives conditions and lag.
+
+While a partition has no leader its ISR is left as it was: every member holds
+everything committed, so any of them that comes back may lead, and removing one
+could only lose a safe candidate.
+
+`Decision.material` separates state changes (leader, ISR, epochs, replicas,
+epoch history, conditions), which must be written at once, from refreshes of
+high watermark, log end offsets and lag, which the I/O layer may throttle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from epochlog.heartbeat import PartitionReport
+from epochlog.resources import EpochHistoryEntry, PartitionSpec, PartitionStatus
+from epochlog_operator.assignment import BrokerLoad, assign_replicas
+from epochlog_operator.conditions import partition_conditions
+from epochlog_operator.election import (
+    ElectionResult,
+    Offline,
+    OfflineReason,
+    elect_initial_leader,
+    elect_leader,
+    next_epoch,
+)
+from epochlog_operator.events import Event, EventReason
+from epochlog_operator.isr import (
+    IsrRemoval,
+    RejectedProposal,
+    RemovalReason,
+    assess_isr,
+    lag_ms,
+    merge_caught_up_times,
+    review_proposals,
+)
+from epochlog_operator.liveness import Liveness, LivenessView
+from epochlog_operator.observations import PartitionObservation, ReceivedHeartbeat, observe
+
+MAX_EPOCH_HISTORY: Final = 64
+"""Elections kept in the status; brokers keep the full history in their checkpoints."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInput:
+    spec: PartitionSpec
+    status: PartitionStatus | None
+    generation: int
+    resource_version: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    status: PartitionStatus | None
+    """The status to write; None when it equals the current one."""
+    material: bool
+    """Leader, ISR, epochs, replicas, epoch history or conditions changed: write now."""
+    events: tuple[Event, ...]
+    resource_version: str | None
+    """The resourceVersion the decision was made from: the precondition of the write."""
+    rejected_proposals: tuple[RejectedProposal, ...] = ()
+
+
+@dataclass
+class _Draft:
+    """The next status under construction."""
+
+    leader: int | None
+    leader_epoch: int
+    isr: list[int]
+    isr_broker_epochs: dict[int, int]
+    replicas: tuple[int, ...]
+    high_watermark: int
+    log_end_offsets: dict[int, int]
+    last_caught_up: dict[int, int]
+    epoch_history: list[EpochHistoryEntry]
+    elected: bool = False
+    offline: Offline | None = None
+    events: list[Event] = field(default_factory=list)
+    rejected: tuple[RejectedProposal, ...] = ()
+
+    @classmethod
+    def of(cls, status: PartitionStatus) -> _Draft:
+        return cls(
+            leader=status.leader,
+            leader_epoch=status.leader_epoch,
+            isr=list(status.isr),
+            isr_broker_epochs=dict(status.isr_broker_epochs),
+            replicas=status.replicas,
+            high_watermark=status.high_watermark,
+            log_end_offsets=dict(status.log_end_offsets),
+            last_caught_up=dict(status.last_caught_up_time),
+            epoch_history=list(status.epoch_history),
+        )
+
+
+def decide(
+    partition: PartitionInput,
+    liveness: Liveness,
+    heartbeats: Mapping[int, ReceivedHeartbeat],
+    now_ms: int,
+    load: Mapping[int, BrokerLoad] | None = None,
+) -> Decision:
+    """Decide the next status of one Partition.
+
+    `heartbeats` holds the latest heartbeat of each broker; `load` the replicas and
+    preferred leaderships each broker carries for other partitions (for assignment).
+    """
+    view = liveness.view(now_ms)
+    spec = partition.spec
+    old = partition.status or PartitionStatus()
+    obs = observe(spec.name, heartbeats, view)
+    d = _Draft.of(old)
+
+    if not d.replicas:
+        d.replicas = spec.replicas or _assign(spec, view, obs, load or {}) or ()
+    if not d.replicas:
+        d.offline = Offline(
+            OfflineReason.NOT_ENOUGH_BROKERS,
+            f"{len(view.live_brokers())} live broker(s), replicationFactor is "
+            f"{spec.replication_factor}",
+        )
+    else:
+        for r in d.replicas:
+            reported = obs.log_end_offset(r)
+            if reported is not None:
+                d.log_end_offsets[r] = reported
+        if old.leader_epoch == 0 and old.leader is None and not old.isr:
+            _first_election(d, old, spec, view, obs)
+        else:
+            _judge(d, old, spec, view, obs)
+    return _finish(partition, old, d, view, obs)
+
+
+def _assign(
+    spec: PartitionSpec,
+    view: LivenessView,
+    obs: PartitionObservation,
+    load: Mapping[int, BrokerLoad],
+) -> tuple[int, ...] | None:
+    live = view.live_brokers()
+    holders = sorted(
+        (b for b in obs.reports if b in live),
+        key=lambda b: (-obs.reports[b].leader_epoch, -obs.reports[b].log_end_offset, b),
+    )
+    return assign_replicas(
+        partition=spec.partition,
+        replication_factor=spec.replication_factor,
+        live_brokers=live,
+        load=load,
+        preferred_leader=spec.preferred_leader,
+        holders=holders,
+    )
+
+
+def _first_election(
+    d: _Draft,
+    old: PartitionStatus,
+    spec: PartitionSpec,
+    view: LivenessView,
+    obs: PartitionObservation,
+) -> None:
+    result, isr = elect_initial_leader(
+        replicas=d.replicas,
+        preferred_leader=spec.preferred_leader,
+        liveness=view,
+        reports=obs.reports,
+        unclean_allowed=spec.unclean_leader_election,
+    )
+    if result.leader is None:
+        d.offline = result.offline
+        return
+    d.isr = list(isr)
+    d.isr_broker_epochs = {}
+    _install_leader(d, old, view, obs, result, cause="first election")
+
+
+def _judge(
+    d: _Draft,
+    old: PartitionStatus,
+    spec: PartitionSpec,
+    view: LivenessView,
+    obs: PartitionObservation,
+) -> None:
+    leader = old.leader
+    report = None
+    if leader is not None and view.is_live(leader):
+        recorded = old.isr_broker_epochs.get(leader)
+        if recorded is None or recorded == view.broker_epoch(leader):
+            report = obs.leader_report(leader, old.leader_epoch)
+    if leader is not None and report is not None:
+        reported = obs.caught_up_times(leader, report)
+        d.last_caught_up = merge_caught_up_times(d.last_caught_up, reported, d.replicas)
+        d.high_watermark = max(d.high_watermark, report.high_watermark)
+
+    assessment = assess_isr(
+        isr=old.isr,
+        leader=leader,
+        isr_broker_epochs=old.isr_broker_epochs,
+        liveness=view,
+        last_caught_up=d.last_caught_up,
+        replica_lag_time_max_ms=spec.replica_lag_time_max_ms,
+    )
+    behind = obs.max_leader_epoch > old.leader_epoch
+    if leader is None or leader in assessment:
+        _elect(d, old, spec, view, obs, assessment)
+    elif behind and view.is_live(leader):
+        # Brokers know a newer epoch than the status (a lost or restored status):
+        # the same leader starts a fresh epoch above everything handed out.
+        cause = (
+            f"brokers report leaderEpoch {obs.max_leader_epoch} above the recorded "
+            f"{old.leader_epoch}"
+        )
+        _shrink(d, old, assessment)
+        _install_leader(d, old, view, obs, ElectionResult(leader), cause=cause)
+    else:
+        _shrink(d, old, assessment)
+        if report is not None:
+            _expand(d, old, spec, view, obs, report)
+
+
+def _elect(
+    d: _Draft,
+    old: PartitionStatus,
+    spec: PartitionSpec,
+    view: LivenessView,
+    obs: PartitionObservation,
+    assessment: Mapping[int, IsrRemoval],
+) -> None:
+    before = list(old.isr) + ([old.leader] if old.leader is not None else [])
+    reached = max(
+        [old.high_watermark] + [d.log_end_offsets[m] for m in before if m in d.log_end_offsets]
+    )
+    result = elect_leader(
+        isr=old.isr,
+        replicas=d.replicas,
+        preferred_leader=spec.preferred_leader,
+        assessment=assessment,
+        liveness=view,
+        log_end_offsets=d.log_end_offsets,
+        unclean_allowed=spec.unclean_leader_election,
+        reached_end=reached,
+    )
+    cause = "no leader" if old.leader is None else assessment[old.leader].detail
+    if result.leader is None:
+        d.offline = result.offline
+        if old.leader is not None:
+            d.leader = None
+            if assessment[old.leader].reason is RemovalReason.FENCED:
+                d.events.append(
+                    Event.warning(EventReason.BROKER_FENCED, f"{cause}; it lost leadership")
+                )
+            why = result.offline.message if result.offline else "no candidate"
+            d.events.append(
+                Event.warning(
+                    EventReason.PARTITION_OFFLINE,
+                    f"no leader in leaderEpoch {old.leader_epoch} after broker {old.leader} "
+                    f"({cause}): {why}",
+                )
+            )
+        return
+    new = result.leader
+    if result.unclean:
+        leaving = [m for m in old.isr if m != new]
+        d.isr = [new]
+    else:
+        leaving = [m for m in old.isr if m in assessment and m != new]
+        d.isr = [m for m in d.replicas if m == new or (m in old.isr and m not in assessment)]
+    _report_removals(d, [assessment[m] for m in leaving if m in assessment], old.leader)
+    _install_leader(d, old, view, obs, result, cause=cause)
+
+
+def _install_leader(
+    d: _Draft,
+    old: PartitionStatus,
+    view: LivenessView,
+    obs: PartitionObservation,
+    result: ElectionResult,
+    *,
+    cause: str,
+) -> None:
+    assert result.leader is not None
+    new = result.leader
+    if new not in d.isr:
+        d.isr = [m for m in d.replicas if m == new or m in d.isr]
+    # The new leader leads as the process it is now; the others stay members with
+    # the brokerEpoch they were in sync with.
+    epochs: dict[int, int] = {}
+    for m in d.isr:
+        known = (view.broker_epoch(m), old.isr_broker_epochs.get(m))
+        first, second = known if m == new else known[::-1]
+        epoch = first if first is not None else second
+        if epoch is not None:
+            epochs[m] = epoch
+    d.isr_broker_epochs = epochs
+    d.leader = new
+    d.leader_epoch = next_epoch(old.leader_epoch, obs.max_leader_epoch)
+    d.elected = True
+    d.offline = None
+    start = d.log_end_offsets.get(new, 0)
+    d.epoch_history.append(
+        EpochHistoryEntry(epoch=d.leader_epoch, leader=new, start_offset=start, time=view.now_ms)
+    )
+    # The new leader starts every follower's lag clock afresh, as the leader does
+    # when it takes over; the old leader's picture of them is gone with it.
+    for m in d.isr:
+        d.last_caught_up[m] = view.now_ms
+    was = f"previous leader {old.leader}" if old.leader is not None else "no previous leader"
+    if result.unclean:
+        d.high_watermark = min(d.high_watermark, start)
+        loss = (
+            f"offsets {result.may_be_lost} may be lost"
+            if result.may_be_lost
+            else "no offsets are known to be lost"
+        )
+        outside = (
+            f"from outside the ISR {list(old.isr)}"
+            if old.isr
+            else "without every replica live to compare logs"
+        )
+        d.events.append(
+            Event.warning(
+                EventReason.UNCLEAN_LEADER_ELECTION,
+                f"broker {new} elected leader in leaderEpoch {d.leader_epoch} {outside} "
+                f"({was}: {cause}); {loss}",
+            )
+        )
+    else:
+        d.events.append(
+            Event.normal(
+                EventReason.LEADER_ELECTED,
+                f"broker {new} elected leader in leaderEpoch {d.leader_epoch} at offset {start} "
+                f"({was}: {cause})",
+            )
+        )
+
+
+def _shrink(d: _Draft, old: PartitionStatus, assessment: Mapping[int, IsrRemoval]) -> None:
+    removals = [assessment[m] for m in old.isr if m in assessment and m != old.leader]
+    if not removals:
+        return
+    gone = {r.replica for r in removals}
+    d.isr = [m for m in d.isr if m not in gone]
+    d.isr_broker_epochs = {m: e for m, e in d.isr_broker_epochs.items() if m in d.isr}
+    _report_removals(d, removals, old.leader)
+
+
+def _report_removals(d: _Draft, removals: list[IsrRemoval], leader: int | None) -> None:
+    if not removals:
+        return
+    for r in removals:
+        if r.reason is RemovalReason.FENCED:
+            lost = "lost leadership and left the ISR" if r.replica == leader else "left the ISR"
+            d.events.append(Event.warning(EventReason.BROKER_FENCED, f"{r.detail}; {lost}"))
+    details = "; ".join(r.detail for r in removals)
+    d.events.append(
+        Event.warning(
+            EventReason.ISR_SHRUNK,
+            f"ISR {d.isr} after removing {[r.replica for r in removals]}: {details}",
+        )
+    )
+
+
+def _expand(
+    d: _Draft,
+    old: PartitionStatus,
+    spec: PartitionSpec,
+    view: LivenessView,
+    obs: PartitionObservation,
+    report: PartitionReport,
+) -> None:
+    assert old.leader is not None
+    epoch_start = report.epoch_start_offset or 0
+    if old.epoch_history and old.epoch_history[-1].epoch == old.leader_epoch:
+        epoch_start = max(epoch_start, old.epoch_history[-1].start_offset)
+    accepted, d.rejected = review_proposals(
+        report,
+        leader_epoch=old.leader_epoch,
+        partition_epoch=old.partition_epoch,
+        replicas=d.replicas,
+        isr=d.isr,
+        liveness=view,
+        high_watermark=d.high_watermark,
+        epoch_start_offset=epoch_start,
+        caught_up=obs.caught_up_times(old.leader, report),
+        replica_lag_time_max_ms=spec.replica_lag_time_max_ms,
+    )
+    if not accepted:
+        return
+    for p in accepted:
+        d.isr_broker_epochs[p.replica] = p.broker_epoch
+        d.last_caught_up[p.replica] = view.now_ms
+    joined = {p.replica for p in accepted}
+    d.isr = [m for m in d.replicas if m in joined or m in d.isr]
+    d.events.append(
+        Event.normal(
+            EventReason.ISR_EXPANDED,
+            f"ISR {d.isr} after adding {sorted(joined)} on leader {old.leader}'s proposal",
+        )
+    )
+
+
+def _finish(
+    partition: PartitionInput,
+    old: PartitionStatus,
+    d: _Draft,
+    view: LivenessView,
+    obs: PartitionObservation,
+) -> Decision:
+    spec = partition.spec
+    isr_broker_epochs = {m: d.isr_broker_epochs[m] for m in d.isr if m in d.isr_broker_epochs}
+    partition_epoch = old.partition_epoch
+    changed = (tuple(d.isr), isr_broker_epochs, d.replicas) != (
+        old.isr,
+        old.isr_broker_epochs,
+        old.replicas,
+    )
+    if d.elected or changed:
+        partition_epoch = next_epoch(old.partition_epoch, obs.max_partition_epoch)
+    followers = [r for r in d.replicas if r != d.leader]
+    last_caught_up = {r: d.last_caught_up[r] for r in followers if r in d.last_caught_up}
+    lags = {r: lag_ms(r, last_caught_up, view.now_ms, view.started_ms) for r in last_caught_up}
+    if d.leader is not None:
+        lags[d.leader] = 0
+    status = PartitionStatus(
+        leader=d.leader,
+        leader_epoch=d.leader_epoch,
+        partition_epoch=partition_epoch,
+        isr=tuple(d.isr),
+        isr_broker_epochs=isr_broker_epochs,
+        replicas=d.replicas,
+        high_watermark=d.high_watermark,
+        log_end_offsets={r: d.log_end_offsets[r] for r in d.replicas if r in d.log_end_offsets},
+        lag_ms=dict(sorted(lags.items())),
+        last_caught_up_time=last_caught_up,
+        epoch_history=tuple(d.epoch_history[-MAX_EPOCH_HISTORY:]),
+        conditions=partition_conditions(
+            leader=d.leader,
+            isr=d.isr,
+            replicas=d.replicas,
+            replication_factor=spec.replication_factor,
+            min_insync_replicas=spec.min_insync_replicas,
+            offline=d.offline,
+            previous=old.conditions,
+            generation=partition.generation,
+            now_ms=view.now_ms,
+        ),
+        observed_generation=partition.generation,
+    )
+    events = tuple(d.events)
+    if partition.status is not None and status == old:
+        return Decision(None, False, events, partition.resource_version, d.rejected)
+    material = partition.status is None or _state(status) != _state(old)
+    return Decision(status, material, events, partition.resource_version, d.rejected)
+
+
+def _state(s: PartitionStatus) -> tuple[object, ...]:
+    """The part of a status that is state, as opposed to refreshed measurements."""
+    return (
+        s.leader,
+        s.leader_epoch,
+        s.partition_epoch,
+        s.isr,
+        s.isr_broker_epochs,
+        s.replicas,
+        s.epoch_history,
+        s.conditions,
+        s.observed_generation,
+    )

@@ -1,0 +1,189 @@
+"""Leader election: who leads a partition next, and with which leaderEpoch.
+
+Clean election picks a live ISR member. Every ISR member holds everything
+committed: the leader counts only the recorded ISR towards the high watermark,
+and a replica counts only what is on its disk. Among live members the choice
+goes to members in good standing, then to restarted ones, then to lagging ones,
+and within each group to the preferred replica (spec.preferredLeader, else the
+first replica) and then the replicas' order.
+
+No live ISR member: the partition is offline and nobody is elected, unless
+uncleanLeaderElection is set; then the live replica with the highest log end
+offset leads, and everything between its log end and the highest offset
+known to have been reached before may be lost.
+
+A partition elected for the first time waits until every replica has either
+heartbeated or been fenced: one not heard from yet may hold data and a newer
+epoch. Then, if no replica holds data, the preferred live replica leads with
+every live replica in the ISR. If replicas do hold data (the resource was
+deleted and created again), the most advanced one leads alone, judged by
+(leaderEpoch, log end offset); that is only safe once every replica is live, so
+the partition waits for all of them unless unclean election is allowed.
+
+Epochs only grow: a new epoch is one more than the larger of the recorded
+epoch and the highest epoch any broker reports, so neither a controller that
+lost its memory nor a re-created resource can hand out an epoch twice.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from epochlog.heartbeat import PartitionReport
+from epochlog_operator.isr import IsrRemoval, RemovalReason
+from epochlog_operator.liveness import BrokerState, LivenessView
+
+
+class OfflineReason(enum.StrEnum):
+    NO_LIVE_IN_SYNC_REPLICA = "NoLiveInSyncReplica"
+    NO_LIVE_REPLICA = "NoLiveReplica"
+    AWAITING_HEARTBEATS = "AwaitingHeartbeats"
+    AWAITING_REPLICAS = "AwaitingReplicas"
+    NOT_ENOUGH_BROKERS = "NotEnoughBrokers"
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetRange:
+    """Offsets `start` (inclusive) to `end` (exclusive)."""
+
+    start: int
+    end: int
+
+    def __str__(self) -> str:
+        return f"[{self.start}, {self.end})"
+
+
+@dataclass(frozen=True, slots=True)
+class Offline:
+    reason: OfflineReason
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionResult:
+    leader: int | None
+    unclean: bool = False
+    may_be_lost: OffsetRange | None = None
+    """Unclean elections: offsets that existed before and that the new leader does not have."""
+    offline: Offline | None = None
+    """Why nobody was elected."""
+
+
+def next_epoch(recorded: int, reported: int) -> int:
+    return max(recorded, reported) + 1
+
+
+def preference_order(replicas: Sequence[int], preferred_leader: int | None) -> tuple[int, ...]:
+    if preferred_leader is not None and preferred_leader in replicas:
+        return (preferred_leader, *(r for r in replicas if r != preferred_leader))
+    return tuple(replicas)
+
+
+def elect_leader(
+    *,
+    isr: Sequence[int],
+    replicas: Sequence[int],
+    preferred_leader: int | None,
+    assessment: Mapping[int, IsrRemoval],
+    liveness: LivenessView,
+    log_end_offsets: Mapping[int, int],
+    unclean_allowed: bool,
+    reached_end: int,
+) -> ElectionResult:
+    """Elect a leader from `isr`, or with `unclean_allowed` from any live replica.
+
+    `assessment` says which ISR members are about to leave the ISR and why;
+    `reached_end` is the highest offset known to have existed (high watermark, or
+    the log end of the old leader and ISR) and bounds what an unclean election loses.
+    """
+    order = preference_order(replicas, preferred_leader)
+    rank = {r: i for i, r in enumerate(order)}
+    candidates = [m for m in isr if liveness.is_live(m)]
+    if candidates:
+
+        def standing(m: int) -> tuple[int, int]:
+            removal = assessment.get(m)
+            reason = None if removal is None else removal.reason
+            group = {None: 0, RemovalReason.RESTARTED: 1, RemovalReason.LAGGING: 2}[reason]
+            return group, rank.get(m, len(order))
+
+        return ElectionResult(min(candidates, key=standing))
+    # A member not heard from since the controller started may well be alive and
+    # in sync: never give up on the ISR for an unclean leader before it is fenced.
+    unknown = [m for m in isr if liveness.state(m) is BrokerState.UNKNOWN]
+    if unknown:
+        offline = Offline(
+            OfflineReason.AWAITING_HEARTBEATS,
+            f"waiting for the first heartbeat of ISR member(s) {unknown}",
+        )
+        return ElectionResult(None, offline=offline)
+    if unclean_allowed:
+        live = [r for r in order if liveness.is_live(r)]
+        if live:
+            leader = min(live, key=lambda r: (-log_end_offsets.get(r, 0), rank[r]))
+            end = log_end_offsets.get(leader, 0)
+            lost = OffsetRange(end, reached_end) if end < reached_end else None
+            return ElectionResult(leader, unclean=True, may_be_lost=lost)
+        return ElectionResult(None, offline=_no_live_replica(replicas))
+    return ElectionResult(
+        None,
+        offline=Offline(
+            OfflineReason.NO_LIVE_IN_SYNC_REPLICA,
+            f"no member of the ISR {list(isr)} is live and uncleanLeaderElection is off",
+        ),
+    )
+
+
+def elect_initial_leader(
+    *,
+    replicas: Sequence[int],
+    preferred_leader: int | None,
+    liveness: LivenessView,
+    reports: Mapping[int, PartitionReport],
+    unclean_allowed: bool,
+) -> tuple[ElectionResult, tuple[int, ...]]:
+    """First election of a partition: the leader and the first ISR."""
+    order = preference_order(replicas, preferred_leader)
+    live = [r for r in order if liveness.is_live(r)]
+    held = {b: r for b, r in reports.items() if b in replicas}
+    has_data = any(r.log_end_offset > 0 or r.leader_epoch > 0 for r in held.values())
+    unknown = [r for r in replicas if liveness.state(r) is BrokerState.UNKNOWN]
+    if unknown:
+        # Not heard from yet, so possibly holding data and a newer epoch than anyone
+        # else reports: electing without them could hand out an epoch twice.
+        offline = Offline(
+            OfflineReason.AWAITING_HEARTBEATS,
+            f"waiting for the first heartbeat of replica(s) {unknown}",
+        )
+        return ElectionResult(None, offline=offline), ()
+    if not live:
+        return ElectionResult(None, offline=_no_live_replica(replicas)), ()
+    if not has_data:
+        return ElectionResult(live[0]), tuple(r for r in replicas if r in live)
+    everyone = len(live) == len(replicas)
+    if not everyone and not unclean_allowed:
+        missing = [r for r in replicas if r not in live]
+        offline = Offline(
+            OfflineReason.AWAITING_REPLICAS,
+            f"brokers hold data of this partition; electing needs every replica live, "
+            f"waiting for {missing} (uncleanLeaderElection is off)",
+        )
+        return ElectionResult(None, offline=offline), ()
+
+    def progress(b: int) -> tuple[int, int]:
+        r = held.get(b)
+        return (0, 0) if r is None else (r.leader_epoch, r.log_end_offset)
+
+    leader = min(live, key=lambda b: (-progress(b)[0], -progress(b)[1], order.index(b)))
+    if everyone:
+        return ElectionResult(leader), (leader,)
+    end = progress(leader)[1]
+    reached = max(r.log_end_offset for r in held.values())
+    lost = OffsetRange(end, reached) if end < reached else None
+    return ElectionResult(leader, unclean=True, may_be_lost=lost), (leader,)
+
+
+def _no_live_replica(replicas: Sequence[int]) -> Offline:
+    return Offline(OfflineReason.NO_LIVE_REPLICA, f"none of the replicas {list(replicas)} is live")

@@ -1,0 +1,35 @@
+"""Kubernetes Events the decisions ask to post on a Partition (what `kubectl describe` shows)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class EventType(enum.StrEnum):
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
+class EventReason(enum.StrEnum):
+    LEADER_ELECTED = "LeaderElected"
+    ISR_SHRUNK = "IsrShrunk"
+    ISR_EXPANDED = "IsrExpanded"
+    BROKER_FENCED = "BrokerFenced"
+    PARTITION_OFFLINE = "PartitionOffline"
+    UNCLEAN_LEADER_ELECTION = "UncleanLeaderElection"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    type: EventType
+    reason: EventReason
+    message: str
+
+    @classmethod
+    def normal(cls, reason: EventReason, message: str) -> Event:
+        return cls(EventType.NORMAL, reason, message)
+
+    @classmethod
+    def warning(cls, reason: EventReason, message: str) -> Event:
+        return cls(EventType.WARNING, reason, message)

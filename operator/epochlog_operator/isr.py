@@ -1,0 +1,192 @@
+"""ISR membership by time (KIP-16): which members must leave the ISR, which replicas may join.
+
+A follower is in sync while the leader saw it read up to the leader's log end
+within `replicaLagTimeMaxMs`. The leader reports each follower's
+lastCaughtUpTime in its heartbeat; a follower not caught up for longer than
+that leaves the ISR, as does a member whose broker is fenced or restarted (a
+new brokerEpoch: what it had not flushed may be gone). The leader itself is
+never removed here; losing the leader is an election (`election`).
+
+A lag clock never starts before the controller did: a controller that has
+just started has not been watching, and must not hold the time it was away
+against a follower.
+
+Replicas join only when the current leader proposes them (the leader counts a
+proposed replica towards its high watermark from then on, KIP-497), and only
+if the replica is live, was caught up with the brokerEpoch it runs now, and
+its log end is at or above both the high watermark and the offset where the
+leader's epoch started (so that it holds everything committed, KIP-101).
+
+Pure functions, no I/O; times are ms on the controller's clock.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from epochlog.heartbeat import IsrProposal, PartitionReport
+from epochlog_operator.liveness import BrokerState, LivenessView
+
+
+class RemovalReason(enum.StrEnum):
+    FENCED = "fenced"
+    RESTARTED = "restarted"
+    LAGGING = "lagging"
+
+
+@dataclass(frozen=True, slots=True)
+class IsrRemoval:
+    replica: int
+    reason: RemovalReason
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedProposal:
+    replica: int
+    reason: str
+
+
+def merge_caught_up_times(
+    stored: Mapping[int, int], reported: Mapping[int, int], replicas: Iterable[int]
+) -> dict[int, int]:
+    """Latest known lastCaughtUpTime per replica; a late or skewed report never moves it back."""
+    merged: dict[int, int] = {}
+    for r in replicas:
+        times = [t for t in (stored.get(r), reported.get(r)) if t is not None]
+        if times:
+            merged[r] = max(times)
+    return merged
+
+
+def lag_ms(replica: int, last_caught_up: Mapping[int, int], now_ms: int, started_ms: int) -> int:
+    """How long `replica` has not been caught up, as far as this controller has seen."""
+    since = max(last_caught_up.get(replica, started_ms), started_ms)
+    return max(0, now_ms - since)
+
+
+def fenced_detail(broker_id: int, liveness: LivenessView) -> str:
+    silence = liveness.silence_ms(broker_id)
+    if silence is None:
+        return f"broker {broker_id} has not sent a heartbeat since the controller started"
+    if silence > liveness.session_timeout_ms:
+        return (
+            f"broker {broker_id} sent no heartbeat for {silence} ms "
+            f"(brokerSessionTimeoutMs {liveness.session_timeout_ms})"
+        )
+    return f"broker {broker_id}'s session expired; it must restart with a new brokerEpoch"
+
+
+def assess_isr(
+    *,
+    isr: Sequence[int],
+    leader: int | None,
+    isr_broker_epochs: Mapping[int, int],
+    liveness: LivenessView,
+    last_caught_up: Mapping[int, int],
+    replica_lag_time_max_ms: int,
+) -> dict[int, IsrRemoval]:
+    """Members that must leave the ISR and why. The leader is judged on fencing and restarts
+    only; whether it keeps its place is the election's call."""
+    out: dict[int, IsrRemoval] = {}
+    for member in isr:
+        current = liveness.broker_epoch(member)
+        recorded = isr_broker_epochs.get(member)
+        if liveness.state(member) is BrokerState.FENCED:
+            out[member] = IsrRemoval(member, RemovalReason.FENCED, fenced_detail(member, liveness))
+        elif current is not None and recorded is not None and current != recorded:
+            out[member] = IsrRemoval(
+                member,
+                RemovalReason.RESTARTED,
+                f"broker {member} restarted (brokerEpoch {recorded} -> {current})",
+            )
+        elif member != leader:
+            lag = lag_ms(member, last_caught_up, liveness.now_ms, liveness.started_ms)
+            if lag > replica_lag_time_max_ms:
+                out[member] = IsrRemoval(
+                    member,
+                    RemovalReason.LAGGING,
+                    f"replica {member} not caught up for {lag} ms "
+                    f"(replicaLagTimeMaxMs {replica_lag_time_max_ms})",
+                )
+    return out
+
+
+def review_proposals(
+    report: PartitionReport,
+    *,
+    leader_epoch: int,
+    partition_epoch: int,
+    replicas: Sequence[int],
+    isr: Sequence[int],
+    liveness: LivenessView,
+    high_watermark: int,
+    epoch_start_offset: int,
+    caught_up: Mapping[int, int],
+    replica_lag_time_max_ms: int,
+) -> tuple[tuple[IsrProposal, ...], tuple[RejectedProposal, ...]]:
+    """Split the leader's ISR proposals into accepted and rejected ones.
+
+    `report` must be the current leader's, and `caught_up` its followers'
+    lastCaughtUpTime on the controller's clock. A proposal made against another
+    leaderEpoch or partitionEpoch was made on a picture of the ISR that no longer
+    holds, so the leader must look again and re-propose. A proposal for a replica
+    the same report shows lagging beyond the window contradicts itself and is
+    refused. Replicas already in `isr` are neither accepted nor rejected: the
+    leader repeats a proposal until it sees the new ISR.
+    """
+    proposals = [p for p in report.isr_proposals if p.replica not in isr]
+    if report.leader_epoch != leader_epoch or report.partition_epoch != partition_epoch:
+        stale = (
+            f"proposed under leaderEpoch {report.leader_epoch} / partitionEpoch "
+            f"{report.partition_epoch}, current is {leader_epoch} / {partition_epoch}"
+        )
+        return (), tuple(RejectedProposal(p.replica, stale) for p in proposals)
+    accepted: list[IsrProposal] = []
+    rejected: list[RejectedProposal] = []
+    seen: set[int] = set()
+    for p in proposals:
+        if p.replica in seen:
+            continue
+        seen.add(p.replica)
+        reason = _ineligible(p, replicas, liveness, high_watermark, epoch_start_offset)
+        since = caught_up.get(p.replica)
+        if reason is None and since is not None:
+            lag = liveness.now_ms - since
+            if lag > replica_lag_time_max_ms:
+                reason = (
+                    f"the leader reports it not caught up for {lag} ms "
+                    f"(replicaLagTimeMaxMs {replica_lag_time_max_ms})"
+                )
+        if reason is None:
+            accepted.append(p)
+        else:
+            rejected.append(RejectedProposal(p.replica, reason))
+    return tuple(accepted), tuple(rejected)
+
+
+def _ineligible(
+    p: IsrProposal,
+    replicas: Sequence[int],
+    liveness: LivenessView,
+    high_watermark: int,
+    epoch_start_offset: int,
+) -> str | None:
+    if p.replica not in replicas:
+        return f"broker {p.replica} holds no replica of this partition"
+    state = liveness.state(p.replica)
+    if state is not BrokerState.LIVE:
+        return f"broker {p.replica} is {state}"
+    current = liveness.broker_epoch(p.replica)
+    if p.broker_epoch != current:
+        return f"caught up as brokerEpoch {p.broker_epoch}, broker now runs brokerEpoch {current}"
+    if p.log_end_offset < high_watermark:
+        return f"log end offset {p.log_end_offset} is below the high watermark {high_watermark}"
+    if p.log_end_offset < epoch_start_offset:
+        return (
+            f"log end offset {p.log_end_offset} is below the leader's epoch start offset "
+            f"{epoch_start_offset}"
+        )
+    return None

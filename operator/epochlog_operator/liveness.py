@@ -1,0 +1,168 @@
+"""Broker liveness from heartbeats: which brokers are live, which are fenced, which restarted.
+
+A pure value type: `Liveness.heartbeat` returns a new `Liveness` and what the
+heartbeat meant; `Liveness.view(now_ms)` answers for one moment. Time is given
+in ms by the caller; nothing here reads a clock.
+
+Rules:
+- A broker whose heartbeats stop for more than `session_timeout_ms` is fenced.
+- Fencing sticks to the broker epoch: a heartbeat with the same brokerEpoch
+  after the session expired does not revive the broker. The process may have
+  been cut off while the rest of the cluster moved on, so it must restart (new
+  brokerEpoch) and catch up like any returning replica.
+- A heartbeat with a new brokerEpoch is a restart: the broker is live again,
+  and anything it had not flushed may be gone. The decision layer compares the
+  brokerEpoch the view reports with the one recorded for each ISR member.
+- A controller that has just started knows nothing about the past, so it
+  treats every broker as if it had heartbeated at the start: nobody is fenced
+  until one session timeout has passed. Until then, a broker it has not heard
+  from is UNKNOWN (neither live nor fenced); afterwards it is fenced.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Final
+
+DEFAULT_BROKER_SESSION_TIMEOUT_MS: Final = 3000
+
+
+class BrokerState(enum.StrEnum):
+    LIVE = "live"
+    FENCED = "fenced"
+    UNKNOWN = "unknown"
+    """Not heard from yet, and the controller is still in its start-up grace period."""
+
+
+class HeartbeatOutcome(enum.StrEnum):
+    REGISTERED = "registered"
+    """The first heartbeat this controller has seen from the broker."""
+    RENEWED = "renewed"
+    RESTARTED = "restarted"
+    """A new brokerEpoch: the broker is live again and must be dropped from ISRs."""
+    STILL_FENCED = "still-fenced"
+    """The broker's session had expired; the same brokerEpoch cannot revive it."""
+    STALE = "stale"
+    """A brokerEpoch older than the known one: a late message from a dead process."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResult:
+    outcome: HeartbeatOutcome
+    previous_broker_epoch: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSession:
+    broker_epoch: int
+    last_heartbeat_ms: int
+    expired: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Liveness:
+    started_ms: int
+    session_timeout_ms: int = DEFAULT_BROKER_SESSION_TIMEOUT_MS
+    sessions: Mapping[int, BrokerSession] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.session_timeout_ms <= 0:
+            raise ValueError(f"session_timeout_ms must be positive, not {self.session_timeout_ms}")
+
+    @classmethod
+    def start(
+        cls, now_ms: int, session_timeout_ms: int = DEFAULT_BROKER_SESSION_TIMEOUT_MS
+    ) -> Liveness:
+        return cls(started_ms=now_ms, session_timeout_ms=session_timeout_ms)
+
+    def heartbeat(
+        self, broker_id: int, broker_epoch: int, now_ms: int
+    ) -> tuple[Liveness, HeartbeatResult]:
+        known = self.sessions.get(broker_id)
+        if known is None:
+            session = BrokerSession(broker_epoch, now_ms)
+            return self._with(broker_id, session), HeartbeatResult(
+                HeartbeatOutcome.REGISTERED, None
+            )
+        previous = known.broker_epoch
+        if broker_epoch < previous:
+            return self, HeartbeatResult(HeartbeatOutcome.STALE, previous)
+        if broker_epoch > previous:
+            session = BrokerSession(broker_epoch, now_ms)
+            return self._with(broker_id, session), HeartbeatResult(
+                HeartbeatOutcome.RESTARTED, previous
+            )
+        # A wall clock may step back; a heartbeat never makes a session older.
+        last = max(known.last_heartbeat_ms, now_ms)
+        if known.expired or self._silent_too_long(known, now_ms):
+            session = replace(known, last_heartbeat_ms=last, expired=True)
+            return self._with(broker_id, session), HeartbeatResult(
+                HeartbeatOutcome.STILL_FENCED, previous
+            )
+        session = replace(known, last_heartbeat_ms=last)
+        return self._with(broker_id, session), HeartbeatResult(HeartbeatOutcome.RENEWED, previous)
+
+    def in_grace(self, now_ms: int) -> bool:
+        return now_ms - self.started_ms <= self.session_timeout_ms
+
+    def state(self, broker_id: int, now_ms: int) -> BrokerState:
+        session = self.sessions.get(broker_id)
+        if session is None:
+            return BrokerState.UNKNOWN if self.in_grace(now_ms) else BrokerState.FENCED
+        if session.expired or self._silent_too_long(session, now_ms):
+            return BrokerState.FENCED
+        return BrokerState.LIVE
+
+    def view(self, now_ms: int) -> LivenessView:
+        return LivenessView(self, now_ms)
+
+    def _silent_too_long(self, session: BrokerSession, now_ms: int) -> bool:
+        return now_ms - session.last_heartbeat_ms > self.session_timeout_ms
+
+    def _with(self, broker_id: int, session: BrokerSession) -> Liveness:
+        sessions = dict(self.sessions)
+        sessions[broker_id] = session
+        return replace(self, sessions=sessions)
+
+
+@dataclass(frozen=True, slots=True)
+class LivenessView:
+    """Liveness at one moment: what the decision layer consults."""
+
+    liveness: Liveness
+    now_ms: int
+
+    @property
+    def started_ms(self) -> int:
+        return self.liveness.started_ms
+
+    @property
+    def session_timeout_ms(self) -> int:
+        return self.liveness.session_timeout_ms
+
+    @property
+    def in_grace(self) -> bool:
+        return self.liveness.in_grace(self.now_ms)
+
+    def state(self, broker_id: int) -> BrokerState:
+        return self.liveness.state(broker_id, self.now_ms)
+
+    def is_live(self, broker_id: int) -> bool:
+        return self.state(broker_id) is BrokerState.LIVE
+
+    def is_fenced(self, broker_id: int) -> bool:
+        return self.state(broker_id) is BrokerState.FENCED
+
+    def broker_epoch(self, broker_id: int) -> int | None:
+        session = self.liveness.sessions.get(broker_id)
+        return None if session is None else session.broker_epoch
+
+    def silence_ms(self, broker_id: int) -> int | None:
+        """Time since the broker's last heartbeat to this controller, if it ever sent one."""
+        session = self.liveness.sessions.get(broker_id)
+        return None if session is None else self.now_ms - session.last_heartbeat_ms
+
+    def live_brokers(self) -> tuple[int, ...]:
+        return tuple(sorted(b for b in self.liveness.sessions if self.is_live(b)))

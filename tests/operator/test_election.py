@@ -1,0 +1,187 @@
+"""Leader election rules: clean from the ISR, offline, unclean, first election, epochs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from epochlog.heartbeat import PartitionReport, PartitionRole
+from epochlog_operator.election import (
+    OfflineReason,
+    OffsetRange,
+    elect_initial_leader,
+    elect_leader,
+    next_epoch,
+    preference_order,
+)
+from epochlog_operator.isr import IsrRemoval, RemovalReason
+from epochlog_operator.liveness import Liveness, LivenessView
+
+
+def view_of(live: Mapping[int, int], now: int = 10_000, started: int = 0) -> LivenessView:
+    """`live` brokers heartbeat with their epochs at `now`; others were never heard from."""
+    liveness = Liveness.start(started, 3_000)
+    for b, e in live.items():
+        liveness, _ = liveness.heartbeat(b, e, now)
+    return liveness.view(now)
+
+
+def elect(
+    view: LivenessView,
+    *,
+    isr: tuple[int, ...] = (1, 2, 3),
+    replicas: tuple[int, ...] = (1, 2, 3),
+    preferred: int | None = None,
+    assessment: Mapping[int, IsrRemoval] | None = None,
+    ends: Mapping[int, int] | None = None,
+    unclean: bool = False,
+    reached: int = 0,
+):
+    return elect_leader(
+        isr=isr,
+        replicas=replicas,
+        preferred_leader=preferred,
+        assessment=assessment or {},
+        liveness=view,
+        log_end_offsets=ends or {},
+        unclean_allowed=unclean,
+        reached_end=reached,
+    )
+
+
+def test_preference_is_the_preferred_leader_then_the_replicas_order() -> None:
+    assert preference_order((3, 1, 2), None) == (3, 1, 2)
+    assert preference_order((3, 1, 2), 2) == (2, 3, 1)
+    assert preference_order((3, 1, 2), 9) == (3, 1, 2)
+
+
+def test_clean_election_picks_the_first_live_isr_member_in_preference_order() -> None:
+    view = view_of({2: 1, 3: 1})  # broker 1 unheard after grace: fenced
+    assert elect(view).leader == 2
+    assert elect(view, preferred=3).leader == 3
+
+
+def test_clean_election_never_picks_a_replica_outside_the_isr() -> None:
+    view = view_of({2: 1, 3: 1})
+    result = elect(view, isr=(1, 3), preferred=2)
+    assert result.leader == 3
+    assert not result.unclean
+
+
+def test_members_in_good_standing_go_before_restarted_and_lagging_ones() -> None:
+    view = view_of({1: 1, 2: 2, 3: 1})
+    assessment = {
+        1: IsrRemoval(1, RemovalReason.LAGGING, "lagging"),
+        2: IsrRemoval(2, RemovalReason.RESTARTED, "restarted"),
+    }
+    assert elect(view, assessment=assessment).leader == 3
+    assert elect(view, isr=(1, 2), assessment=assessment).leader == 2  # restarted, then lagging
+    assert elect(view, isr=(1,), assessment=assessment).leader == 1
+
+
+def test_no_live_isr_member_means_offline_and_nobody_elected() -> None:
+    view = view_of({3: 1})
+    result = elect(view, isr=(1, 2), ends={3: 500})
+    assert result.leader is None
+    assert result.offline is not None
+    assert result.offline.reason is OfflineReason.NO_LIVE_IN_SYNC_REPLICA
+    assert "uncleanLeaderElection is off" in result.offline.message
+
+
+def test_unclean_election_picks_the_live_replica_with_the_highest_log_end() -> None:
+    view = view_of({3: 1, 4: 1})
+    result = elect(
+        view,
+        isr=(1, 2),
+        replicas=(1, 2, 3, 4),
+        ends={1: 900, 3: 500, 4: 700},
+        unclean=True,
+        reached=900,
+    )
+    assert result.leader == 4
+    assert result.unclean
+    assert result.may_be_lost == OffsetRange(700, 900)
+    assert str(result.may_be_lost) == "[700, 900)"
+
+
+def test_unclean_election_with_nothing_behind_the_new_leader_loses_nothing() -> None:
+    view = view_of({3: 1})
+    result = elect(view, isr=(1,), ends={3: 500}, unclean=True, reached=400)
+    assert result.leader == 3
+    assert result.may_be_lost is None
+
+
+def test_unclean_election_waits_for_isr_members_not_yet_heard_after_a_restart() -> None:
+    view = view_of({3: 1}, now=1_000)  # the controller is still in its grace period
+    result = elect(view, isr=(1, 2), ends={3: 500}, unclean=True)
+    assert result.leader is None
+    assert result.offline is not None
+    assert result.offline.reason is OfflineReason.AWAITING_HEARTBEATS
+
+
+def test_next_epoch_is_above_both_the_recorded_and_every_reported_epoch() -> None:
+    assert next_epoch(4, 0) == 5
+    assert next_epoch(4, 9) == 10
+    assert next_epoch(0, 0) == 1
+
+
+def report(leader_epoch: int, log_end_offset: int) -> PartitionReport:
+    return PartitionReport(
+        name="orders-0",
+        role=PartitionRole.FOLLOWER,
+        leader_epoch=leader_epoch,
+        log_end_offset=log_end_offset,
+        high_watermark=0,
+    )
+
+
+def first(view: LivenessView, reports: Mapping[int, PartitionReport], *, unclean: bool = False):
+    return elect_initial_leader(
+        replicas=(1, 2, 3),
+        preferred_leader=None,
+        liveness=view,
+        reports=reports,
+        unclean_allowed=unclean,
+    )
+
+
+def test_a_new_partition_elects_its_preferred_live_replica_with_every_live_replica_in_sync() -> (
+    None
+):
+    result, isr = first(view_of({2: 1, 3: 1}), {})
+    assert result.leader == 2
+    assert isr == (2, 3)
+
+
+def test_a_recreated_partition_waits_until_every_replica_is_live() -> None:
+    result, isr = first(view_of({1: 1, 2: 1}), {1: report(3, 100), 2: report(3, 90)})
+    assert result.leader is None
+    assert isr == ()
+    assert result.offline is not None
+    assert result.offline.reason is OfflineReason.AWAITING_REPLICAS
+    assert "[3]" in result.offline.message
+
+
+def test_a_recreated_partition_elects_the_most_advanced_replica_alone_in_the_isr() -> None:
+    reports = {1: report(3, 100), 2: report(4, 80), 3: report(4, 95)}
+    result, isr = first(view_of({1: 1, 2: 1, 3: 1}), reports)
+    assert result.leader == 3  # newest epoch first, then the longest log
+    assert isr == (3,)
+    assert not result.unclean
+
+
+def test_a_recreated_partition_with_unclean_election_reports_what_may_be_lost() -> None:
+    result, isr = first(view_of({2: 1}), {1: report(3, 100), 2: report(3, 60)}, unclean=True)
+    assert result.leader == 2
+    assert result.unclean
+    assert result.may_be_lost == OffsetRange(60, 100)
+    assert isr == (2,)
+
+
+def test_a_new_partition_with_no_live_replica_waits() -> None:
+    result, _ = first(view_of({}, now=1_000), {})
+    assert result.leader is None
+    assert result.offline is not None
+    assert result.offline.reason is OfflineReason.AWAITING_HEARTBEATS
+    result, _ = first(view_of({}, now=10_000), {})
+    assert result.offline is not None
+    assert result.offline.reason is OfflineReason.NO_LIVE_REPLICA

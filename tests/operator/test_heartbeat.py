@@ -1,0 +1,99 @@
+"""Heartbeat wire models and reading broker times on the controller's clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from epochlog.heartbeat import BrokerHeartbeat, HeartbeatResponse, PartitionAssignment
+from epochlog.resources import PartitionStatus
+from epochlog_operator.observations import ReceivedHeartbeat
+
+WIRE: dict[str, Any] = {
+    "brokerId": 2,
+    "brokerEpoch": 1700000000123,
+    "address": "broker-2.epochlog:9092",
+    "timeMs": 50_000,
+    "partitions": [
+        {
+            "name": "orders-0",
+            "role": "leader",
+            "leaderEpoch": 4,
+            "partitionEpoch": 7,
+            "logEndOffset": 130,
+            "highWatermark": 120,
+            "epochStartOffset": 100,
+            "followers": [
+                {"replica": 3, "logEndOffset": 125, "lastCaughtUpTime": 49_000},
+                {"replica": 1, "logEndOffset": 90},
+            ],
+            "isrProposals": [{"replica": 1, "brokerEpoch": 5, "logEndOffset": 121}],
+        },
+        {
+            "name": "orders-1",
+            "role": "follower",
+            "leaderEpoch": 2,
+            "logEndOffset": 10,
+            "highWatermark": 10,
+        },
+    ],
+}
+
+
+def test_heartbeat_parses_the_wire_shape() -> None:
+    hb = BrokerHeartbeat.model_validate(WIRE)
+    lead = hb.partition("orders-0")
+    assert lead is not None
+    assert lead.role == "leader"
+    follower = lead.follower(3)
+    assert follower is not None
+    assert follower.last_caught_up_time == 49_000
+    not_caught_up = lead.follower(1)
+    assert not_caught_up is not None
+    assert not_caught_up.last_caught_up_time is None
+    assert lead.isr_proposals[0].broker_epoch == 5
+    assert hb.partition("orders-1") is not None
+    assert hb.partition("orders-9") is None
+    assert hb.model_dump(mode="json", exclude_none=True)["partitions"][0]["isrProposals"] == [
+        {"replica": 1, "brokerEpoch": 5, "logEndOffset": 121}
+    ]
+
+
+def test_only_a_leader_reports_followers() -> None:
+    body = {**WIRE, "partitions": [{**WIRE["partitions"][0], "role": "follower"}]}
+    with pytest.raises(ValidationError, match="only a leader reports followers"):
+        BrokerHeartbeat.model_validate(body)
+
+
+def test_a_partition_is_reported_once() -> None:
+    parts = WIRE["partitions"]
+    with pytest.raises(ValidationError, match=r"partitions \['orders-0'\] are reported more"):
+        BrokerHeartbeat.model_validate({**WIRE, "partitions": [parts[0], parts[0]]})
+
+
+def test_broker_times_are_read_relative_to_the_heartbeat_time() -> None:
+    # The broker's clock is 20 s ahead: its 50_000 is the controller's 30_000.
+    got = ReceivedHeartbeat(BrokerHeartbeat.model_validate(WIRE), received_ms=30_000)
+    assert got.to_controller_time(49_000) == 29_000
+    # A time "after" the heartbeat was built cannot be later than its arrival.
+    assert got.to_controller_time(51_000) == 30_000
+
+
+def test_response_carries_the_persisted_assignment() -> None:
+    status = PartitionStatus(leader=2, leader_epoch=4, partition_epoch=7, isr=(2,), replicas=(1, 2))
+    response = HeartbeatResponse(assignments=(PartitionAssignment.from_status("orders-0", status),))
+    assert response.model_dump(mode="json") == {
+        "fenced": False,
+        "assignments": [
+            {
+                "name": "orders-0",
+                "leader": 2,
+                "leaderEpoch": 4,
+                "partitionEpoch": 7,
+                "isr": [2],
+                "replicas": [1, 2],
+            }
+        ],
+    }

@@ -1,0 +1,127 @@
+"""Broker liveness: sessions, sticky fencing, restarts, the start-up grace period."""
+
+from __future__ import annotations
+
+import pytest
+
+from epochlog_operator.liveness import BrokerState, HeartbeatOutcome, Liveness
+
+T = 3_000  # brokerSessionTimeoutMs
+
+
+def beat(live: Liveness, broker: int, epoch: int, now: int) -> tuple[Liveness, HeartbeatOutcome]:
+    live, result = live.heartbeat(broker, epoch, now)
+    return live, result.outcome
+
+
+def test_first_heartbeat_registers_a_live_broker() -> None:
+    live, outcome = beat(Liveness.start(0, T), 1, 7, 100)
+    assert outcome is HeartbeatOutcome.REGISTERED
+    view = live.view(100)
+    assert view.state(1) is BrokerState.LIVE
+    assert view.broker_epoch(1) == 7
+    assert view.live_brokers() == (1,)
+
+
+def test_a_broker_silent_for_exactly_the_session_timeout_is_still_live() -> None:
+    live, _ = beat(Liveness.start(0, T), 1, 7, 5_000)
+    assert live.state(1, 5_000 + T) is BrokerState.LIVE
+    assert live.state(1, 5_000 + T + 1) is BrokerState.FENCED
+
+
+def test_regular_heartbeats_keep_a_broker_live() -> None:
+    live = Liveness.start(0, T)
+    for now in range(0, 60_000, 500):
+        live, outcome = beat(live, 1, 7, now)
+        assert outcome in (HeartbeatOutcome.REGISTERED, HeartbeatOutcome.RENEWED)
+        assert live.state(1, now + 499) is BrokerState.LIVE
+
+
+def test_heartbeat_with_the_same_epoch_after_fencing_does_not_unfence() -> None:
+    live, _ = beat(Liveness.start(0, T), 1, 7, 5_000)
+    assert live.state(1, 9_000) is BrokerState.FENCED
+    live, outcome = beat(live, 1, 7, 9_000)
+    assert outcome is HeartbeatOutcome.STILL_FENCED
+    assert live.state(1, 9_000) is BrokerState.FENCED
+    # ...and it stays fenced however regularly that process heartbeats now.
+    for now in range(9_500, 20_000, 500):
+        live, outcome = beat(live, 1, 7, now)
+        assert outcome is HeartbeatOutcome.STILL_FENCED
+        assert live.state(1, now) is BrokerState.FENCED
+
+
+def test_heartbeat_with_a_new_epoch_revives_a_fenced_broker_as_a_restart() -> None:
+    live, _ = beat(Liveness.start(0, T), 1, 7, 5_000)
+    live, _ = beat(live, 1, 7, 9_000)
+    live, result = live.heartbeat(1, 8, 9_500)
+    assert result.outcome is HeartbeatOutcome.RESTARTED
+    assert result.previous_broker_epoch == 7
+    assert live.state(1, 9_500) is BrokerState.LIVE
+    assert live.view(9_500).broker_epoch(1) == 8
+
+
+def test_a_quick_restart_is_reported_even_without_fencing() -> None:
+    live, _ = beat(Liveness.start(0, T), 1, 7, 5_000)
+    live, outcome = beat(live, 1, 8, 5_400)
+    assert outcome is HeartbeatOutcome.RESTARTED
+    assert live.state(1, 5_400) is BrokerState.LIVE
+
+
+def test_an_older_epoch_is_a_late_message_and_changes_nothing() -> None:
+    live, _ = beat(Liveness.start(0, T), 1, 8, 5_000)
+    after, outcome = beat(live, 1, 7, 7_000)
+    assert outcome is HeartbeatOutcome.STALE
+    assert after == live
+    assert after.state(1, 5_000 + T + 1) is BrokerState.FENCED  # the old process renewed nothing
+
+
+def test_nobody_is_fenced_during_the_start_up_grace_period() -> None:
+    live = Liveness.start(10_000, T)
+    assert live.state(4, 10_000) is BrokerState.UNKNOWN
+    assert live.state(4, 10_000 + T) is BrokerState.UNKNOWN
+    assert live.view(10_000 + T).in_grace
+    assert live.state(4, 10_000 + T + 1) is BrokerState.FENCED
+    assert not live.view(10_000 + T + 1).in_grace
+
+
+def test_a_broker_heard_during_grace_follows_the_session_rule() -> None:
+    live, _ = beat(Liveness.start(10_000, T), 1, 7, 10_200)
+    assert live.state(1, 10_000 + T + 1) is BrokerState.LIVE
+    assert live.state(1, 10_200 + T) is BrokerState.LIVE
+    assert live.state(1, 10_200 + T + 1) is BrokerState.FENCED
+
+
+def test_a_broker_first_heard_after_grace_is_live() -> None:
+    live = Liveness.start(0, T)
+    assert live.state(2, 10_000) is BrokerState.FENCED
+    live, outcome = beat(live, 2, 3, 10_000)
+    assert outcome is HeartbeatOutcome.REGISTERED
+    assert live.state(2, 10_000) is BrokerState.LIVE
+
+
+def test_a_clock_stepping_back_does_not_age_a_session() -> None:
+    live, _ = beat(Liveness.start(0, T), 1, 7, 5_000)
+    live, outcome = beat(live, 1, 7, 4_000)
+    assert outcome is HeartbeatOutcome.RENEWED
+    assert live.state(1, 5_000 + T) is BrokerState.LIVE
+
+
+def test_heartbeats_do_not_change_the_value_they_are_applied_to() -> None:
+    before = Liveness.start(0, T)
+    after, _ = beat(before, 1, 7, 100)
+    assert before.sessions == {}
+    assert after.sessions[1].broker_epoch == 7
+
+
+def test_view_reports_silence_for_messages() -> None:
+    live, _ = beat(Liveness.start(0, T), 1, 7, 1_000)
+    view = live.view(4_500)
+    assert view.silence_ms(1) == 3_500
+    assert view.silence_ms(2) is None
+    assert view.is_fenced(1)
+    assert not view.is_live(1)
+
+
+def test_session_timeout_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="session_timeout_ms must be positive"):
+        Liveness.start(0, 0)
