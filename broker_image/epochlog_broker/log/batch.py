@@ -104,13 +104,15 @@ def encode_records(records: Sequence[Record], default_timestamp: int) -> tuple[b
     parts: list[bytes] = []
     add = parts.append
     pack = _REC.pack
-    first_ts = -1
+    # Timestamps are any i64 (the header must match the records even for negative
+    # ones), so no value can serve as "not seen yet".
+    first_ts: int | None = None
     max_ts = -1
     for r in records:
         ts = default_timestamp if r.timestamp is None else r.timestamp
-        if first_ts < 0:
-            first_ts = ts
-        if ts > max_ts:
+        if first_ts is None:
+            first_ts = max_ts = ts
+        elif ts > max_ts:
             max_ts = ts
         key, value = r.key, r.value
         add(
@@ -130,7 +132,7 @@ def encode_records(records: Sequence[Record], default_timestamp: int) -> tuple[b
             add(_HDR.pack(len(hkb), len(hv)))
             add(hkb)
             add(hv)
-    return b"".join(parts), first_ts, max_ts
+    return b"".join(parts), -1 if first_ts is None else first_ts, max_ts
 
 
 def encode_batch(

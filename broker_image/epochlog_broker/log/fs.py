@@ -164,7 +164,7 @@ def ensure_dir(fs: FileSystem, path: str) -> None:
     path = path.rstrip("/") or "/"
     if fs.is_dir(path):
         return
-    parent = os.path.dirname(path)
+    parent = os.path.dirname(path) or "."  # a relative name's parent is the cwd
     ensure_dir(fs, parent)
     fs.mkdir(path)
     fs.sync_dir(parent)

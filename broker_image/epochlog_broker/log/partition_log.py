@@ -12,6 +12,8 @@ Invariants kept across crashes:
   dropped on recovery);
 - only the last segment can hold unsynced bytes (a segment is fsynced before
   the next one is created), so only it can have a torn tail;
+- recovery leaves everything it keeps durable, directory entries included, so
+  nothing built on it afterwards can be undone by a power loss;
 - a torn tail is cut back to the last valid batch and reported; bytes that fail
   their checks while valid batches follow them are damage to data that was
   already on disk, and opening fails with CorruptRecordError naming the file
@@ -127,27 +129,42 @@ class PartitionLog:
         name: str | None = None,
     ) -> PartitionLog:
         plog = cls(fs, directory, config or LogConfig(), name or posixpath.basename(directory))
-        plog._recover()
+        try:
+            plog._recover()
+        except OSError as exc:
+            plog._close_segments()
+            raise StorageError(
+                f"I/O error opening log {plog.name}: {exc.strerror or exc}", partition=plog.name
+            ) from exc
+        except BaseException:
+            plog._close_segments()
+            raise
         return plog
+
+    def _close_segments(self) -> None:
+        for seg in self.segments:
+            seg.close()
 
     def _recover(self) -> None:
         fs, d, report = self.fs, self.directory, self.recovery
         ensure_dir(fs, d)
         names = fs.listdir(d)
-        dirty_dir = False
         for n in names:
             if n.endswith(TMP_SUFFIX):
                 fs.remove(posixpath.join(d, n))
                 report.temp_files_removed.append(n)
-                dirty_dir = True
         report.clean_shutdown = CLEAN_SHUTDOWN in names
         if report.clean_shutdown:
             # Must be gone durably before any new write, or a later crash would be
             # mistaken for a clean shutdown and the torn tail trusted.
             fs.remove(posixpath.join(d, CLEAN_SHUTDOWN))
-            dirty_dir = True
-        if dirty_dir:
-            fs.sync_dir(d)
+        # Always, not only after the removals above: a process that crashed between a
+        # create, rename or remove and the directory sync after it (a roll, a
+        # truncation, a checkpoint, this directory's own creation) left that change
+        # only in the page cache, where a power loss can still undo it: a segment
+        # holding later fsynced appends could vanish, a removed one come back.
+        fs.sync_dir(d)
+        fs.sync_dir(posixpath.dirname(d.rstrip("/") or "/") or ".")
 
         bases = sorted(b for b in (parse_segment_name(n) for n in names) if b is not None)
         for base in bases:
@@ -191,7 +208,9 @@ class PartitionLog:
         interval = self.config.index_interval_bytes
         start_pos, start_offset = 0, seg.base_offset
         index = seg.load_index() if trust_index else None
-        if index is not None and len(index) > 0:
+        if index is not None:
+            # An index without entries (a segment smaller than one index interval) is
+            # valid too: scanning then starts at the segment's first batch.
             start_offset, start_pos = index.last()
             seg.index = index
         elif trust_index and seg.size > 0:
@@ -206,7 +225,7 @@ class PartitionLog:
             if index is None and seg.size > 0 and not last:
                 seg.write_index()
             return
-        if index is not None and failure.position == start_pos:
+        if index is not None and len(index) > 0 and failure.position == start_pos:
             # The cached index points at something that is not a batch start: rebuild.
             seg.index = type(seg.index)(seg.base_offset)
             seg.bytes_since_index = 0
@@ -262,9 +281,14 @@ class PartitionLog:
     def _epochs_cover_log(self) -> bool:
         """Check the history against the batches of the last segment (the only ones a
         crash can leave out of step with the checkpoint)."""
-        for item in iter_batches(self.active.file, 0, self.active.size, self.active.base_offset):
-            assert not isinstance(item, ScanFailure)
+        expected = self.active.base_offset
+        for item in iter_batches(self.active.file, 0, self.active.size, expected):
+            if isinstance(item, ScanFailure):
+                # After a clean shutdown recovery trusts the index and checks only the
+                # segment's tail; damage before it surfaces here.
+                raise self.active.corrupt(item.position, item.reason, expected)
             h = item[1]
+            expected = h.next_offset
             if self.epochs.epoch_for_offset(h.base_offset) != h.leader_epoch:
                 return False
         return not (self.log_end_offset > self.log_start_offset and not len(self.epochs))
@@ -340,6 +364,10 @@ class PartitionLog:
         self._check_usable()
         if not records:
             raise InvalidRequestError("no records to append", partition=self.name)
+        if not 0 <= leader_epoch < 1 << 31:
+            # The header is not re-checked on this path: a batch the log's own checks
+            # reject would be written, then cut as a torn tail on the next open.
+            raise InvalidRequestError(f"invalid leader epoch {leader_epoch}", partition=self.name)
         raw = encode_batch(
             records,
             base_offset=self.log_end_offset,
@@ -529,8 +557,7 @@ class PartitionLog:
             self.flush()
             self.active.write_index()
             atomic_write(self.fs, posixpath.join(self.directory, CLEAN_SHUTDOWN), b"")
-        for seg in self.segments:
-            seg.close()
+        self._close_segments()
         self._closed = True
 
 

@@ -268,6 +268,10 @@ class Segment:
                     base_sequence=h.base_sequence,
                 )
         if kept:
+            # The redo record cuts the file at `cut` on recovery, so the bytes before it
+            # must be durable first: applied to a file that lost its unsynced tail, it
+            # would zero-fill up to `cut` and leave a hole in front of the kept batch.
+            self.file.sync()
             redo = _REDO_HEAD.pack(b"ELTR", cut) + kept
             atomic_write(self.fs, self.redo_path, redo + _CRC.pack(zlib.crc32(redo)))
         self.file.truncate(cut)
