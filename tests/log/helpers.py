@@ -141,7 +141,7 @@ def file_bytes(fs: CrashFileSystem, path: str) -> bytes:
         f.close()
 
 
-def write_file(fs: CrashFileSystem, path: str, data: bytes) -> None:
+def write_file(fs: CrashFileSystem, path: str, data: bytes | bytearray) -> None:
     """Replace a file's content durably (as if written by someone else before a restart)."""
     f = fs.open(path, create=True, truncate=True)
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
@@ -40,12 +41,14 @@ def reframe(raw: bytes, **fields: int) -> bytes:
     return head[:4] + struct.pack(">I", zlib.crc32(body)) + body
 
 
-def one_batch(**kw: int) -> bytes:
-    return encode_batch(
-        [Record(b"a", key=b"k"), Record(b"bb", headers=(("h", b"1"),))],
-        base_offset=kw.pop("base_offset", 7),
-        leader_epoch=kw.pop("leader_epoch", 3),
-        timestamp=kw.pop("timestamp", 1000),
+def one_batch(base_offset: int = 7) -> bytes:
+    return bytes(
+        encode_batch(
+            [Record(b"a", key=b"k"), Record(b"bb", headers=(("h", b"1"),))],
+            base_offset=base_offset,
+            leader_epoch=3,
+            timestamp=1000,
+        )
     )
 
 
@@ -126,7 +129,9 @@ def test_check_batch_reads_a_batch_at_a_position_inside_a_buffer() -> None:
         "crc-header-field",
     ],
 )
-def test_check_batch_rejects_each_malformed_case(damage, reason: str) -> None:
+def test_check_batch_rejects_each_malformed_case(
+    damage: Callable[[bytes], bytes], reason: str
+) -> None:
     raw = one_batch()
     with pytest.raises(BatchFormatError, match=reason) as err:
         check_batch(damage(raw))

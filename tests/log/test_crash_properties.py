@@ -47,6 +47,7 @@ SPARE_EPOCHS = f"{SPARE_DIR}/{LEADER_EPOCH_CHECKPOINT}"
 CONFIG = LogConfig(segment_bytes=1000, max_batch_bytes=700, index_interval_bytes=150)
 PARTITIONS = ["orders-0", "orders-1", "payments-3", "x.y-2"]
 
+Spec = tuple[bytes | None, bytes | None, list[tuple[str, bytes]], int | None]
 ascii_text = st.text(alphabet="abcdefgh", max_size=4)
 record_specs = st.tuples(
     st.none() | st.binary(max_size=8),  # key
@@ -98,9 +99,7 @@ class CrashingLog(RuleBasedStateMachine):
         """What the log promises is on disk: flushed by us, or by a segment roll."""
         return max(self.durable, self.log.persisted_log_end_offset)
 
-    def _records(
-        self, specs: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]], int | None]]
-    ) -> list[Record]:
+    def _records(self, specs: list[Spec]) -> list[Record]:
         out = []
         for key, value, headers, ts in specs:
             self.serial += 1  # a unique header: no two records are ever equal
@@ -124,7 +123,7 @@ class CrashingLog(RuleBasedStateMachine):
 
     # -- operations -------------------------------------------------------------------
 
-    def _append(self, specs, bump: int, ts: int) -> None:
+    def _append(self, specs: list[Spec], bump: int, ts: int) -> None:
         recs = self._records(specs)
         epoch = self.epoch + bump
         self.epoch = epoch  # even if the append fails: epochs never go back
@@ -136,7 +135,7 @@ class CrashingLog(RuleBasedStateMachine):
         self.pending = []
 
     @rule(burst=bursts, ts=st.integers(0, 2**42))
-    def append(self, burst, ts: int) -> None:
+    def append(self, burst: list[tuple[list[Spec], int]], ts: int) -> None:
         for specs, bump in burst:
             self._append(specs, bump, ts)
 

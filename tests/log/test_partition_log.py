@@ -536,3 +536,21 @@ def test_closed_log_refuses_use(fs: FaultyFileSystem) -> None:
         plog.append_records(records(1), leader_epoch=1, timestamp=TS)
     with pytest.raises(StorageError, match="is closed"):
         plog.read_records(0)
+
+
+@pytest.mark.parametrize("op", ["sync", "write", "rename", "sync_dir"])
+def test_io_error_in_close_raises_storage_error_and_releases_the_log(
+    fs: FaultyFileSystem, op: str
+) -> None:
+    plog = open_log(fs)
+    plog.append_records(records(3), leader_epoch=1, timestamp=TS)
+    plog.flush()
+    fs.fail_next(op)
+    with pytest.raises(StorageError, match=f"injected I/O error on {op}"):
+        plog.close()
+    with pytest.raises(StorageError, match="is closed"):
+        plog.read_records(0)
+    plog.close()  # nothing left to do
+    fs.crash()
+    plog = open_log(fs)
+    assert [r.value for r in read_all(plog)] == [r.value for r in records(3)]

@@ -99,9 +99,12 @@ class BatchHeader(NamedTuple):
         return self.base_offset + self.record_count - 1
 
 
-def encode_records(records: Sequence[Record], default_timestamp: int) -> tuple[bytes, int, int]:
-    """Encode the record section; returns (bytes, first timestamp, max timestamp)."""
-    parts: list[bytes] = []
+def _record_parts(
+    records: Sequence[Record], default_timestamp: int
+) -> tuple[list[bytes], int, int]:
+    """The record section as parts, after an empty slot for the batch header;
+    returns (parts, first timestamp, max timestamp)."""
+    parts: list[bytes] = [b""]
     add = parts.append
     pack = _REC.pack
     # Timestamps are any i64 (the header must match the records even for negative
@@ -132,7 +135,13 @@ def encode_records(records: Sequence[Record], default_timestamp: int) -> tuple[b
             add(_HDR.pack(len(hkb), len(hv)))
             add(hkb)
             add(hv)
-    return b"".join(parts), -1 if first_ts is None else first_ts, max_ts
+    return parts, -1 if first_ts is None else first_ts, max_ts
+
+
+def encode_records(records: Sequence[Record], default_timestamp: int) -> tuple[bytes, int, int]:
+    """Encode the record section; returns (bytes, first timestamp, max timestamp)."""
+    parts, first_ts, max_ts = _record_parts(records, default_timestamp)
+    return b"".join(parts), first_ts, max_ts
 
 
 def encode_batch(
@@ -144,12 +153,12 @@ def encode_batch(
     producer_id: int = NO_PRODUCER_ID,
     producer_epoch: int = -1,
     base_sequence: int = -1,
-) -> bytes:
+) -> bytearray:
     if not records:
         raise ValueError("a batch holds at least one record")
-    body, first_ts, max_ts = encode_records(records, timestamp)
-    header = HEADER.pack(
-        HEADER_SIZE - 4 + len(body),
+    parts, first_ts, max_ts = _record_parts(records, timestamp)
+    parts[0] = HEADER.pack(
+        HEADER_SIZE - 4 + sum(map(len, parts)),
         0,
         MAGIC,
         0,
@@ -162,11 +171,15 @@ def encode_batch(
         producer_epoch,
         base_sequence,
     )
-    crc = zlib.crc32(body, zlib.crc32(memoryview(header)[8:]))
-    return header[:4] + _LEN.pack(crc) + header[8:] + body
+    # One allocation and one copy of the payload: the CRC is patched in place.
+    # (Joining the body and then prepending the header costs two fresh buffers,
+    # which is most of the CPU time of a 1 MiB append.)
+    buf = bytearray().join(parts)
+    _LEN.pack_into(buf, 4, zlib.crc32(memoryview(buf)[8:]))
+    return buf
 
 
-def check_batch(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
+def check_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     """Validate the framing and CRC of the batch at `pos` in `buf`; return its header."""
     available = len(buf) - pos
     if available < HEADER_SIZE:
@@ -187,7 +200,7 @@ def check_batch(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
     return h
 
 
-def decode_records(raw: bytes | memoryview, h: BatchHeader) -> list[LogRecord]:
+def decode_records(raw: bytes | bytearray | memoryview, h: BatchHeader) -> list[LogRecord]:
     """Decode the records of a batch already checked by `check_batch` (raw starts at it)."""
     out: list[LogRecord] = []
     pos = HEADER_SIZE
@@ -235,14 +248,14 @@ class RecordBatch:
     raw: bytes
 
     @classmethod
-    def from_bytes(cls, raw: bytes, *, deep: bool = False) -> RecordBatch:
+    def from_bytes(cls, raw: bytes | bytearray, *, deep: bool = False) -> RecordBatch:
         """Parse exactly one batch; `deep` also decodes every record (untrusted input)."""
         h = check_batch(raw)
         if h.size != len(raw):
             raise BatchFormatError(f"{len(raw) - h.size} bytes after the batch", h.size)
         if deep:
             decode_records(raw, h)
-        return cls(h, raw)
+        return cls(h, raw if isinstance(raw, bytes) else bytes(raw))
 
     @property
     def base_offset(self) -> int:

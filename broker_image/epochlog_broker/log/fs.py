@@ -28,9 +28,9 @@ class File(Protocol):
 
     def pread(self, n: int, offset: int) -> bytes: ...
 
-    def pwrite(self, data: bytes, offset: int) -> None: ...
+    def pwrite(self, data: bytes | bytearray, offset: int) -> None: ...
 
-    def append(self, data: bytes) -> None: ...
+    def append(self, data: bytes | bytearray) -> None: ...
 
     def truncate(self, size: int) -> None: ...
 
@@ -97,7 +97,7 @@ class OsFile:
             offset += len(chunk)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-    def pwrite(self, data: bytes, offset: int) -> None:
+    def pwrite(self, data: bytes | bytearray, offset: int) -> None:
         view = memoryview(data)
         pos = offset
         while view:
@@ -106,7 +106,7 @@ class OsFile:
             pos += written
         self._size = max(self._size, pos)
 
-    def append(self, data: bytes) -> None:
+    def append(self, data: bytes | bytearray) -> None:
         self.pwrite(data, self._size)
 
     def truncate(self, size: int) -> None:

@@ -379,7 +379,7 @@ class PartitionLog:
         )
         return self._append(BatchHeader._make(HEADER.unpack_from(raw)), raw)
 
-    def append_batch(self, raw: bytes) -> AppendResult:
+    def append_batch(self, raw: bytes | bytearray) -> AppendResult:
         """Append a batch exactly as another replica stored it (the follower's path)."""
         self._check_usable()
         try:
@@ -393,7 +393,7 @@ class PartitionLog:
             )
         return self._append(h, raw)
 
-    def _append(self, h: BatchHeader, raw: bytes) -> AppendResult:
+    def _append(self, h: BatchHeader, raw: bytes | bytearray) -> AppendResult:
         if len(raw) > self.config.max_batch_bytes:
             raise RecordTooLargeError(
                 f"batch of {len(raw)} bytes exceeds max_batch_bytes {self.config.max_batch_bytes}",
@@ -550,15 +550,24 @@ class PartitionLog:
         return True
 
     def close(self) -> None:
-        """Flush, write the active index and mark the shutdown clean."""
+        """Flush, write the active index and mark the shutdown clean.
+
+        The files are released even when this fails (StorageError); the shutdown is
+        then not marked clean.
+        """
         if self._closed:
             return
-        if self._failed is None:
-            self.flush()
-            self.active.write_index()
-            atomic_write(self.fs, posixpath.join(self.directory, CLEAN_SHUTDOWN), b"")
-        self._close_segments()
-        self._closed = True
+        try:
+            if self._failed is None:
+                self.flush()
+                try:
+                    self.active.write_index()
+                    atomic_write(self.fs, posixpath.join(self.directory, CLEAN_SHUTDOWN), b"")
+                except OSError as exc:
+                    raise self._fail(exc) from exc
+        finally:
+            self._close_segments()
+            self._closed = True
 
 
 def _frames(seg: Segment, position: int) -> list[int]:

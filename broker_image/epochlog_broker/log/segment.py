@@ -154,7 +154,7 @@ class Segment:
 
     # -- writing ----------------------------------------------------------------------
 
-    def append(self, raw: bytes, h: BatchHeader, interval: int) -> None:
+    def append(self, raw: bytes | bytearray, h: BatchHeader, interval: int) -> None:
         if self.bytes_since_index >= interval:
             self.index.add(h.base_offset, self.size)
             self.bytes_since_index = 0
@@ -248,13 +248,13 @@ class Segment:
         """Keep offsets below `offset`; durable when this returns."""
         if offset >= self.next_offset:
             return
+        kept: bytes | bytearray = b""
         if offset <= self.base_offset:
-            cut, kept = 0, b""
+            cut = 0
         else:
             found = self.locate(offset)
             assert found is not None
             cut, h = found
-            kept = b""
             if h.base_offset < offset:
                 batch = self.file.pread(h.size, cut)
                 records = decode_records(batch, h)[: offset - h.base_offset]

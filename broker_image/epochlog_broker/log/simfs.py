@@ -87,14 +87,14 @@ class SimFile:
         data = self._inode().data
         return bytes(data[offset : offset + max(n, 0)])
 
-    def pwrite(self, data: bytes, offset: int) -> None:
+    def pwrite(self, data: bytes | bytearray, offset: int) -> None:
         inode = self._inode()
         self._fs.check_fault("write", self._path)
         data = bytes(data)
         _apply_write(inode.data, offset, data)
         inode.pending.append(("write", offset, data))
 
-    def append(self, data: bytes) -> None:
+    def append(self, data: bytes | bytearray) -> None:
         self.pwrite(data, len(self._inode().data))
 
     def truncate(self, size: int) -> None:
