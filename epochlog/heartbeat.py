@@ -26,8 +26,13 @@ from typing import Annotated, Final, Self
 
 from pydantic import Field, model_validator
 
-from epochlog.resources import PartitionStatus
-from epochlog.wire import BrokerId, NonNegativeInt, WireModel
+from epochlog.resources import (
+    DEFAULT_MIN_INSYNC_REPLICAS,
+    DEFAULT_REPLICA_LAG_TIME_MAX_MS,
+    PartitionSpec,
+    PartitionStatus,
+)
+from epochlog.wire import BrokerId, NonNegativeInt, PositiveInt, WireModel
 
 DEFAULT_HEARTBEAT_INTERVAL_MS: Final = 500
 
@@ -116,9 +121,21 @@ class PartitionAssignment(WireModel):
     partition_epoch: NonNegativeInt
     isr: tuple[BrokerId, ...]
     replicas: tuple[BrokerId, ...]
+    min_insync_replicas: PositiveInt = DEFAULT_MIN_INSYNC_REPLICAS
+    replica_lag_time_max_ms: PositiveInt = DEFAULT_REPLICA_LAG_TIME_MAX_MS
 
     @classmethod
-    def from_status(cls, name: str, status: PartitionStatus) -> PartitionAssignment:
+    def from_status(
+        cls, name: str, status: PartitionStatus, spec: PartitionSpec | None = None
+    ) -> PartitionAssignment:
+        extra = (
+            {}
+            if spec is None
+            else {
+                "min_insync_replicas": spec.min_insync_replicas,
+                "replica_lag_time_max_ms": spec.replica_lag_time_max_ms,
+            }
+        )
         return cls(
             name=name,
             leader=status.leader,
@@ -126,10 +143,22 @@ class PartitionAssignment(WireModel):
             partition_epoch=status.partition_epoch,
             isr=status.isr,
             replicas=status.replicas,
+            **extra,
         )
+
+
+class RejectedIsrProposal(WireModel):
+    """The controller refused to add `replica`: the leader stops counting it for the HW."""
+
+    name: str
+    leader_epoch: NonNegativeInt
+    partition_epoch: NonNegativeInt
+    replica: BrokerId
+    reason: str
 
 
 class HeartbeatResponse(WireModel):
     fenced: Annotated[bool, Field(strict=True)] = False
     """This brokerEpoch is fenced: the broker must restart with a new brokerEpoch to rejoin."""
     assignments: tuple[PartitionAssignment, ...] = ()
+    rejected_isr_proposals: tuple[RejectedIsrProposal, ...] = ()

@@ -94,6 +94,9 @@ def test_response_carries_the_persisted_assignment() -> None:
                 "partitionEpoch": 7,
                 "isr": [2],
                 "replicas": [1, 2],
+                "minInsyncReplicas": 2,
+                "replicaLagTimeMaxMs": 10_000,
             }
         ],
+        "rejectedIsrProposals": [],
     }

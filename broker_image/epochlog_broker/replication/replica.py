@@ -73,6 +73,11 @@ class Transition:
 
 
 class Replica:
+    # The role classes are attributes so that a test bed can substitute variants of the
+    # rules (the simulator's legacy behaviours) without any switch in the broker itself.
+    leader_class: type[Leader] = Leader
+    follower_class: type[Follower] = Follower
+
     def __init__(
         self,
         *,
@@ -143,7 +148,7 @@ class Replica:
             self.role = Offline(a.leader_epoch, reason)
             return Transition(TransitionKind.WENT_OFFLINE, tuple(actions))
         if a.leader == self.broker_id:
-            self.role = Leader(
+            self.role = self.leader_class(
                 partition=self.partition,
                 broker_id=self.broker_id,
                 leader_epoch=a.leader_epoch,
@@ -160,7 +165,7 @@ class Replica:
                 reported_high_watermark=self._served_high_watermark,
             )
             return Transition(TransitionKind.BECAME_LEADER, tuple(actions))
-        follower = Follower(
+        follower = self.follower_class(
             partition=self.partition,
             broker_id=self.broker_id,
             broker_epoch=self.broker_epoch,

@@ -1,0 +1,430 @@
+"""The properties every run must keep (DESIGN.md, "Checks a run must pass").
+
+`Checker` judges a `History` plus the replicas' logs, during the run (`audit`,
+called periodically) and at its end (`final`). Each broken property is a
+`Violation` naming the check, the partition, the simulated time and what
+exactly was seen; the run reports the first one with the schedule and logs.
+
+Checks:
+- acked-lost: an acknowledged (acks=all) record is missing from the final
+  leader's log at its offset.
+- read-lost: a record a consumer read (below the HW) is not at that offset in
+  the final log.
+- diverged: two replicas hold different records at an offset below both of
+  their high watermarks (audited during the run and at the end).
+- duplicate / phantom: a record appears twice in a replica's log, or a record
+  nobody sent appears.
+- consumer-offsets / producer-offsets: offsets a consumer read, or a producer
+  had acknowledged, did not increase.
+- offset-went-back: a client saw a high watermark or latest offset lower than
+  one it saw before.
+- epoch-went-back / epoch-reused / two-leaders: leader epochs in the status
+  decreased or were given to two leaders; two brokers appended as leader in
+  the same epoch.
+- isr-healthy-removed: a follower that read to the leader's log end at least
+  once every replicaLagTimeMaxMs (less the reporting delay) was removed from
+  the ISR for lag; only judged while follower, leader, controller and their
+  links were undisturbed, so that lag is the only possible reason.
+- isr-stuck-kept: a follower that stopped reading was still in the ISR more
+  than replicaLagTimeMaxMs plus one heartbeat and one status write later.
+- no-leader: after the faults healed, a partition had no leader within the
+  liveness bound.
+- not-replicated: after healing and settling, a live replica lacks an
+  acknowledged record.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from epochlog.resources import PartitionStatus
+from epochlog.sim.history import History, StatusWrite
+from epochlog.sim.nodes import SimConfig
+from epochlog.sim.world import CONTROLLER, NetworkConfig
+
+ReplicaLog = tuple[list[tuple[int, int, str]], int]
+"""A replica's records as (offset, leaderEpoch, value) and its high watermark."""
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    check: str
+    time: int
+    partition: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"[{self.check}] t={self.time} {self.partition}: {self.message}"
+
+
+class Checker:
+    def __init__(
+        self,
+        history: History,
+        config: SimConfig,
+        network: NetworkConfig,
+        lag_max_ms: Mapping[str, int],
+    ) -> None:
+        self.h = history
+        self.config = config
+        self.net = network
+        self.lag_max_ms = lag_max_ms
+        self.violations: list[Violation] = []
+        self._reported_stuck: set[tuple[str, int, int]] = set()
+
+    def _flag(self, check: str, time: int, partition: str, message: str) -> None:
+        self.violations.append(Violation(check, time, partition, message))
+
+    # -- during the run --------------------------------------------------------------------
+
+    def audit(
+        self,
+        now: int,
+        logs: Mapping[str, Mapping[int, ReplicaLog]],
+        statuses: Mapping[str, PartitionStatus | None],
+    ) -> None:
+        for partition, replicas in logs.items():
+            self._check_agreement(now, partition, replicas)
+        for partition, status in statuses.items():
+            if status is not None and status.leader is not None:
+                self._check_stuck(now, partition, status)
+
+    def _check_agreement(
+        self, now: int, partition: str, replicas: Mapping[int, ReplicaLog]
+    ) -> None:
+        items = sorted(replicas.items())
+        for i, (a, (recs_a, hw_a)) in enumerate(items):
+            for b, (recs_b, hw_b) in items[i + 1 :]:
+                upto = min(hw_a, hw_b, len(recs_a), len(recs_b))
+                for o in range(upto):
+                    if recs_a[o] != recs_b[o]:
+                        self._flag(
+                            "diverged",
+                            now,
+                            partition,
+                            f"offset {o} below both HWs ({hw_a}, {hw_b}) holds "
+                            f"{_rec(recs_a[o])} on broker {a} but {_rec(recs_b[o])} on "
+                            f"broker {b}",
+                        )
+                        return
+
+    def _window_start(self, partition: str, follower: int, leader: int, status_time: int) -> int:
+        """The latest moment a disturbance could excuse the controller's view of `follower`."""
+        start = status_time
+        for t in self.h.controller_starts:
+            start = max(start, t)
+        if self.h.controller_stops and self.h.controller_stops[-1] >= start:
+            return 10**18  # the controller is down: nobody can change the ISR
+        for node in (CONTROLLER, leader, follower):
+            for _s, resumed in self.h.pauses.get(node, []):
+                start = max(start, resumed)
+        for src, dst, _s, healed in self.h.cuts:
+            if {src, dst} & {CONTROLLER, leader, follower}:
+                start = max(start, healed if healed is not None else 10**18)
+        return start
+
+    def _check_stuck(self, now: int, partition: str, status: PartitionStatus) -> None:
+        leader = status.leader
+        assert leader is not None
+        lag_max = self.lag_max_ms[partition]
+        bound = lag_max + self.config.heartbeat_interval_ms + self.config.reconcile_interval_ms
+        bound += 2 * self.net.max_delay_ms + 100
+        epoch_start = self._epoch_start(partition, status.leader_epoch)
+        for f in status.isr:
+            if f == leader:
+                continue
+            joined = self._joined(partition, f, now)
+            since = self._window_start(partition, f, leader, max(epoch_start, joined))
+            fetches = self.h.fetches.get((partition, status.leader_epoch, f))
+            if fetches is not None:
+                since = max(since, fetches.last_ms)
+            key = (partition, f, status.leader_epoch)
+            if now - since > bound and key not in self._reported_stuck:
+                self._reported_stuck.add(key)
+                self._flag(
+                    "isr-stuck-kept",
+                    now,
+                    partition,
+                    f"broker {f} has not fetched from leader {leader} (leaderEpoch "
+                    f"{status.leader_epoch}) since t={since} but is still in the ISR "
+                    f"{list(status.isr)} {now - since} ms later (bound {bound} ms)",
+                )
+
+    def _epoch_start(self, partition: str, leader_epoch: int) -> int:
+        for w in self._writes(partition):
+            if w.status.leader_epoch == leader_epoch:
+                return w.time
+        return 0
+
+    def _joined(self, partition: str, member: int, before: int | None = None) -> int:
+        """When `member` last entered the ISR (as recorded in the status), up to `before`."""
+        joined = 0
+        previous: PartitionStatus | None = None
+        for w in self._writes(partition):
+            if before is not None and w.time > before:
+                break
+            if member in w.status.isr and (previous is None or member not in previous.isr):
+                joined = w.time
+            previous = w.status
+        return joined
+
+    def _writes(self, partition: str) -> Iterable[StatusWrite]:
+        return (w for w in self.h.status_writes if w.partition == partition)
+
+    # -- at the end ------------------------------------------------------------------------
+
+    def final(
+        self,
+        *,
+        end: int,
+        logs: Mapping[str, Mapping[int, ReplicaLog]],
+        statuses: Mapping[str, PartitionStatus | None],
+        healed_at: int | None,
+        liveness_bound_ms: int,
+    ) -> list[Violation]:
+        for partition, replicas in logs.items():
+            self._check_agreement(end, partition, replicas)
+            for broker, (records, _hw) in replicas.items():
+                self._check_log_contents(end, partition, broker, records)
+        self._check_epochs()
+        self._check_acks_and_reads(end, logs, statuses)
+        self._check_client_offsets()
+        self._check_isr_removals()
+        if healed_at is not None:
+            self._check_liveness(healed_at, liveness_bound_ms, logs, statuses, end)
+        return sorted(self.violations, key=lambda v: v.time)
+
+    def _check_log_contents(
+        self, end: int, partition: str, broker: int, records: list[tuple[int, int, str]]
+    ) -> None:
+        seen: dict[str, int] = {}
+        for offset, _epoch, value in records:
+            if value in seen:
+                self._flag(
+                    "duplicate",
+                    end,
+                    partition,
+                    f"{value!r} at offsets {seen[value]} and {offset} on broker {broker}",
+                )
+                return
+            seen[value] = offset
+            if self.h.sent.get(value) != partition:
+                self._flag(
+                    "phantom",
+                    end,
+                    partition,
+                    f"{value!r} at {offset} on broker {broker}: never sent",
+                )
+                return
+
+    def _check_epochs(self) -> None:
+        leaders: dict[tuple[str, int], int] = {}
+        latest: dict[str, int] = {}
+        for w in self.h.status_writes:
+            s = w.status
+            if s.leader_epoch < latest.get(w.partition, 0):
+                self._flag(
+                    "epoch-went-back",
+                    w.time,
+                    w.partition,
+                    f"leaderEpoch {s.leader_epoch} written after {latest[w.partition]}",
+                )
+            latest[w.partition] = max(latest.get(w.partition, 0), s.leader_epoch)
+            if s.leader is not None:
+                key = (w.partition, s.leader_epoch)
+                if leaders.setdefault(key, s.leader) != s.leader:
+                    self._flag(
+                        "epoch-reused",
+                        w.time,
+                        w.partition,
+                        f"leaderEpoch {s.leader_epoch} given to broker {leaders[key]} and "
+                        f"to broker {s.leader}",
+                    )
+        for (partition, epoch), brokers in self.h.leader_writes.items():
+            if len(brokers) > 1:
+                self._flag(
+                    "two-leaders",
+                    0,
+                    partition,
+                    f"brokers {sorted(brokers)} all appended as leader in leaderEpoch {epoch}",
+                )
+
+    def _check_acks_and_reads(
+        self,
+        end: int,
+        logs: Mapping[str, Mapping[int, ReplicaLog]],
+        statuses: Mapping[str, PartitionStatus | None],
+    ) -> None:
+        reference: dict[str, dict[int, str]] = {}
+        for partition, replicas in logs.items():
+            status = statuses.get(partition)
+            if status is not None and status.leader is not None and status.leader in replicas:
+                records, _ = replicas[status.leader]
+            else:
+                # No leader at the end: judge against the replica holding the most.
+                records = max((r for r, _ in replicas.values()), key=len, default=[])
+            reference[partition] = {o: v for o, _e, v in records}
+        for a in self.h.acks:
+            got = reference.get(a.partition, {}).get(a.offset)
+            if got != a.value:
+                self._flag(
+                    "acked-lost",
+                    a.time,
+                    a.partition,
+                    f"{a.value!r} acknowledged at offset {a.offset} (leaderEpoch "
+                    f"{a.leader_epoch}) by {a.producer}; the final log has "
+                    f"{got!r} there",
+                )
+        for r in self.h.reads:
+            got = reference.get(r.partition, {}).get(r.offset)
+            if got != r.value:
+                self._flag(
+                    "read-lost",
+                    r.time,
+                    r.partition,
+                    f"{r.client} read {r.value!r} at offset {r.offset}; the final log has "
+                    f"{got!r} there",
+                )
+
+    def _check_client_offsets(self) -> None:
+        last_read: dict[tuple[str, str], int] = {}
+        for r in self.h.reads:
+            key = (r.client, r.partition)
+            if r.offset <= last_read.get(key, -1):
+                self._flag(
+                    "consumer-offsets",
+                    r.time,
+                    r.partition,
+                    f"{r.client} read offset {r.offset} after offset {last_read[key]}",
+                )
+            last_read[key] = max(last_read.get(key, -1), r.offset)
+        last_ack: dict[tuple[str, str], int] = {}
+        for a in self.h.acks:
+            key = (a.producer, a.partition)
+            if a.offset <= last_ack.get(key, -1):
+                self._flag(
+                    "producer-offsets",
+                    a.time,
+                    a.partition,
+                    f"{a.producer} was acknowledged offset {a.offset} after {last_ack[key]}",
+                )
+            last_ack[key] = max(last_ack.get(key, -1), a.offset)
+        seen: dict[tuple[str, str], tuple[int, str]] = {}
+        for o in self.h.offsets:
+            key = (o.client, o.partition)
+            before = seen.get(key)
+            if before is not None and o.offset < before[0]:
+                self._flag(
+                    "offset-went-back",
+                    o.time,
+                    o.partition,
+                    f"{o.client} saw {o.kind} {o.offset} from broker {o.broker} (leaderEpoch "
+                    f"{o.leader_epoch}) after {before[1]}",
+                )
+            if before is None or o.offset >= before[0]:
+                seen[key] = (
+                    o.offset,
+                    f"{o.kind} {o.offset} from broker {o.broker} (leaderEpoch {o.leader_epoch})",
+                )
+
+    def _check_isr_removals(self) -> None:
+        tol = self.config.heartbeat_interval_ms + self.config.reconcile_interval_ms
+        tol += 2 * self.net.max_delay_ms + self.config.fetch_wait_ms + 50
+        previous: dict[str, StatusWrite] = {}
+        for w in self.h.status_writes:
+            before = previous.get(w.partition)
+            previous[w.partition] = w
+            if before is None:
+                continue
+            b, s = before.status, w.status
+            if b.leader is None or b.leader != s.leader or b.leader_epoch != s.leader_epoch:
+                continue
+            for f in set(b.isr) - set(s.isr) - {b.leader}:
+                if self._healthy(w.partition, b.leader, b.leader_epoch, f, w.time, tol):
+                    self._flag(
+                        "isr-healthy-removed",
+                        w.time,
+                        w.partition,
+                        f"broker {f} was removed from the ISR of leader {b.leader} (leaderEpoch "
+                        f"{b.leader_epoch}) although it read to the leader's log end at least "
+                        f"every {self.lag_max_ms[w.partition] - tol} ms",
+                    )
+
+    def _healthy(self, partition: str, leader: int, epoch: int, f: int, t: int, tol: int) -> bool:
+        lag_max = self.lag_max_ms[partition]
+        member_since = self._joined(partition, f, t)
+        joined = max(self._epoch_start(partition, epoch), member_since)
+        start = joined
+        if self._window_start(partition, f, leader, joined) != joined:
+            return False
+        if not self._up_throughout(f, member_since, t):
+            return False
+        for broker in (f, leader):
+            if not self._up_throughout(broker, joined, t):
+                return False
+            beats = [x for x in self.h.heartbeats_in.get(broker, []) if joined <= x <= t]
+            points = [joined, *beats, t]
+            if any(
+                b - a > 2 * self.config.heartbeat_interval_ms for a, b in itertools.pairwise(points)
+            ):
+                return False
+        fetches = self.h.fetches.get((partition, epoch, f))
+        caught = [c for c in (fetches.caught_up_ms if fetches else []) if start <= c <= t]
+        points = [start, *caught, t]
+        return all(b - a <= lag_max - tol for a, b in itertools.pairwise(points))
+
+    def _up_throughout(self, broker: int, start: int, end: int) -> bool:
+        """The same process of `broker` ran from before `start` until `end`."""
+        began = [s for s, _e in self.h.broker_starts.get(broker, []) if s <= start]
+        if not began:
+            return False
+        return not any(began[-1] <= s <= end for s in self.h.broker_stops.get(broker, []))
+
+    def _check_liveness(
+        self,
+        healed_at: int,
+        bound_ms: int,
+        logs: Mapping[str, Mapping[int, ReplicaLog]],
+        statuses: Mapping[str, PartitionStatus | None],
+        end: int,
+    ) -> None:
+        for partition in logs:
+            led = [
+                w.time
+                for w in self._writes(partition)
+                if w.time >= healed_at and w.status.leader is not None
+            ]
+            final = statuses.get(partition)
+            if final is None or final.leader is None or not led or led[0] > healed_at + bound_ms:
+                when = f"only at t={led[0]}" if led else "never"
+                self._flag(
+                    "no-leader",
+                    healed_at + bound_ms,
+                    partition,
+                    f"faults healed at t={healed_at}; a leader was recorded {when} "
+                    f"(bound {bound_ms} ms)",
+                )
+                continue
+        acked: dict[str, dict[int, str]] = {}
+        for a in self.h.acks:
+            acked.setdefault(a.partition, {})[a.offset] = a.value
+        for partition, replicas in logs.items():
+            for broker, (records, _hw) in sorted(replicas.items()):
+                have = {o: v for o, _e, v in records}
+                missing = [
+                    o for o, v in sorted(acked.get(partition, {}).items()) if have.get(o) != v
+                ]
+                if missing:
+                    self._flag(
+                        "not-replicated",
+                        end,
+                        partition,
+                        f"broker {broker} lacks {len(missing)} acknowledged record(s) after "
+                        f"healing, first at offset {missing[0]}",
+                    )
+
+
+def _rec(r: tuple[int, int, str]) -> str:
+    return f"{r[2]!r} (leaderEpoch {r[1]})"

@@ -1,0 +1,200 @@
+"""Simulated clients: producers (acks=all mostly), consumers and ListOffsets callers.
+
+Clients find the leader and leaderEpoch in the Partition status (as a real
+client reads the resource or follows NOT_LEADER hints), send the leaderEpoch
+they know with every request (a broker on another epoch refuses), and record
+in the `History` exactly what they were told. Every record value is unique
+(`<client>.<n>`), so the checker can follow each one. A producer has one
+request in flight and never resends a value: a timeout or error leaves the
+outcome open, and the next request carries new values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from epochlog.errors import EpochlogError
+from epochlog.sim.history import Ack, History, OffsetSeen, Read
+from epochlog.sim.nodes import SimBroker, Store
+from epochlog.sim.world import TIMEOUT, Process, World
+from epochlog_broker.core import ProduceDone, ReadResult
+from epochlog_broker.replication.messages import Acks
+
+
+def _broker(p: Process) -> SimBroker:
+    assert isinstance(p, SimBroker)
+    return p
+
+
+@dataclass
+class ClientConfig:
+    think_ms: tuple[int, int] = (5, 60)
+    max_batch: int = 8
+    burst_every: int = 40
+    """Every this many requests (on average) a producer sends a burst."""
+    burst_size: int = 60
+    acks_all_share: float = 0.9
+    request_timeout_ms: int = 1500
+    backoff_ms: int = 100
+
+
+class Client(Process):
+    def __init__(
+        self, world: World, node_id: int, store: Store, history: History, config: ClientConfig
+    ) -> None:
+        super().__init__(world, node_id, f"client-{node_id}")
+        self.store = store
+        self.history = history
+        self.config = config
+        self.partitions = sorted(store.items)
+
+    def leader_of(self, partition: str) -> tuple[int, int] | None:
+        status = self.store.status(partition)
+        if status is None or status.leader is None:
+            return None
+        return status.leader, status.leader_epoch
+
+    def think(self) -> int:
+        return self.world.rng.randint(*self.config.think_ms)
+
+    def start(self) -> None:
+        self.begin()
+        self.after(self.think(), self.act)
+
+    def act(self) -> None:
+        raise NotImplementedError
+
+
+class Producer(Client):
+    def __init__(
+        self, world: World, node_id: int, store: Store, history: History, config: ClientConfig
+    ) -> None:
+        super().__init__(world, node_id, store, history, config)
+        self.n = 0
+        self.stopped = False
+
+    def act(self) -> None:
+        if self.stopped:
+            return
+        rng = self.world.rng
+        partition = rng.choice(self.partitions)
+        found = self.leader_of(partition)
+        if found is None:
+            self.after(self.config.backoff_ms, self.act)
+            return
+        leader, epoch = found
+        size = (
+            self.config.burst_size
+            if rng.randrange(self.config.burst_every) == 0
+            else rng.randint(1, self.config.max_batch)
+        )
+        values = []
+        for _ in range(size):
+            self.n += 1
+            values.append(f"{self.name}.{self.n}")
+        for v in values:
+            self.history.sent[v] = partition
+        acks = Acks.ALL if rng.random() < self.config.acks_all_share else Acks.LEADER
+        self.world.call(
+            self,
+            leader,
+            lambda dst, reply: _broker(dst).handle_produce(partition, values, acks, epoch, reply),
+            lambda result: self._answered(partition, values, acks, result),
+            self.config.request_timeout_ms,
+            duplicable=False,
+        )
+
+    def _answered(self, partition: str, values: list[str], acks: Acks, result: object) -> None:
+        if isinstance(result, ProduceDone) and result.error is None and acks is Acks.ALL:
+            for i, v in enumerate(values):
+                self.history.acks.append(
+                    Ack(
+                        self.name,
+                        partition,
+                        v,
+                        result.base_offset + i,
+                        result.leader_epoch,
+                        self.world.now,
+                    )
+                )
+        delay = self.think()
+        if result is TIMEOUT or isinstance(result, EpochlogError):
+            delay += self.config.backoff_ms
+        self.after(delay, self.act)
+
+
+class Consumer(Client):
+    """Reads every partition from offset 0 to its HW, following leader changes."""
+
+    def __init__(
+        self, world: World, node_id: int, store: Store, history: History, config: ClientConfig
+    ) -> None:
+        super().__init__(world, node_id, store, history, config)
+        self.position = dict.fromkeys(self.partitions, 0)
+        self.turn = 0
+
+    def act(self) -> None:
+        partition = self.partitions[self.turn % len(self.partitions)]
+        self.turn += 1
+        found = self.leader_of(partition)
+        if found is None:
+            self.after(self.config.backoff_ms, self.act)
+            return
+        leader, epoch = found
+        offset = self.position[partition]
+        self.world.call(
+            self,
+            leader,
+            lambda dst, reply: _broker(dst).handle_read(partition, offset, epoch, reply),
+            lambda result: self._answered(partition, leader, result),
+            self.config.request_timeout_ms,
+        )
+
+    def _answered(self, partition: str, leader: int, result: object) -> None:
+        if isinstance(result, ReadResult):
+            self.history.offsets.append(
+                OffsetSeen(
+                    self.name,
+                    partition,
+                    "hw",
+                    result.high_watermark,
+                    result.leader_epoch,
+                    leader,
+                    self.world.now,
+                )
+            )
+            for r in result.records:
+                self.history.reads.append(
+                    Read(self.name, partition, r.offset, (r.value or b"").decode(), self.world.now)
+                )
+                self.position[partition] = r.offset + 1
+            self.after(self.think(), self.act)
+        else:
+            self.after(self.config.backoff_ms, self.act)
+
+
+class OffsetsClient(Client):
+    """Asks the leader for the latest offset (ListOffsets) again and again."""
+
+    def act(self) -> None:
+        partition = self.world.rng.choice(self.partitions)
+        found = self.leader_of(partition)
+        if found is None:
+            self.after(self.config.backoff_ms, self.act)
+            return
+        leader, epoch = found
+        self.world.call(
+            self,
+            leader,
+            lambda dst, reply: _broker(dst).handle_list_offsets(partition, epoch, reply),
+            lambda result: self._answered(partition, leader, result),
+            self.config.request_timeout_ms,
+        )
+
+    def _answered(self, partition: str, leader: int, result: object) -> None:
+        if isinstance(result, tuple):
+            offset, epoch = result
+            self.history.offsets.append(
+                OffsetSeen(self.name, partition, "latest", offset, epoch, leader, self.world.now)
+            )
+        self.after(self.think(), self.act)

@@ -1,0 +1,115 @@
+"""What happened in a run, as the checker needs it: client observations and ground truth.
+
+Clients record what they were told (acknowledgements with offsets, records read,
+high watermarks and latest offsets seen). The simulated processes record the
+ground truth only a simulator can see: which broker appended as leader in
+which epoch, every status the controller wrote, every follower fetch the
+leader served with the leader's log end at that moment, process lifetimes and
+the faults injected. Times are simulated ms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from epochlog.resources import PartitionStatus
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    producer: str
+    partition: str
+    value: str
+    offset: int
+    leader_epoch: int
+    time: int
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    client: str
+    partition: str
+    offset: int
+    value: str
+    time: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetSeen:
+    """A high watermark (`kind` "hw", from a read) or latest offset ("latest") a client saw."""
+
+    client: str
+    partition: str
+    kind: str
+    offset: int
+    leader_epoch: int
+    broker: int
+    time: int
+
+
+@dataclass(frozen=True, slots=True)
+class StatusWrite:
+    partition: str
+    status: PartitionStatus
+    time: int
+
+
+@dataclass(slots=True)
+class FollowerFetches:
+    """A follower's fetches served by the leader of one leader epoch."""
+
+    first_ms: int
+    last_ms: int
+    caught_up_ms: list[int] = field(default_factory=list)
+    """Times of fetches at (or past) the leader's log end at that moment."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    time: int
+    description: str
+
+
+@dataclass
+class History:
+    sent: dict[str, str] = field(default_factory=dict)
+    """Value -> partition, for every record any producer sent."""
+    acks: list[Ack] = field(default_factory=list)
+    reads: list[Read] = field(default_factory=list)
+    offsets: list[OffsetSeen] = field(default_factory=list)
+    status_writes: list[StatusWrite] = field(default_factory=list)
+    leader_writes: dict[tuple[str, int], set[int]] = field(default_factory=dict)
+    """(partition, leaderEpoch) -> brokers that appended as leader in that epoch."""
+    fetches: dict[tuple[str, int, int], FollowerFetches] = field(default_factory=dict)
+    """(partition, leaderEpoch, follower) -> its fetches in that epoch."""
+    broker_starts: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    """Broker id -> (time, brokerEpoch) of every process start."""
+    broker_stops: dict[int, list[int]] = field(default_factory=dict)
+    pauses: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    """Node id -> [start, end) of every pause."""
+    heartbeats_in: dict[int, list[int]] = field(default_factory=dict)
+    """Broker id -> times the controller received its heartbeats."""
+    controller_starts: list[int] = field(default_factory=list)
+    controller_stops: list[int] = field(default_factory=list)
+    cuts: list[tuple[int, int, int, int | None]] = field(default_factory=list)
+    """(src, dst, from, until) of every link cut; until None while it lasts."""
+    faults: list[Fault] = field(default_factory=list)
+
+    def fault(self, time: int, description: str) -> None:
+        self.faults.append(Fault(time, description))
+
+    def fetched(
+        self,
+        partition: str,
+        leader_epoch: int,
+        follower: int,
+        now: int,
+        caught_up: bool,
+    ) -> None:
+        key = (partition, leader_epoch, follower)
+        f = self.fetches.get(key)
+        if f is None:
+            f = self.fetches[key] = FollowerFetches(now, now)
+        f.last_ms = now
+        if caught_up:
+            f.caught_up_ms.append(now)

@@ -1,0 +1,436 @@
+"""Simulated broker and controller processes around the real broker and controller logic.
+
+`SimBroker` runs a `BrokerCore` (the broker's real partition logs, replica state
+machines and checkpoints) on a `CrashFileSystem` that outlives the process, and
+plays the broker's network and timer shell: heartbeats, replica fetchers,
+group-commit fsync, HW checkpoints, purgatory timeouts. `SimController` runs a
+`ControllerCore` and the controller's real `decide`, persisting statuses into a
+`Store` that plays the Kubernetes API (it outlives controller restarts and
+checks resourceVersion on every write).
+
+Both record ground truth in the run's `History` for the checker.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from epochlog.errors import EpochlogError, InvalidRequestError
+from epochlog.heartbeat import BrokerHeartbeat, HeartbeatResponse
+from epochlog.resources import PartitionSpec, PartitionStatus
+from epochlog.sim import legacy as legacy_mod
+from epochlog.sim.history import History, StatusWrite
+from epochlog.sim.world import CONTROLLER, TIMEOUT, Process, World
+from epochlog_broker.core import BrokerCore, Effect, ProduceDone, SendToLeader
+from epochlog_broker.log.batch import Record
+from epochlog_broker.log.config import LogConfig
+from epochlog_broker.log.simfs import CrashFileSystem
+from epochlog_broker.replication.leader import Leader
+from epochlog_broker.replication.messages import (
+    Acks,
+    DivergingEpoch,
+    EpochEndOffset,
+    FetchData,
+    FetchRequest,
+    OffsetsForLeaderEpochRequest,
+)
+from epochlog_operator.controller import ControllerCore
+from epochlog_operator.decide import PartitionInput
+
+Reply = Callable[[object], None]
+
+
+@dataclass
+class SimConfig:
+    heartbeat_interval_ms: int = 500
+    session_timeout_ms: int = 3000
+    reconcile_interval_ms: int = 200
+    status_refresh_ms: int = 2000
+    checkpoint_interval_ms: int = 1000
+    fetch_wait_ms: int = 25
+    fetch_timeout_ms: int = 500
+    fetch_backoff_ms: int = 50
+    flush_delay_ms: tuple[int, int] = (1, 4)
+    request_timeout_ms: int = 1000
+    clock_skew_ms: int = 2000
+    """Brokers' clocks differ from the controller's by up to this much either way."""
+    segment_bytes: int = 16 * 1024
+    """Small segments so that runs roll, index and truncate across segment files."""
+
+
+@dataclass
+class Stored:
+    spec: PartitionSpec
+    status: PartitionStatus | None = None
+    generation: int = 1
+    resource_version: int = 1
+
+
+class Conflict(Exception):
+    pass
+
+
+@dataclass
+class Store:
+    """The Partition resources, as the Kubernetes API would keep them."""
+
+    items: dict[str, Stored] = field(default_factory=dict)
+    _rv: int = 1
+
+    def create(self, spec: PartitionSpec) -> None:
+        self._rv += 1
+        self.items[spec.name] = Stored(spec, resource_version=self._rv)
+
+    def input(self, name: str) -> PartitionInput:
+        s = self.items[name]
+        return PartitionInput(s.spec, s.status, s.generation, str(s.resource_version))
+
+    def inputs(self) -> dict[str, PartitionInput]:
+        return {n: self.input(n) for n in self.items}
+
+    def write_status(self, name: str, status: PartitionStatus, resource_version: str) -> None:
+        s = self.items[name]
+        if str(s.resource_version) != resource_version:
+            raise Conflict(f"{name}: resourceVersion {resource_version} is stale")
+        self._rv += 1
+        s.status = status
+        s.resource_version = self._rv
+
+    def status(self, name: str) -> PartitionStatus | None:
+        return self.items[name].status
+
+
+# -- broker ----------------------------------------------------------------------------
+
+
+class SimBroker(Process):
+    def __init__(
+        self,
+        world: World,
+        broker_id: int,
+        config: SimConfig,
+        history: History,
+        legacy: frozenset[str],
+    ) -> None:
+        super().__init__(world, broker_id, f"broker-{broker_id}")
+        self.broker_id = broker_id
+        self.config = config
+        self.history = history
+        self.legacy = legacy
+        self.fs = CrashFileSystem()
+        self.broker_epoch = 0
+        self.core: BrokerCore | None = None
+        self.skew_ms = world.rng.randint(-config.clock_skew_ms, config.clock_skew_ms)
+        self._waiters: dict[int, Reply] = {}
+        self._next_request = 0
+        self._flush_scheduled = False
+
+    @property
+    def now(self) -> int:
+        """This broker's clock."""
+        return self.world.now + self.skew_ms
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def boot(self) -> None:
+        self.begin()
+        self.broker_epoch += 1
+        core_class = legacy_mod.LegacyBrokerCore if self.legacy else BrokerCore
+        core = core_class(
+            broker_id=self.broker_id,
+            broker_epoch=self.broker_epoch,
+            fs=self.fs,
+            data_dir="/data",
+            address=f"sim://broker-{self.broker_id}",
+            log_config=LogConfig(segment_bytes=self.config.segment_bytes, max_batch_bytes=8192),
+            replica_class=legacy_mod.replica_class(self.legacy),
+        )
+        if isinstance(core, legacy_mod.LegacyBrokerCore):
+            core.legacy = self.legacy
+        self.core = core
+        self._waiters.clear()
+        self._flush_scheduled = False
+        core.open()
+        self.history.broker_starts.setdefault(self.broker_id, []).append(
+            (self.world.now, self.broker_epoch)
+        )
+        self.after(self.world.rng.randint(0, 50), self._heartbeat)
+        self.after(self.config.checkpoint_interval_ms, self._checkpoint)
+        self.after(50, self._tick)
+
+    def kill(self, *, power_loss: bool = False, torn: bool = False) -> None:
+        """SIGKILL; with `power_loss` the disk also loses what was not fsynced."""
+        if self.alive:
+            self.stop()
+            self.history.broker_stops.setdefault(self.broker_id, []).append(self.world.now)
+        self.core = None
+        if power_loss:
+            self.fs.crash(self.world.rng if torn else None)
+
+    def shutdown(self) -> None:
+        """A clean stop: flush, checkpoint, close."""
+        if self.core is not None and self.alive:
+            self.core.close()
+        self.kill()
+
+    # -- loops -----------------------------------------------------------------------------
+
+    def _heartbeat(self) -> None:
+        core = self.core
+        assert core is not None
+        hb = core.heartbeat(self.now)
+        self.world.call(
+            self,
+            CONTROLLER,
+            lambda dst, reply: _controller(dst).handle_heartbeat(hb, reply),
+            lambda result: self._on_heartbeat_response(core, result),
+            self.config.heartbeat_interval_ms,
+        )
+        self.after(self.config.heartbeat_interval_ms, self._heartbeat)
+
+    def _on_heartbeat_response(self, core: BrokerCore, result: object) -> None:
+        if core is not self.core or not isinstance(result, HeartbeatResponse):
+            return
+        self.run(core.on_heartbeat_response(result, self.now))
+        if core.fenced:
+            # A fenced broker restarts with a new brokerEpoch to rejoin.
+            self.history.fault(self.world.now, f"broker {self.broker_id} fenced: restarts")
+            self.kill()
+            self.world.after(100, self.boot)
+
+    def _checkpoint(self) -> None:
+        assert self.core is not None
+        self.core.checkpoint_high_watermarks()
+        self.after(self.config.checkpoint_interval_ms, self._checkpoint)
+
+    def _tick(self) -> None:
+        assert self.core is not None
+        self.run(self.core.tick(self.now))
+        self.after(50, self._tick)
+
+    def _schedule_flush(self) -> None:
+        if self._flush_scheduled or self.core is None or not self.core.dirty:
+            return
+        self._flush_scheduled = True
+        lo, hi = self.config.flush_delay_ms
+        self.after(self.world.rng.randint(lo, hi), self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        assert self.core is not None
+        self.run(self.core.flush())
+
+    # -- effects ---------------------------------------------------------------------------
+
+    def run(self, effects: list[Effect], delay_fetch_ms: int = 0) -> None:
+        for e in effects:
+            if isinstance(e, ProduceDone):
+                reply = self._waiters.pop(e.request_id, None)
+                if reply is not None:
+                    reply(e)
+            elif delay_fetch_ms:
+                self.after(delay_fetch_ms, functools.partial(self._send, e))
+            else:
+                self._send(e)
+        self._schedule_flush()
+
+    def _send(self, e: SendToLeader) -> None:
+        core = self.core
+        assert core is not None
+        request = e.request
+        self.world.call(
+            self,
+            e.leader_id,
+            lambda dst, reply: _broker(dst).handle_replica_request(e.partition, request, reply),
+            lambda result: self._on_replica_answer(core, e, result),
+            self.config.fetch_timeout_ms,
+        )
+
+    def _on_replica_answer(self, core: BrokerCore, e: SendToLeader, result: object) -> None:
+        if core is not self.core:
+            return
+        if result is TIMEOUT:
+            self.run(core.on_request_failed(e.partition, e.session, None))
+        elif isinstance(result, EpochlogError):
+            effects = core.on_request_failed(e.partition, e.session, result)
+            self.run(effects, delay_fetch_ms=self.config.fetch_backoff_ms)
+        elif isinstance(result, EpochEndOffset):
+            self.run(core.on_epoch_end_offset(e.partition, e.session, result))
+        elif isinstance(result, FetchData | DivergingEpoch):
+            effects = core.on_fetch_response(e.partition, e.session, result)
+            idle = isinstance(result, FetchData) and not result.batches
+            self.run(effects, delay_fetch_ms=self.config.fetch_wait_ms if idle else 0)
+
+    # -- request handlers ------------------------------------------------------------------
+
+    def handle_replica_request(
+        self,
+        partition: str,
+        request: FetchRequest | OffsetsForLeaderEpochRequest,
+        reply: Reply,
+    ) -> None:
+        core = self.core
+        assert core is not None
+        try:
+            if isinstance(request, OffsetsForLeaderEpochRequest):
+                reply(core.handle_offsets_for_leader_epoch(partition, request))
+                return
+            host = core.partitions.get(partition)
+            log_end = host.log.log_end_offset if host else 0
+            answer, effects = core.handle_fetch(partition, request, self.now)
+        except EpochlogError as exc:
+            reply(exc)
+            return
+        if isinstance(answer, FetchData):
+            self.history.fetched(
+                partition,
+                request.leader_epoch,
+                request.replica_id,
+                self.world.now,
+                request.fetch_offset >= log_end,
+            )
+        self.run(effects)
+        reply(answer)
+
+    def handle_produce(
+        self,
+        partition: str,
+        values: list[str],
+        acks: Acks,
+        leader_epoch: int | None,
+        reply: Reply,
+    ) -> None:
+        core = self.core
+        assert core is not None
+        rid = self._next_request
+        self._next_request += 1
+        self._waiters[rid] = reply
+        try:
+            records = [Record(v.encode(), timestamp=self.now) for v in values]
+            effects = core.produce(
+                partition,
+                records,
+                acks=acks,
+                timeout_ms=self.config.request_timeout_ms,
+                now_ms=self.now,
+                request_id=rid,
+                leader_epoch=leader_epoch,
+            )
+        except EpochlogError as exc:
+            self._waiters.pop(rid, None)
+            reply(exc)
+            return
+        role = core.partitions[partition].replica.role
+        assert isinstance(role, Leader)
+        self.history.leader_writes.setdefault((partition, role.leader_epoch), set()).add(
+            self.broker_id
+        )
+        self.run(effects)
+
+    def handle_read(
+        self, partition: str, offset: int, leader_epoch: int | None, reply: Reply
+    ) -> None:
+        assert self.core is not None
+        try:
+            reply(self.core.read(partition, offset, max_records=50, leader_epoch=leader_epoch))
+        except EpochlogError as exc:
+            reply(exc)
+
+    def handle_list_offsets(self, partition: str, leader_epoch: int | None, reply: Reply) -> None:
+        assert self.core is not None
+        try:
+            reply(self.core.list_offsets(partition, "latest", leader_epoch=leader_epoch))
+        except EpochlogError as exc:
+            reply(exc)
+
+    # -- inspection ------------------------------------------------------------------------
+
+    def replica_state(self, partition: str) -> tuple[list[tuple[int, int, str]], int] | None:
+        """(records as (offset, epoch, value), high watermark) of a live replica."""
+        if self.core is None or partition not in self.core.partitions:
+            return None
+        host = self.core.partitions[partition]
+        records = []
+        offset = host.log.log_start_offset
+        while offset < host.log.log_end_offset:
+            batch = host.log.read_records(offset)
+            if not batch:
+                break
+            for r in batch:
+                records.append((r.offset, r.leader_epoch, (r.value or b"").decode()))
+            offset = batch[-1].offset + 1
+        return records, host.replica.high_watermark
+
+
+def _broker(p: Process) -> SimBroker:
+    assert isinstance(p, SimBroker)
+    return p
+
+
+def _controller(p: Process) -> SimController:
+    assert isinstance(p, SimController)
+    return p
+
+
+# -- controller ------------------------------------------------------------------------
+
+
+class SimController(Process):
+    def __init__(
+        self,
+        world: World,
+        store: Store,
+        config: SimConfig,
+        history: History,
+        legacy: frozenset[str],
+    ) -> None:
+        super().__init__(world, CONTROLLER, "controller")
+        self.store = store
+        self.config = config
+        self.history = history
+        self.legacy = legacy
+        self.core: ControllerCore | None = None
+        self._last_write: dict[str, int] = {}
+
+    def boot(self) -> None:
+        self.begin()
+        self.core = ControllerCore.start(self.world.now, self.config.session_timeout_ms)
+        self._last_write = {}
+        self.history.controller_starts.append(self.world.now)
+        self.after(self.config.reconcile_interval_ms, self._reconcile)
+
+    def kill(self) -> None:
+        if self.alive:
+            self.history.controller_stops.append(self.world.now)
+        self.stop()
+        self.core = None
+
+    def handle_heartbeat(self, hb: BrokerHeartbeat, reply: Reply) -> None:
+        assert self.core is not None
+        self.history.heartbeats_in.setdefault(hb.broker_id, []).append(self.world.now)
+        response, _ = self.core.on_heartbeat(hb, self.world.now, self.store.inputs())
+        reply(response)
+
+    def _reconcile(self) -> None:
+        core = self.core
+        assert core is not None
+        now = self.world.now
+        inputs = self.store.inputs()
+        for name, p in inputs.items():
+            decision = core.decide(name, p, now, inputs)
+            if legacy_mod.COUNT_LAG in self.legacy:
+                decision = legacy_mod.count_lag(decision, name, core.heartbeats)
+            status = decision.status
+            if status is None:
+                continue
+            due = now - self._last_write.get(name, -(10**15)) >= self.config.status_refresh_ms
+            if not (decision.material or due):
+                continue
+            if decision.resource_version is None:
+                raise InvalidRequestError(f"{name}: decision without a resourceVersion")
+            self.store.write_status(name, status, decision.resource_version)
+            self._last_write[name] = now
+            self.history.status_writes.append(StatusWrite(name, status, now))
+        self.after(self.config.reconcile_interval_ms, self._reconcile)

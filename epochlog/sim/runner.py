@@ -1,0 +1,335 @@
+"""Random fault schedules: one seed, one run, one verdict; and `epochlog sim` over many seeds.
+
+A run starts a 3-broker cluster with two partitions whose settings vary by seed
+(minInsyncReplicas 1 or 2, replicaLagTimeMaxMs 2-10 s, explicit or operator
+assigned replicas), starts producers, consumers and ListOffsets callers, and
+injects faults of the enabled kinds for `duration_ms`. Then it heals
+everything (network, pauses, dead processes), lets the cluster settle with the
+producers stopped half-way, and runs every check of `checker`, including the
+liveness ones that only make sense once the faults are gone.
+
+Fault kinds (`FAULTS`): kill, power-loss, pause, partition, one-way,
+controller, lossy-network, double-kill, all-crash.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Final
+
+from epochlog.sim.checker import Violation
+from epochlog.sim.legacy import check_names
+from epochlog.sim.scenario import Sim, spec
+from epochlog.sim.world import CONTROLLER, NetworkConfig
+
+FAULTS: Final = {
+    "kill": "SIGKILL a broker (often the leader), restart it later",
+    "power-loss": "power loss of a broker: unsynced writes lost, some torn; restart later",
+    "pause": "SIGSTOP a broker for 0.2-6 s (past the session timeout at times)",
+    "partition": "isolate a broker, or split the brokers, both directions",
+    "one-way": "cut one direction of one link (broker-broker or broker-controller)",
+    "controller": "restart the controller, or cut it off from a leader that still "
+    "reaches its followers (Jepsen 2013)",
+    "lossy-network": "drop and duplicate 2% of messages for the whole run",
+    "double-kill": "kill the leader, then the newly elected leader",
+    "all-crash": "power loss of every broker at once; they return one by one",
+}
+
+LIVENESS_BOUND_MS: Final = 10_000
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    faults: frozenset[str] = frozenset(FAULTS)
+    legacy: frozenset[str] = frozenset()
+    duration_ms: int = 20_000
+    settle_ms: int = 12_000
+
+
+@dataclass
+class RunResult:
+    seed: int
+    violations: list[Violation]
+    report: str | None
+    acks: int
+    reads: int
+    faults: int
+    sim_ms: int
+    events: int
+    wall_s: float
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+def build(seed: int, settings: RunSettings) -> Sim:
+    """The cluster of a random run, before anything started."""
+    import random
+
+    rng = random.Random(seed ^ 0x5EED)
+    specs = []
+    for i in range(2):
+        replicas: tuple[int, ...] = ()
+        if rng.random() < 0.5:
+            first = rng.randint(1, 3)
+            replicas = tuple(((first + k - 1) % 3) + 1 for k in range(3))
+        specs.append(
+            spec(
+                "t",
+                i,
+                replicas=replicas,
+                replication_factor=3,
+                min_insync_replicas=rng.choice([1, 2, 2]),
+                replica_lag_time_max_ms=rng.choice([2000, 4000, 10_000]),
+            )
+        )
+    network = NetworkConfig()
+    if "lossy-network" in settings.faults and rng.random() < 0.5:
+        network = NetworkConfig(drop_rate=0.02, duplicate_rate=0.02)
+    return Sim(seed, brokers=3, partitions=specs, legacy=settings.legacy, network=network)
+
+
+class _Nemesis:
+    """Injects random faults of the enabled kinds, each with its own recovery."""
+
+    def __init__(self, sim: Sim, kinds: Sequence[str]) -> None:
+        self.sim = sim
+        self.kinds = [k for k in kinds if k != "lossy-network"]
+        self.rng = sim.world.rng
+        self.count = 0
+
+    def start(self, until_ms: int) -> None:
+        self.until = until_ms
+        self._next()
+
+    def _next(self) -> None:
+        if not self.kinds:
+            return
+        delay = self.rng.randint(500, 3500)
+        if self.sim.now + delay >= self.until:
+            return
+        self._at(delay, self._strike)
+
+    def _later(self, lo: int, hi: int, fn: Callable[[], None]) -> None:
+        self._at(self.rng.randint(lo, hi), fn)
+
+    def _at(self, delay: int, fn: Callable[[], None]) -> None:
+        """Run `fn` later, unless the fault phase is over by then (the heal takes over)."""
+
+        def guarded() -> None:
+            if self.sim.now < self.until:
+                fn()
+
+        self.sim.world.after(delay, guarded)
+
+    def _restart_if_down(self, b: int) -> None:
+        if not self.sim.brokers[b].alive:
+            self.sim.restart(b)
+
+    def _victim(self) -> int:
+        sim = self.sim
+        leaders = [sim.leader(s.name) for s in sim.specs]
+        live_leaders = [b for b in leaders if b is not None and sim.brokers[b].alive]
+        if live_leaders and self.rng.random() < 0.6:
+            return self.rng.choice(live_leaders)
+        return self.rng.choice(sorted(sim.brokers))
+
+    def _strike(self) -> None:
+        sim, rng = self.sim, self.rng
+        kind = rng.choice(self.kinds)
+        self.count += 1
+        b = self._victim()
+        if kind in ("kill", "power-loss"):
+            if sim.brokers[b].alive:
+                if kind == "kill":
+                    sim.kill(b)
+                else:
+                    sim.kill(b, power_loss=True, torn=rng.random() < 0.5)
+                self._later(300, 5000, lambda: self._restart_if_down(b))
+        elif kind == "pause":
+            sim.pause(b, rng.randint(200, 6000))
+        elif kind == "partition":
+            if rng.random() < 0.5:
+                sim.isolate(b)
+                cut = [(b, n) for n in sim.world.processes if n != b]
+                cut += [(n, b) for n in sim.world.processes if n != b]
+            else:
+                others = [x for x in sim.brokers if x != b]
+                sim.partition([b], others)
+                cut = [(b, o) for o in others] + [(o, b) for o in others]
+            self._later(1000, 6000, lambda: self._uncut(cut))
+        elif kind == "one-way":
+            nodes = [*sim.brokers, CONTROLLER]
+            src = rng.choice(nodes)
+            dst = rng.choice([n for n in nodes if n != src])
+            sim.cut(src, dst)
+            self._later(1000, 6000, lambda: self._uncut([(src, dst)]))
+        elif kind == "controller":
+            if rng.random() < 0.5:
+                if sim.controller.alive:
+                    sim.kill_controller()
+                    self._later(200, 3000, self._restart_controller)
+            else:
+                sim.partition([CONTROLLER], [b])
+                self._later(1000, 6000, lambda: self._uncut([(CONTROLLER, b), (b, CONTROLLER)]))
+        elif kind == "double-kill":
+            self._double_kill(b)
+        elif kind == "all-crash":
+            down = [x for x, br in sim.brokers.items() if br.alive]
+            for x in down:
+                sim.kill(x, power_loss=True, torn=rng.random() < 0.5)
+            t = 0
+            for x in rng.sample(down, len(down)):
+                t += rng.randint(300, 3000)
+                self._at(t, functools.partial(self._restart_if_down, x))
+        self._next()
+
+    def _double_kill(self, b: int) -> None:
+        sim = self.sim
+        if not sim.brokers[b].alive:
+            return
+        names = [s.name for s in sim.specs if sim.leader(s.name) == b]
+        sim.kill(b)
+        self._later(2000, 8000, lambda: self._restart_if_down(b))
+        name = names[0] if names else sim.specs[0].name
+
+        def second() -> None:
+            new = sim.leader(name)
+            if new is not None and new != b and sim.brokers[new].alive:
+                sim.kill(new)
+                self._later(500, 5000, lambda: self._restart_if_down(new))
+
+        # Strike the new leader as soon as it leads, while its followers may still lag.
+        self._at(sim.config.session_timeout_ms + self.rng.randint(0, 1500), second)
+
+    def _restart_controller(self) -> None:
+        if not self.sim.controller.alive:
+            self.sim.restart_controller()
+
+    def _uncut(self, links: list[tuple[int, int]]) -> None:
+        sim = self.sim
+        for src, dst in links:
+            sim.world.cuts.discard((src, dst))
+        sim.history.cuts = [
+            (s, d, t0, sim.now if t1 is None and (s, d) in links else t1)
+            for s, d, t0, t1 in sim.history.cuts
+        ]
+        sim.history.fault(sim.now, f"heal {len(links)} link(s)")
+
+
+def run_seed(seed: int, settings: RunSettings) -> RunResult:
+    started = time.perf_counter()
+    sim = build(seed, settings)
+    sim.start()
+    sim.start_clients(producers=2, consumers=1, offsets=1)
+    nemesis = _Nemesis(sim, sorted(settings.faults))
+    nemesis.start(sim.now + settings.duration_ms)
+    sim.advance(settings.duration_ms)
+    sim.heal_all()
+    sim.advance(settings.settle_ms // 2)
+    sim.stop_producers()
+    sim.advance(settings.settle_ms - settings.settle_ms // 2)
+    violations = sim.check(LIVENESS_BOUND_MS)
+    return RunResult(
+        seed=seed,
+        violations=violations,
+        report=sim.report(violations) if violations else None,
+        acks=len(sim.history.acks),
+        reads=len(sim.history.reads),
+        faults=len(sim.history.faults),
+        sim_ms=sim.world.elapsed_ms,
+        events=sim.world.events_run,
+        wall_s=time.perf_counter() - started,
+    )
+
+
+def _run_quiet(args: tuple[int, RunSettings]) -> RunResult:
+    from epochlog.logs import configure
+
+    configure("critical")
+    return run_seed(*args)
+
+
+def run_seeds(seeds: Sequence[int], settings: RunSettings, jobs: int = 1) -> Iterator[RunResult]:
+    """Run every seed; results arrive in seed order."""
+    work = [(s, settings) for s in seeds]
+    if jobs <= 1:
+        for w in work:
+            yield _run_quiet(w)
+        return
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        yield from pool.map(_run_quiet, work, chunksize=4)
+
+
+def main(
+    *,
+    seeds: int,
+    start: int,
+    faults: Sequence[str] | None,
+    legacy: Sequence[str],
+    jobs: int | None,
+    duration_ms: int,
+    verbose: bool,
+    keep_going: bool,
+) -> int:
+    kinds = frozenset(faults) if faults else frozenset(FAULTS)
+    unknown = sorted(kinds - set(FAULTS))
+    if unknown:
+        print(f"error: unknown fault kind(s) {unknown}; known: {sorted(FAULTS)}", file=sys.stderr)
+        return 2
+    try:
+        legacy_set = check_names(frozenset(legacy))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    settings = RunSettings(kinds, legacy_set, duration_ms)
+    jobs = jobs or min(len(os.sched_getaffinity(0)), max(1, seeds // 4))
+    print(
+        f"simulating seeds {start}..{start + seeds - 1} on {jobs} process(es); faults "
+        f"{','.join(sorted(kinds))}"
+        + (f"; legacy {','.join(sorted(legacy_set))}" if legacy_set else ""),
+        file=sys.stderr,
+    )
+    began = time.perf_counter()
+    done = failed = acks = events = sim_ms = 0
+    first_failure: RunResult | None = None
+    step = max(1, seeds // 20)
+    for result in run_seeds(range(start, start + seeds), settings, jobs):
+        done += 1
+        acks += result.acks
+        events += result.events
+        sim_ms += result.sim_ms
+        if result.violations:
+            failed += 1
+            checks = sorted({v.check for v in result.violations})
+            print(f"seed {result.seed}: FAILED {', '.join(checks)}", file=sys.stderr)
+            if first_failure is None:
+                first_failure = result
+                if verbose and result.report:
+                    print(result.report)
+            if not keep_going:
+                break
+        elif verbose:
+            print(
+                f"seed {result.seed}: ok ({result.acks} acks, {result.faults} faults, "
+                f"{result.wall_s:.2f} s)",
+                file=sys.stderr,
+            )
+        if done % step == 0 or done == seeds:
+            rate = done / max(1e-9, time.perf_counter() - began)
+            print(f"  {done}/{seeds} seeds, {failed} failed, {rate:.1f} seeds/s", file=sys.stderr)
+    wall = time.perf_counter() - began
+    print(
+        f"{done} schedule(s), {failed} with violations; {acks} acknowledged records checked; "
+        f"{sim_ms / 1000:.0f} s simulated in {wall:.1f} s ({events} events)"
+    )
+    if first_failure is not None:
+        if not verbose and first_failure.report:
+            print(first_failure.report)
+        print(f"FAILED: seed {first_failure.seed}")
+        return 1
+    return 0

@@ -1,0 +1,440 @@
+"""The scenario API: a fault scenario as a short script against a simulated cluster.
+
+    sim = Sim(seed=7, brokers=3, partitions=[spec("t", 0, replicas=(1, 2, 3))])
+    sim.start()                          # controller + brokers, first leader elected
+    first = sim.produce("t-0", ["m1"])   # acks=all; runs the world until answered
+    sim.kill(1, power_loss=True)         # SIGKILL (and lose unsynced writes)
+    sim.wait_for(lambda: sim.leader("t-0") not in (None, 1))
+    sim.restart(1)                       # new brokerEpoch, recovers its disk
+    sim.partition({1}, {2, 3})           # both directions; sim.cut(a, b) is one-way
+    sim.heal()
+    sim.advance(5_000)
+    sim.assert_ok()                      # every check of `checker`, with a report
+
+Everything runs the real code: `BrokerCore` (logs, replication state machines,
+checkpoints) on crash-simulating disks, and the controller's `decide`. The
+scenario drives time explicitly; nothing happens between calls. Brokers are
+numbered from 1, the controller is node 0. `start_clients()` adds background
+producers, consumers and ListOffsets callers whose observations the checker
+judges along with the scenario's own produce and offset calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from epochlog.errors import EpochlogError
+from epochlog.resources import PartitionSpec, PartitionStatus
+from epochlog.sim.checker import Checker, ReplicaLog, Violation
+from epochlog.sim.clients import ClientConfig, Consumer, OffsetsClient, Producer
+from epochlog.sim.history import Ack, History, OffsetSeen
+from epochlog.sim.legacy import check_names
+from epochlog.sim.nodes import SimBroker, SimConfig, SimController, Store
+from epochlog.sim.world import CONTROLLER, TIMEOUT, NetworkConfig, Process, World
+from epochlog_broker.core import ProduceDone, ReadResult
+from epochlog_broker.replication.leader import Leader
+from epochlog_broker.replication.messages import Acks
+
+SCENARIO_CLIENT = 99
+AUDIT_INTERVAL_MS = 1000
+
+
+def spec(
+    topic: str,
+    index: int,
+    *,
+    replicas: Sequence[int] = (),
+    replication_factor: int | None = None,
+    min_insync_replicas: int = 2,
+    replica_lag_time_max_ms: int = 10_000,
+) -> PartitionSpec:
+    return PartitionSpec(
+        topic=topic,
+        partition=index,
+        replicas=tuple(replicas),
+        replication_factor=replication_factor or (len(replicas) or 3),
+        min_insync_replicas=min_insync_replicas,
+        replica_lag_time_max_ms=replica_lag_time_max_ms,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Produced:
+    """The answer to a scenario produce: an acknowledgement, an error, or no answer."""
+
+    base_offset: int | None
+    leader_epoch: int | None
+    error: EpochlogError | None
+    timed_out: bool = False
+
+    @property
+    def acked(self) -> bool:
+        return self.base_offset is not None
+
+
+class Sim:
+    def __init__(
+        self,
+        seed: int = 0,
+        *,
+        brokers: int = 3,
+        partitions: Iterable[PartitionSpec] = (),
+        legacy: Iterable[str] = (),
+        config: SimConfig | None = None,
+        network: NetworkConfig | None = None,
+        clients: ClientConfig | None = None,
+    ) -> None:
+        self.legacy = check_names(frozenset(legacy))
+        self.config = config or SimConfig()
+        self.world = World(seed, network)
+        self.history = History()
+        self.store = Store()
+        self.specs = list(partitions) or [spec("t", 0)]
+        self.controller = SimController(
+            self.world, self.store, self.config, self.history, self.legacy
+        )
+        self.brokers = {
+            b: SimBroker(self.world, b, self.config, self.history, self.legacy)
+            for b in range(1, brokers + 1)
+        }
+        self.client_config = clients or ClientConfig()
+        self.clients: list[Producer | Consumer | OffsetsClient] = []
+        self.checker = Checker(
+            self.history,
+            self.config,
+            self.world.net,
+            {s.name: s.replica_lag_time_max_ms for s in self.specs},
+        )
+        self._client = Process(self.world, SCENARIO_CLIENT, "scenario")
+        self.healed_at: int | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def now(self) -> int:
+        return self.world.now
+
+    def start(self, *, wait_for_leaders: bool = True) -> Sim:
+        self.controller.boot()
+        for s in self.specs:
+            self.store.create(s)
+        for b in self.brokers.values():
+            b.boot()
+        self._client.begin()
+        self.world.after(AUDIT_INTERVAL_MS, self._audit)
+        if wait_for_leaders:
+            ok = self.wait_for(lambda: all(self.leading(s.name) for s in self.specs), 20_000)
+            if not ok:
+                raise AssertionError("no leader elected within 20 s of start")
+        return self
+
+    def start_clients(self, producers: int = 2, consumers: int = 1, offsets: int = 1) -> None:
+        node = 100
+        kinds: list[tuple[int, type[Producer] | type[Consumer] | type[OffsetsClient]]] = [
+            (producers, Producer),
+            (consumers, Consumer),
+            (offsets, OffsetsClient),
+        ]
+        for count, kind in kinds:
+            for _ in range(count):
+                c = kind(self.world, node, self.store, self.history, self.client_config)
+                c.start()
+                self.clients.append(c)
+                node += 1
+
+    def stop_producers(self) -> None:
+        for c in self.clients:
+            if isinstance(c, Producer):
+                c.stopped = True
+
+    def _audit(self) -> None:
+        self.checker.audit(self.now, self.logs(), self.statuses())
+        self.world.after(AUDIT_INTERVAL_MS, self._audit)
+
+    # -- time ------------------------------------------------------------------------------
+
+    def advance(self, ms: int) -> None:
+        self.world.run_for(ms)
+
+    def wait_for(self, condition: Callable[[], bool], timeout_ms: int = 30_000) -> bool:
+        """Run until `condition()` holds (True) or `timeout_ms` passed (False)."""
+        if condition():
+            return True
+        return self.world.run_until(self.now + timeout_ms, condition)
+
+    # -- faults ----------------------------------------------------------------------------
+
+    def _fault(self, text: str) -> None:
+        self.history.fault(self.now, text)
+
+    def kill(self, broker: int, *, power_loss: bool = False, torn: bool = False) -> None:
+        how = "power loss (torn writes)" if torn else "power loss" if power_loss else "SIGKILL"
+        self._fault(f"kill broker {broker} ({how})")
+        self.brokers[broker].kill(power_loss=power_loss or torn, torn=torn)
+
+    def restart(self, broker: int) -> None:
+        b = self.brokers[broker]
+        if b.alive:
+            b.kill()
+        self._fault(f"restart broker {broker} (brokerEpoch {b.broker_epoch + 1})")
+        b.boot()
+
+    def shutdown(self, broker: int) -> None:
+        self._fault(f"clean shutdown of broker {broker}")
+        self.brokers[broker].shutdown()
+
+    def kill_controller(self) -> None:
+        self._fault("kill controller")
+        self.controller.kill()
+
+    def restart_controller(self) -> None:
+        if self.controller.alive:
+            self.controller.kill()
+        self._fault("restart controller")
+        self.controller.boot()
+
+    def pause(self, node: int, ms: int) -> None:
+        self._fault(f"pause {_node(node)} for {ms} ms")
+        p = self.world.processes[node]
+        p.pause(ms)
+        self.history.pauses.setdefault(node, []).append((self.now, self.now + ms))
+
+    def cut(self, src: int, dst: int) -> None:
+        """Drop every message from `src` to `dst` (one way) until `heal()`."""
+        self._fault(f"cut {_node(src)} -> {_node(dst)}")
+        self.world.cut(src, dst)
+        self.history.cuts.append((src, dst, self.now, None))
+
+    def partition(self, side_a: Iterable[int], side_b: Iterable[int]) -> None:
+        """Cut every link between the two sides, both ways."""
+        a, b = sorted(side_a), sorted(side_b)
+        for x in a:
+            for y in b:
+                self.cut(x, y)
+                self.cut(y, x)
+
+    def isolate(self, node: int) -> None:
+        others = [n for n in self.world.processes if n != node]
+        self.partition([node], others)
+
+    def heal(self) -> None:
+        self._fault("heal the network")
+        self.world.heal()
+        self.history.cuts = [
+            (s, d, t0, t1 if t1 is not None else self.now) for s, d, t0, t1 in self.history.cuts
+        ]
+
+    def heal_all(self) -> None:
+        """Heal the network, resume paused processes, restart dead ones."""
+        self.heal()
+        for node, p in self.world.processes.items():
+            if p.paused_until > self.now:
+                p.paused_until = self.now
+                spans = self.history.pauses.get(node, [])
+                if spans:
+                    spans[-1] = (spans[-1][0], self.now)
+        if not self.controller.alive:
+            self.restart_controller()
+        for b, broker in self.brokers.items():
+            if not broker.alive:
+                self.restart(b)
+        self.healed_at = self.now
+
+    # -- scenario clients ------------------------------------------------------------------
+
+    def _call(
+        self,
+        target: int,
+        handler: Callable[[Process, Callable[[object], None]], None],
+        timeout_ms: int,
+        duplicable: bool = True,
+    ) -> object:
+        box: list[object] = []
+        self.world.call(
+            self._client, target, handler, box.append, timeout_ms, duplicable=duplicable
+        )
+        self.world.run_until(self.now + timeout_ms + 1, lambda: bool(box))
+        return box[0] if box else TIMEOUT
+
+    def produce(
+        self,
+        partition: str,
+        values: Sequence[str],
+        *,
+        acks: Acks = Acks.ALL,
+        to: int | None = None,
+        timeout_ms: int | None = None,
+    ) -> Produced:
+        """Send `values` to the leader (or broker `to`) and run until the answer."""
+        status = self.status(partition)
+        target = to if to is not None else (status.leader if status else None)
+        epoch = status.leader_epoch if status and to is None else None
+        for v in values:
+            self.history.sent[v] = partition
+        if target is None:
+            return Produced(None, None, None, timed_out=True)
+        vals = list(values)
+        result = self._call(
+            target,
+            lambda dst, reply: _broker(dst).handle_produce(partition, vals, acks, epoch, reply),
+            timeout_ms or self.config.request_timeout_ms + 500,
+            duplicable=False,
+        )
+        if isinstance(result, ProduceDone):
+            if result.error is not None:
+                return Produced(None, result.leader_epoch, result.error)
+            if acks is Acks.ALL:
+                for i, v in enumerate(vals):
+                    self.history.acks.append(
+                        Ack(
+                            "scenario",
+                            partition,
+                            v,
+                            result.base_offset + i,
+                            result.leader_epoch,
+                            self.now,
+                        )
+                    )
+            return Produced(result.base_offset, result.leader_epoch, None)
+        if isinstance(result, EpochlogError):
+            return Produced(None, None, result)
+        return Produced(None, None, None, timed_out=True)
+
+    def list_offsets(self, partition: str, *, to: int | None = None) -> int | EpochlogError | None:
+        """ListOffsets latest from the leader (or broker `to`); None when nothing answered."""
+        status = self.status(partition)
+        target = to if to is not None else (status.leader if status else None)
+        if target is None:
+            return None
+        result = self._call(
+            target,
+            lambda dst, reply: _broker(dst).handle_list_offsets(partition, None, reply),
+            1000,
+        )
+        if isinstance(result, tuple):
+            offset, epoch = result
+            self.history.offsets.append(
+                OffsetSeen("scenario", partition, "latest", offset, epoch, target, self.now)
+            )
+            return int(offset)
+        return result if isinstance(result, EpochlogError) else None
+
+    def read(self, partition: str, offset: int = 0) -> ReadResult | EpochlogError | None:
+        status = self.status(partition)
+        if status is None or status.leader is None:
+            return None
+        leader = status.leader
+        result = self._call(
+            leader,
+            lambda dst, reply: _broker(dst).handle_read(partition, offset, None, reply),
+            1000,
+        )
+        if isinstance(result, ReadResult):
+            self.history.offsets.append(
+                OffsetSeen(
+                    "scenario",
+                    partition,
+                    "hw",
+                    result.high_watermark,
+                    result.leader_epoch,
+                    leader,
+                    self.now,
+                )
+            )
+        return result if isinstance(result, ReadResult | EpochlogError) else None
+
+    # -- inspection ------------------------------------------------------------------------
+
+    def status(self, partition: str) -> PartitionStatus | None:
+        return self.store.status(partition)
+
+    def leader(self, partition: str) -> int | None:
+        s = self.status(partition)
+        return None if s is None else s.leader
+
+    def leading(self, partition: str) -> bool:
+        """The recorded leader runs as leader of the recorded leaderEpoch."""
+        s = self.status(partition)
+        if s is None or s.leader is None or not self.brokers[s.leader].alive:
+            return False
+        core = self.brokers[s.leader].core
+        host = core.partitions.get(partition) if core else None
+        role = host.replica.role if host else None
+        return isinstance(role, Leader) and role.leader_epoch == s.leader_epoch
+
+    def isr(self, partition: str) -> tuple[int, ...]:
+        s = self.status(partition)
+        return () if s is None else s.isr
+
+    def log(self, partition: str, broker: int) -> list[str]:
+        """Values in a live broker's log (empty if it is down or holds nothing)."""
+        state = self.brokers[broker].replica_state(partition)
+        return [] if state is None else [v for _o, _e, v in state[0]]
+
+    def high_watermark(self, partition: str, broker: int) -> int | None:
+        state = self.brokers[broker].replica_state(partition)
+        return None if state is None else state[1]
+
+    def logs(self) -> dict[str, dict[int, ReplicaLog]]:
+        out: dict[str, dict[int, ReplicaLog]] = {}
+        for s in self.specs:
+            for b, broker in self.brokers.items():
+                if broker.alive:
+                    state = broker.replica_state(s.name)
+                    if state is not None:
+                        out.setdefault(s.name, {})[b] = state
+        return out
+
+    def statuses(self) -> dict[str, PartitionStatus | None]:
+        return {s.name: self.status(s.name) for s in self.specs}
+
+    def replicated(self) -> bool:
+        """Every live replica holds its leader's whole log, with the HW at its end."""
+        for s in self.specs:
+            leader = self.leader(s.name)
+            if leader is None or not self.brokers[leader].alive:
+                return False
+            ref = self.brokers[leader].replica_state(s.name)
+            if ref is None:
+                return False
+            status = self.status(s.name)
+            for b in status.replicas if status else ():
+                state = self.brokers[b].replica_state(s.name) if self.brokers[b].alive else None
+                if state is None or state[0] != ref[0] or state[1] != len(ref[0]):
+                    return False
+        return True
+
+    # -- checking --------------------------------------------------------------------------
+
+    def check(self, liveness_bound_ms: int = 15_000) -> list[Violation]:
+        return self.checker.final(
+            end=self.now,
+            logs=self.logs(),
+            statuses=self.statuses(),
+            healed_at=self.healed_at,
+            liveness_bound_ms=liveness_bound_ms,
+        )
+
+    def assert_ok(self) -> None:
+        violations = self.check()
+        if violations:
+            raise AssertionError(self.report(violations))
+
+    def report(self, violations: Sequence[Violation]) -> str:
+        from epochlog.sim.report import render
+
+        return render(self, violations)
+
+
+def _node(node: int) -> str:
+    if node == CONTROLLER:
+        return "controller"
+    if node >= 100 or node == SCENARIO_CLIENT:
+        return f"client {node}"
+    return f"broker {node}"
+
+
+def _broker(p: Process) -> SimBroker:
+    assert isinstance(p, SimBroker)
+    return p

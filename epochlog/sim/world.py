@@ -1,0 +1,213 @@
+"""The simulated world: one clock, one event queue, one random source, and a network.
+
+Everything in a simulation happens as an event of this queue, in order of
+(time, sequence number), so a run is a pure function of its seed. Nothing here
+reads the real clock or does real I/O; disks are `CrashFileSystem`s owned by
+the broker processes.
+
+Processes (`Process`) have an incarnation: events scheduled by an incarnation
+die with it (a killed process runs nothing more), and while a process is
+paused its events wait for it to resume, as a SIGSTOPped process would.
+
+The network delivers messages between processes with a random delay (so
+messages reorder), may drop or duplicate them, and honours cuts of directed
+links (`cut(a, b)` stops a -> b only, so one-way partitions are a pair of
+calls or one). A message is lost when its link is cut at sending or at
+delivery time, or when its receiver is dead then. Produce requests are never
+duplicated (HTTP over TCP does not; a client's retry is a new request), every
+other message may be.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+CONTROLLER: Final = 0
+"""Node id of the controller (the operator)."""
+
+START_TIME_MS: Final = 1_767_225_600_000
+"""Simulated wall clock at the start of every run (2026-01-01T00:00:00Z)."""
+
+
+class Timeout:
+    """The answer a caller gets when no reply arrived in time."""
+
+    def __repr__(self) -> str:
+        return "TIMEOUT"
+
+
+TIMEOUT: Final = Timeout()
+
+
+@dataclass
+class NetworkConfig:
+    min_delay_ms: int = 1
+    max_delay_ms: int = 8
+    drop_rate: float = 0.0
+    duplicate_rate: float = 0.0
+
+
+class Process:
+    """A simulated process: owns the events it schedules, can be killed, paused, restarted."""
+
+    def __init__(self, world: World, node_id: int, name: str) -> None:
+        self.world = world
+        self.node_id = node_id
+        self.name = name
+        self.incarnation = 0
+        self.alive = False
+        self.paused_until = 0
+        world.processes[node_id] = self
+
+    def after(self, delay_ms: int, fn: Callable[[], None]) -> None:
+        """Run `fn` in `delay_ms` if this incarnation is still alive then."""
+        self.world.schedule(self.world.now + max(0, delay_ms), fn, self, self.incarnation)
+
+    def stop(self) -> None:
+        self.alive = False
+        self.incarnation += 1
+
+    def begin(self) -> None:
+        self.incarnation += 1
+        self.alive = True
+        self.paused_until = 0
+
+    def pause(self, duration_ms: int) -> None:
+        self.paused_until = max(self.paused_until, self.world.now + duration_ms)
+
+
+@dataclass(order=True)
+class _Event:
+    time: int
+    seq: int
+    fn: Callable[[], None] = field(compare=False)
+    owner: Process | None = field(compare=False, default=None)
+    incarnation: int = field(compare=False, default=0)
+
+
+class World:
+    def __init__(self, seed: int, network: NetworkConfig | None = None) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.now = START_TIME_MS
+        self.start_ms = START_TIME_MS
+        self.net = network or NetworkConfig()
+        self.processes: dict[int, Process] = {}
+        self.cuts: set[tuple[int, int]] = set()
+        self._queue: list[_Event] = []
+        self._seq = 0
+        self.events_run = 0
+
+    # -- clock and queue -------------------------------------------------------------------
+
+    def schedule(
+        self, time: int, fn: Callable[[], None], owner: Process | None = None, incarnation: int = 0
+    ) -> None:
+        self._seq += 1
+        heapq.heappush(self._queue, _Event(max(time, self.now), self._seq, fn, owner, incarnation))
+
+    def after(self, delay_ms: int, fn: Callable[[], None]) -> None:
+        self.schedule(self.now + max(0, delay_ms), fn)
+
+    def step(self) -> bool:
+        if not self._queue:
+            return False
+        ev = heapq.heappop(self._queue)
+        self.now = max(self.now, ev.time)
+        owner = ev.owner
+        if owner is not None:
+            if not owner.alive or owner.incarnation != ev.incarnation:
+                return True
+            if owner.paused_until > self.now:
+                self.schedule(owner.paused_until, ev.fn, owner, ev.incarnation)
+                return True
+        self.events_run += 1
+        ev.fn()
+        return True
+
+    def run_until(self, time_ms: int, until: Callable[[], bool] | None = None) -> bool:
+        """Run events up to `time_ms`; stop early (returning True) once `until()` holds."""
+        while self._queue and self._queue[0].time <= time_ms:
+            self.step()
+            if until is not None and until():
+                return True
+        self.now = max(self.now, time_ms)
+        return until is not None and until()
+
+    def run_for(self, duration_ms: int) -> None:
+        self.run_until(self.now + duration_ms)
+
+    @property
+    def elapsed_ms(self) -> int:
+        return self.now - self.start_ms
+
+    # -- network ---------------------------------------------------------------------------
+
+    def cut(self, src: int, dst: int) -> None:
+        self.cuts.add((src, dst))
+
+    def heal(self) -> None:
+        self.cuts.clear()
+
+    def link_up(self, src: int, dst: int) -> bool:
+        return (src, dst) not in self.cuts
+
+    def _delay(self) -> int:
+        return self.rng.randint(self.net.min_delay_ms, self.net.max_delay_ms)
+
+    def send(
+        self,
+        src: Process,
+        dst_id: int,
+        deliver: Callable[[Process], None],
+        *,
+        duplicable: bool = True,
+    ) -> None:
+        """Deliver a message from `src` to process `dst_id`, subject to the network's faults."""
+        if not self.link_up(src.node_id, dst_id) or self.rng.random() < self.net.drop_rate:
+            return
+        copies = 2 if duplicable and self.rng.random() < self.net.duplicate_rate else 1
+        for _ in range(copies):
+            self.after(self._delay(), lambda: self._arrive(src.node_id, dst_id, deliver))
+
+    def _arrive(self, src_id: int, dst_id: int, deliver: Callable[[Process], None]) -> None:
+        dst = self.processes.get(dst_id)
+        if dst is None or not dst.alive or not self.link_up(src_id, dst_id):
+            return
+        dst.after(0, lambda: deliver(dst))
+
+    def call(
+        self,
+        src: Process,
+        dst_id: int,
+        handler: Callable[[Process, Callable[[object], None]], None],
+        on_reply: Callable[[object], None],
+        timeout_ms: int,
+        *,
+        duplicable: bool = True,
+    ) -> None:
+        """Request/response: `handler(dst, reply)` runs on the receiver, `on_reply` once on
+        the caller with the reply or TIMEOUT."""
+        done = False
+
+        def finish(result: object) -> None:
+            nonlocal done
+            if not done:
+                done = True
+                on_reply(result)
+
+        def serve(dst: Process) -> None:
+            incarnation = dst.incarnation
+
+            def reply(result: object) -> None:
+                if dst.alive and dst.incarnation == incarnation:
+                    self.send(dst, src.node_id, lambda _p: finish(result))
+
+            handler(dst, reply)
+
+        self.send(src, dst_id, serve, duplicable=duplicable)
+        src.after(timeout_ms, lambda: finish(TIMEOUT))

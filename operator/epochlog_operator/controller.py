@@ -1,0 +1,104 @@
+"""What the controller remembers between decisions, and how it answers brokers.
+
+`ControllerCore` is the controller's in-memory state besides the Partition
+resources: broker sessions (`Liveness`), the latest heartbeat of each broker,
+and the ISR proposals a decision refused, which the leader hears about in its
+next heartbeat answer. It holds no resource: the caller passes the Partitions
+as they are persisted (the kopf layer from the API server, the simulator from
+its store) and persists what `decide` returns. No I/O and no clock inside.
+
+A new `ControllerCore` (a restarted operator) starts with empty memory; its
+liveness grace period keeps it from fencing anyone before brokers had one
+session timeout to report, and the persisted statuses plus the reported epochs
+keep epochs monotonic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from epochlog.heartbeat import (
+    BrokerHeartbeat,
+    HeartbeatResponse,
+    PartitionAssignment,
+    RejectedIsrProposal,
+)
+from epochlog_operator.assignment import cluster_load
+from epochlog_operator.decide import Decision, PartitionInput, decide
+from epochlog_operator.liveness import (
+    DEFAULT_BROKER_SESSION_TIMEOUT_MS,
+    HeartbeatOutcome,
+    HeartbeatResult,
+    Liveness,
+)
+from epochlog_operator.observations import ReceivedHeartbeat
+
+
+@dataclass
+class ControllerCore:
+    liveness: Liveness
+    heartbeats: dict[int, ReceivedHeartbeat] = field(default_factory=dict)
+    rejected: dict[int, list[RejectedIsrProposal]] = field(default_factory=dict)
+    """Refused proposals per leader broker, to send with its next heartbeat answer."""
+
+    @classmethod
+    def start(
+        cls, now_ms: int, session_timeout_ms: int = DEFAULT_BROKER_SESSION_TIMEOUT_MS
+    ) -> ControllerCore:
+        return cls(Liveness.start(now_ms, session_timeout_ms))
+
+    def on_heartbeat(
+        self,
+        heartbeat: BrokerHeartbeat,
+        now_ms: int,
+        partitions: Mapping[str, PartitionInput],
+    ) -> tuple[HeartbeatResponse, HeartbeatResult]:
+        """Record a heartbeat and answer with the broker's assignments as persisted."""
+        self.liveness, result = self.liveness.heartbeat(
+            heartbeat.broker_id, heartbeat.broker_epoch, now_ms
+        )
+        if result.outcome in (HeartbeatOutcome.STILL_FENCED, HeartbeatOutcome.STALE):
+            return HeartbeatResponse(fenced=True), result
+        self.heartbeats[heartbeat.broker_id] = ReceivedHeartbeat(heartbeat, now_ms)
+        assignments = []
+        for name, p in sorted(partitions.items()):
+            status = p.status
+            if status is not None and heartbeat.broker_id in status.replicas:
+                assignments.append(PartitionAssignment.from_status(name, status, p.spec))
+        rejected = tuple(self.rejected.pop(heartbeat.broker_id, ()))
+        return (
+            HeartbeatResponse(assignments=tuple(assignments), rejected_isr_proposals=rejected),
+            result,
+        )
+
+    def decide(
+        self,
+        name: str,
+        partition: PartitionInput,
+        now_ms: int,
+        others: Mapping[str, PartitionInput] | None = None,
+    ) -> Decision:
+        """Decide one Partition; `others` (all Partitions) informs replica assignment."""
+        load = cluster_load(
+            (p.status.replicas if p.status and p.status.replicas else p.spec.replicas)
+            for n, p in (others or {}).items()
+            if n != name
+        )
+        decision = decide(partition, self.liveness, self.heartbeats, now_ms, load)
+        if decision.rejected_proposals and partition.status and partition.status.leader:
+            leader = partition.status.leader
+            got = self.heartbeats.get(leader)
+            report = got.heartbeat.partition(name) if got else None
+            if report is not None:
+                self.rejected.setdefault(leader, []).extend(
+                    RejectedIsrProposal(
+                        name=name,
+                        leader_epoch=report.leader_epoch,
+                        partition_epoch=report.partition_epoch,
+                        replica=r.replica,
+                        reason=r.reason,
+                    )
+                    for r in decision.rejected_proposals
+                )
+        return decision
