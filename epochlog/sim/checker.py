@@ -342,6 +342,8 @@ class Checker:
             if b.leader is None or b.leader != s.leader or b.leader_epoch != s.leader_epoch:
                 continue
             for f in set(b.isr) - set(s.isr) - {b.leader}:
+                if b.isr_broker_epochs.get(f) != self._broker_epoch_at(f, w.time):
+                    continue  # in the ISR as a process that no longer runs: not about lag
                 if self._healthy(w.partition, b.leader, b.leader_epoch, f, w.time, tol):
                     self._flag(
                         "isr-healthy-removed",
@@ -374,6 +376,10 @@ class Checker:
         caught = [c for c in (fetches.caught_up_ms if fetches else []) if start <= c <= t]
         points = [start, *caught, t]
         return all(b - a <= lag_max - tol for a, b in itertools.pairwise(points))
+
+    def _broker_epoch_at(self, broker: int, t: int) -> int | None:
+        running = [e for s, e in self.h.broker_starts.get(broker, []) if s <= t]
+        return running[-1] if running else None
 
     def _up_throughout(self, broker: int, start: int, end: int) -> bool:
         """The same process of `broker` ran from before `start` until `end`."""

@@ -52,7 +52,8 @@ class SimConfig:
     fetch_wait_ms: int = 25
     fetch_timeout_ms: int = 500
     fetch_backoff_ms: int = 50
-    flush_delay_ms: tuple[int, int] = (1, 4)
+    flush_delay_ms: tuple[int, int] = (2, 20)
+    """Group commit: an fsync follows the first unsynced append this much later."""
     request_timeout_ms: int = 1000
     clock_skew_ms: int = 2000
     """Brokers' clocks differ from the controller's by up to this much either way."""

@@ -39,6 +39,8 @@ FAULTS: Final = {
     "lossy-network": "drop and duplicate 2% of messages for the whole run",
     "double-kill": "kill the leader, then the newly elected leader",
     "all-crash": "power loss of every broker at once; they return one by one",
+    "kill-on-isr-change": "kill a follower; moments after it is back in the ISR, kill the "
+    "other members (the leader included)",
 }
 
 LIVENESS_BOUND_MS: Final = 10_000
@@ -178,6 +180,15 @@ class _Nemesis:
                 self._later(1000, 6000, lambda: self._uncut([(CONTROLLER, b), (b, CONTROLLER)]))
         elif kind == "double-kill":
             self._double_kill(b)
+        elif kind == "kill-on-isr-change":
+            name = rng.choice(sim.specs).name
+            leader = sim.leader(name)
+            followers = [m for m in sim.isr(name) if m != leader and sim.brokers[m].alive]
+            if leader is not None and followers:
+                f = rng.choice(followers)
+                sim.kill(f)
+                self._later(300, 2000, lambda: self._restart_if_down(f))
+                self._watch_isr(name, f, 400)
         elif kind == "all-crash":
             down = [x for x, br in sim.brokers.items() if br.alive]
             for x in down:
@@ -205,6 +216,20 @@ class _Nemesis:
 
         # Strike the new leader as soon as it leads, while its followers may still lag.
         self._at(sim.config.session_timeout_ms + self.rng.randint(0, 1500), second)
+
+    def _watch_isr(self, name: str, member: int, checks_left: int) -> None:
+        sim = self.sim
+        leader = sim.leader(name)
+        if member in sim.isr(name) and leader is not None and sim.brokers[leader].alive:
+            others = [m for m in sim.isr(name) if m != member]
+            self._at(self.rng.randint(0, 300), lambda: [self._kill_restart(m) for m in others])
+        elif checks_left > 0:
+            self._at(50, lambda: self._watch_isr(name, member, checks_left - 1))
+
+    def _kill_restart(self, b: int) -> None:
+        if self.sim.brokers[b].alive:
+            self.sim.kill(b)
+            self._later(1000, 5000, lambda: self._restart_if_down(b))
 
     def _restart_controller(self) -> None:
         if not self.sim.controller.alive:

@@ -230,7 +230,7 @@ class Sim:
         self.heal()
         for node, p in self.world.processes.items():
             if p.paused_until > self.now:
-                p.paused_until = self.now
+                p.resume()
                 spans = self.history.pauses.get(node, [])
                 if spans:
                     spans[-1] = (spans[-1][0], self.now)

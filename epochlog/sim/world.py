@@ -61,6 +61,7 @@ class Process:
         self.incarnation = 0
         self.alive = False
         self.paused_until = 0
+        self.deferred: list[_Event] = []
         world.processes[node_id] = self
 
     def after(self, delay_ms: int, fn: Callable[[], None]) -> None:
@@ -75,9 +76,23 @@ class Process:
         self.incarnation += 1
         self.alive = True
         self.paused_until = 0
+        self.deferred.clear()
 
     def pause(self, duration_ms: int) -> None:
         self.paused_until = max(self.paused_until, self.world.now + duration_ms)
+        self.world.schedule(self.paused_until, self._wake)
+
+    def resume(self) -> None:
+        """SIGCONT: end a pause now."""
+        self.paused_until = min(self.paused_until, self.world.now)
+        self._wake()
+
+    def _wake(self) -> None:
+        if self.paused_until > self.world.now:
+            return
+        waiting, self.deferred = self.deferred, []
+        for ev in waiting:
+            self.world.schedule(self.world.now, ev.fn, ev.owner, ev.incarnation)
 
 
 @dataclass(order=True)
@@ -123,7 +138,7 @@ class World:
             if not owner.alive or owner.incarnation != ev.incarnation:
                 return True
             if owner.paused_until > self.now:
-                self.schedule(owner.paused_until, ev.fn, owner, ev.incarnation)
+                owner.deferred.append(ev)
                 return True
         self.events_run += 1
         ev.fn()
