@@ -222,14 +222,15 @@ class _Nemesis:
         leader = sim.leader(name)
         if member in sim.isr(name) and leader is not None and sim.brokers[leader].alive:
             others = [m for m in sim.isr(name) if m != member]
-            self._at(self.rng.randint(0, 300), lambda: [self._kill_restart(m) for m in others])
+            self._at(self.rng.randint(0, 300), lambda: self._kill_restart(*others))
         elif checks_left > 0:
             self._at(50, lambda: self._watch_isr(name, member, checks_left - 1))
 
-    def _kill_restart(self, b: int) -> None:
-        if self.sim.brokers[b].alive:
-            self.sim.kill(b)
-            self._later(1000, 5000, lambda: self._restart_if_down(b))
+    def _kill_restart(self, *brokers: int) -> None:
+        for b in brokers:
+            if self.sim.brokers[b].alive:
+                self.sim.kill(b)
+                self._later(1000, 5000, functools.partial(self._restart_if_down, b))
 
     def _restart_controller(self) -> None:
         if not self.sim.controller.alive:

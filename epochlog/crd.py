@@ -1,0 +1,302 @@
+"""The `Partition` CustomResourceDefinition, generated from the pydantic models.
+
+`epochlog.resources` is the single definition of the resource; this module turns
+`PartitionSpec` and `PartitionStatus` into the CRD's structural OpenAPI v3
+schema and adds what a JSON schema cannot say but the API server can enforce:
+
+- pydantic's `anyOf: [X, {type: null}]` becomes `X` with `nullable: true`;
+  `$ref`/`$defs` are inlined; `title`, `default: null` and
+  `additionalProperties: false` are dropped (a structural schema forbids the
+  last one: the API server prunes or, with strict field validation, rejects
+  unknown fields instead);
+- lists of broker ids are `x-kubernetes-list-type: set` (the models reject
+  duplicates) and conditions a list map keyed by `type`;
+- the spec's cross-field rules (`PartitionSpec._consistent`), the topic name
+  rule and the status invariants (`PartitionStatus._consistent`) are restated
+  as CEL `x-kubernetes-validations`, each naming the field it is about;
+- the broker-id lists get a `maxItems` bound, which the API server's CEL cost
+  estimate needs (see MAX_BROKER_LIST_ITEMS).
+
+Map keys (broker ids as text) are not constrained: a structural schema cannot
+describe keys, and a CEL rule over every key of an unbounded map would exceed
+the API server's cost budget; the controller's models check them.
+
+`crds/partitions.epochlog.dev.yaml` is this module's output
+(`python -m epochlog.crd > crds/partitions.epochlog.dev.yaml`); a test fails
+when the file and the models disagree.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import yaml
+from pydantic import BaseModel
+
+from epochlog import resources
+from epochlog.resources import (
+    GROUP,
+    KIND,
+    PLURAL,
+    SHORT_NAMES,
+    SINGULAR,
+    VERSION,
+    PartitionSpec,
+    PartitionStatus,
+)
+
+CRD_NAME: Final = f"{PLURAL}.{GROUP}"
+CRD_FILE: Final = f"{CRD_NAME}.yaml"
+
+HEADER: Final = (
+    "# Generated from epochlog/resources.py by `python -m epochlog.crd`; do not edit by hand.\n"
+)
+
+# The pattern `PartitionSpec` checks topics against (in a field validator, so it
+# is not part of the model's JSON schema).
+TOPIC_PATTERN: Final = resources._TOPIC_RE.pattern
+
+# JSON-schema keywords that carry over to a structural schema unchanged.
+_KEPT: Final = frozenset(
+    {
+        "type",
+        "description",
+        "default",
+        "enum",
+        "format",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "minItems",
+        "maxItems",
+        "required",
+    }
+)
+# Keywords that a structural schema does not take; they carry no constraint here.
+_DROPPED: Final = frozenset({"title"})
+
+
+class CrdGenerationError(Exception):
+    """The models use a JSON-schema feature this generator cannot express in a CRD."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A CEL validation rule placed at a schema node; `field_path` is relative to that node."""
+
+    rule: str
+    message: str
+    field_path: str | None = None
+
+    def as_dict(self) -> dict[str, str]:
+        out = {"rule": self.rule, "message": self.message}
+        if self.field_path is not None:
+            out["fieldPath"] = self.field_path
+        return out
+
+
+# Null-valued fields are absent for CEL in Kubernetes, so `has()` covers `null` too.
+SPEC_RULES: Final = (
+    Rule(
+        "self.minInsyncReplicas <= self.replicationFactor",
+        "minInsyncReplicas must not exceed replicationFactor",
+        ".minInsyncReplicas",
+    ),
+    Rule(
+        "!has(self.replicas) || size(self.replicas) == 0"
+        " || size(self.replicas) == self.replicationFactor",
+        "replicas must list exactly replicationFactor brokers (or none)",
+        ".replicas",
+    ),
+    Rule(
+        "!has(self.preferredLeader) || !has(self.replicas) || size(self.replicas) == 0"
+        " || self.preferredLeader in self.replicas",
+        "preferredLeader must be one of the replicas",
+        ".preferredLeader",
+    ),
+)
+TOPIC_RULES: Final = (
+    Rule(
+        f"self.matches('{TOPIC_PATTERN}')",
+        "topic must consist of lowercase letters, digits, '-' and '.', and start and end"
+        " with a letter or digit (it is part of a Kubernetes name)",
+    ),
+)
+STATUS_RULES: Final = (
+    Rule(
+        "!has(self.isr) || self.isr.all(r, has(self.replicas) && r in self.replicas)",
+        "isr members must be replicas",
+        ".isr",
+    ),
+    Rule(
+        "!has(self.leader) || (has(self.isr) && self.leader in self.isr)",
+        "leader must be in the isr",
+        ".leader",
+    ),
+)
+
+# Lists of broker ids that the models require to be duplicate-free.
+SET_LISTS: Final = frozenset({("spec", "replicas"), ("status", "replicas"), ("status", "isr")})
+# The API server estimates the cost of every CEL rule from the schema and refuses
+# a CRD whose rules could be too expensive; `isr.all(r, r in replicas)` is
+# quadratic, so the broker-id lists need a bound. No real partition comes close.
+MAX_BROKER_LIST_ITEMS: Final = 256
+# Lists of objects that are maps keyed by one of their fields.
+MAP_LISTS: Final = {("status", "conditions"): ("type",)}
+
+PRINTER_COLUMNS: Final = (
+    {"name": "Topic", "type": "string", "jsonPath": ".spec.topic"},
+    {"name": "Partition", "type": "integer", "jsonPath": ".spec.partition"},
+    {"name": "Leader", "type": "integer", "jsonPath": ".status.leader"},
+    {"name": "Epoch", "type": "integer", "jsonPath": ".status.leaderEpoch"},
+    {"name": "ISR", "type": "string", "jsonPath": ".status.isr"},
+    {"name": "Replicas", "type": "string", "jsonPath": ".status.replicas"},
+    {"name": "HW", "type": "integer", "jsonPath": ".status.highWatermark"},
+    {
+        "name": "Status",
+        "type": "string",
+        "description": "Reason of the Ready condition: InSync, UnderMinIsr or Offline",
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
+    },
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+)
+
+
+def _resolve_ref(ref: str, defs: Mapping[str, Any]) -> Any:
+    prefix = "#/$defs/"
+    if not ref.startswith(prefix) or ref[len(prefix) :] not in defs:
+        raise CrdGenerationError(f"unresolvable $ref {ref!r}")
+    return defs[ref[len(prefix) :]]
+
+
+def structural(schema: Mapping[str, Any], defs: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """One pydantic JSON-schema node as a structural-schema node (recursively)."""
+    node = dict(schema)
+    if "anyOf" in node:
+        variants = [v for v in node.pop("anyOf") if v != {"type": "null"}]
+        if len(variants) != 1:
+            raise CrdGenerationError(f"{where}: only `X | None` unions can be expressed")
+        node = {**variants[0], **node, "nullable": True}
+    if "$ref" in node:
+        target = _resolve_ref(node.pop("$ref"), defs)
+        # Keywords beside the $ref (a default, a description) win over the target's.
+        node = {**target, **node}
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _DROPPED:
+            continue
+        if key == "default" and value is None:
+            continue  # "no value" is the absence of a default in Kubernetes
+        if key == "nullable":
+            out[key] = value
+        elif key == "properties":
+            out[key] = {
+                name: structural(sub, defs, f"{where}.{name}") for name, sub in value.items()
+            }
+        elif key == "items":
+            out[key] = structural(value, defs, f"{where}[]")
+        elif key == "additionalProperties":
+            if value is False:
+                continue  # structural schemas prune unknown fields instead
+            out[key] = structural(value, defs, f"{where}{{}}")
+        elif key in _KEPT:
+            out[key] = copy.deepcopy(value)
+        else:
+            raise CrdGenerationError(f"{where}: JSON-schema keyword {key!r} is not supported")
+    if "type" not in out:
+        raise CrdGenerationError(f"{where}: a structural schema needs a type")
+    # Type and description first: the YAML reads better that way.
+    head = {k: out.pop(k) for k in ("type", "description") if k in out}
+    return head | out
+
+
+def _model_schema(model: type[BaseModel], where: str) -> dict[str, Any]:
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    defs = raw.pop("$defs", {})
+    return structural(raw, defs, where)
+
+
+def _add_rules(node: dict[str, Any], rules: tuple[Rule, ...] | list[Rule]) -> None:
+    node.setdefault("x-kubernetes-validations", []).extend(r.as_dict() for r in rules)
+
+
+def openapi_schema() -> dict[str, Any]:
+    """The CRD version's `openAPIV3Schema`."""
+    spec = _model_schema(PartitionSpec, "spec")
+    status = _model_schema(PartitionStatus, "status")
+    top = {"spec": spec, "status": status}
+    for path in SET_LISTS:
+        top[path[0]]["properties"][path[1]]["x-kubernetes-list-type"] = "set"
+        top[path[0]]["properties"][path[1]]["maxItems"] = MAX_BROKER_LIST_ITEMS
+    for path, keys in MAP_LISTS.items():
+        node = top[path[0]]["properties"][path[1]]
+        node["x-kubernetes-list-type"] = "map"
+        node["x-kubernetes-list-map-keys"] = list(keys)
+    _add_rules(spec, SPEC_RULES)
+    _add_rules(spec["properties"]["topic"], TOPIC_RULES)
+    _add_rules(status, STATUS_RULES)
+    return {
+        "type": "object",
+        "description": "A partition of an epochlog topic; its name is `<topic>-<partition>`.",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec,
+            "status": status,
+        },
+    }
+
+
+def partition_crd() -> dict[str, Any]:
+    """The `apiextensions.k8s.io/v1` CustomResourceDefinition of `Partition`."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": CRD_NAME, "labels": {"app.kubernetes.io/part-of": "epochlog"}},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": list(SHORT_NAMES),
+                "categories": ["epochlog"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": [dict(c) for c in PRINTER_COLUMNS],
+                    "schema": {"openAPIV3Schema": openapi_schema()},
+                }
+            ],
+        },
+    }
+
+
+def crd_yaml() -> str:
+    """The CRD as the YAML text kept in `crds/`."""
+    body = yaml.safe_dump(partition_crd(), sort_keys=False, width=100, allow_unicode=True)
+    return HEADER + body
+
+
+def main() -> None:
+    sys.stdout.write(crd_yaml())
+
+
+if __name__ == "__main__":
+    main()
