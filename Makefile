@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 EXTRAS ?= dev
 
-.PHONY: venv test lint typecheck unit demo bench soak clean
+.PHONY: venv test lint typecheck unit demo bench soak sim clean
 
 venv:
 	@scripts/bootstrap.sh $(EXTRAS)
@@ -33,6 +33,10 @@ bench: venv
 
 soak: venv
 	HYPOTHESIS_PROFILE=soak $(BIN)/pytest -q -p no:cacheprovider --timeout 3600
+	$(BIN)/epochlog --log-level critical sim --seeds 20000
+
+sim: venv
+	$(BIN)/epochlog --log-level critical sim --seeds $(or $(SEEDS),1000)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info

@@ -1,0 +1,62 @@
+"""`epochlog sim`: arguments, exit status, and that each legacy behaviour is found at random."""
+
+from __future__ import annotations
+
+import pytest
+
+from epochlog.cli import main
+from epochlog.sim.legacy import LEGACY
+from epochlog.sim.runner import FAULTS
+
+
+def test_help_lists_every_legacy_name_and_fault_kind(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["sim", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for name in [*LEGACY, *FAULTS]:
+        assert name in out
+
+
+def test_clean_run_exits_zero_with_a_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--log-level", "critical", "sim", "--seeds", "4", "--jobs", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "4 schedule(s), 0 with violations" in captured.out
+    assert "4/4 seeds" in captured.err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--legacy", "no-such-thing"], ["--faults", "kill,meteor"]],
+    ids=["legacy", "fault"],
+)
+def test_unknown_names_are_refused(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "--seeds", "1", *args]) == 2
+    assert "unknown" in capsys.readouterr().err
+
+
+# Each old behaviour, with the fault kinds that provoke it, is found within this many seeds.
+LEGACY_RUNS = {
+    "truncate-to-hw": (["--legacy", "truncate-to-hw"], 60),
+    "ack-before-fsync": (["--legacy", "ack-before-fsync", "--faults", "all-crash"], 80),
+    "drop-hw-checkpoint+truncate-to-hw": (
+        ["--legacy", "drop-hw-checkpoint", "--legacy", "truncate-to-hw"],
+        60,
+    ),
+    "no-offset-gate": (["--legacy", "no-offset-gate"], 60),
+    "count-lag": (["--legacy", "count-lag"], 60),
+    "late-maximal-isr": (["--legacy", "late-maximal-isr", "--faults", "kill-on-isr-change"], 80),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEGACY_RUNS))
+def test_legacy_behaviour_is_found_in_random_schedules(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args, seeds = LEGACY_RUNS[name]
+    rc = main(["--log-level", "critical", "sim", "--seeds", str(seeds), "--jobs", "2", *args])
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    assert "VIOLATION" in out
+    assert "FAILED: seed" in out
+    assert "replay: epochlog sim --start" in out
