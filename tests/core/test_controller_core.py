@@ -1,0 +1,84 @@
+"""ControllerCore: heartbeat answers, fencing of stale processes, refused proposals."""
+
+from __future__ import annotations
+
+from epochlog.heartbeat import BrokerHeartbeat, IsrProposal, PartitionReport, PartitionRole
+from epochlog.resources import PartitionSpec
+from epochlog_operator.controller import ControllerCore
+from epochlog_operator.decide import PartitionInput
+from epochlog_operator.liveness import HeartbeatOutcome
+
+SPEC = PartitionSpec(topic="t", partition=0, replicas=(1, 2, 3), min_insync_replicas=2)
+
+
+def hb(broker: int, epoch: int, now: int, *reports: PartitionReport) -> BrokerHeartbeat:
+    return BrokerHeartbeat(
+        broker_id=broker, broker_epoch=epoch, address=f"b{broker}", time_ms=now, partitions=reports
+    )
+
+
+def elect(core: ControllerCore, now: int) -> PartitionInput:
+    for b in (1, 2, 3):
+        core.on_heartbeat(hb(b, 1, now), now, {})
+    decision = core.decide("t-0", PartitionInput(SPEC, None, 1, "1"), now)
+    assert decision.status is not None
+    assert decision.status.leader == 1
+    return PartitionInput(SPEC, decision.status, 1, "2")
+
+
+def test_answers_carry_assignments_for_the_brokers_replicas_only() -> None:
+    core = ControllerCore.start(0)
+    p = elect(core, 10)
+    response, result = core.on_heartbeat(hb(2, 1, 20), 20, {"t-0": p})
+    assert result.outcome is HeartbeatOutcome.RENEWED
+    [a] = response.assignments
+    assert (a.leader, a.leader_epoch, a.min_insync_replicas) == (1, 1, 2)
+    other = PartitionSpec(
+        topic="u", partition=0, replicas=(3,), replication_factor=1, min_insync_replicas=1
+    )
+    q = PartitionInput(
+        other,
+        p.status.model_copy(update={"replicas": (3,), "isr": (3,), "leader": 3})
+        if p.status
+        else None,
+        1,
+    )
+    response, _ = core.on_heartbeat(hb(2, 1, 30), 30, {"t-0": p, "u-0": q})
+    assert [x.name for x in response.assignments] == ["t-0"]
+
+
+def test_a_late_heartbeat_of_a_dead_process_is_fenced() -> None:
+    core = ControllerCore.start(0)
+    core.on_heartbeat(hb(1, 5, 0), 0, {})
+    response, result = core.on_heartbeat(hb(1, 4, 10), 10, {})
+    assert result.outcome is HeartbeatOutcome.STALE
+    assert response.fenced
+    # An expired session stays fenced for that brokerEpoch.
+    response, result = core.on_heartbeat(hb(1, 5, 10_000), 10_000, {})
+    assert result.outcome is HeartbeatOutcome.STILL_FENCED
+    assert response.fenced
+
+
+def test_refused_proposals_reach_the_leader_once() -> None:
+    core = ControllerCore.start(0)
+    p = elect(core, 10)
+    assert p.status is not None
+    # The leader proposes broker 3 under a partitionEpoch that is no longer current.
+    report = PartitionReport(
+        name="t-0",
+        role=PartitionRole.LEADER,
+        leader_epoch=1,
+        partition_epoch=p.status.partition_epoch + 5,
+        log_end_offset=0,
+        high_watermark=0,
+        isr_proposals=(IsrProposal(replica=3, broker_epoch=1, log_end_offset=0),),
+    )
+    shrunk = p.status.model_copy(update={"isr": (1, 2), "isr_broker_epochs": {1: 1, 2: 1}})
+    p = PartitionInput(SPEC, shrunk, 1, "3")
+    core.on_heartbeat(hb(1, 1, 20, report), 20, {"t-0": p})
+    decision = core.decide("t-0", p, 30)
+    assert [r.replica for r in decision.rejected_proposals] == [3]
+    response, _ = core.on_heartbeat(hb(1, 1, 40, report), 40, {"t-0": p})
+    assert [r.replica for r in response.rejected_isr_proposals] == [3]
+    response, _ = core.on_heartbeat(hb(1, 1, 50, report), 50, {"t-0": p})
+    assert response.rejected_isr_proposals == ()
