@@ -24,6 +24,8 @@ class ErrorCode(enum.StrEnum):
     OFFSET_NOT_AVAILABLE = "OFFSET_NOT_AVAILABLE"
     LEADER_NOT_AVAILABLE = "LEADER_NOT_AVAILABLE"
     REQUEST_TIMED_OUT = "REQUEST_TIMED_OUT"
+    OUT_OF_ORDER_SEQUENCE = "OUT_OF_ORDER_SEQUENCE"
+    PRODUCER_FENCED = "PRODUCER_FENCED"
     CORRUPT_RECORD = "CORRUPT_RECORD"
     STORAGE_ERROR = "STORAGE_ERROR"
 
@@ -115,6 +117,20 @@ class RequestTimedOutError(EpochlogError):
     retriable = True
 
 
+class OutOfOrderSequenceError(EpochlogError):
+    """An idempotent producer's batch does not follow its previous one (a batch was lost)."""
+
+    code = ErrorCode.OUT_OF_ORDER_SEQUENCE
+    http_status = 409
+
+
+class ProducerFencedError(EpochlogError):
+    """A newer producerEpoch of the same producer id has written: this one is a zombie."""
+
+    code = ErrorCode.PRODUCER_FENCED
+    http_status = 409
+
+
 class CorruptRecordError(EpochlogError):
     """Data on disk failed its CRC or framing where it must be intact (fsynced data)."""
 
@@ -143,6 +159,8 @@ ERRORS_BY_CODE: dict[ErrorCode, type[EpochlogError]] = {
         OffsetNotAvailableError,
         LeaderNotAvailableError,
         RequestTimedOutError,
+        OutOfOrderSequenceError,
+        ProducerFencedError,
         CorruptRecordError,
         StorageError,
     )

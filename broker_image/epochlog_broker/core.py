@@ -52,7 +52,7 @@ from epochlog.heartbeat import (
     PartitionReport,
     PartitionRole,
 )
-from epochlog_broker.log.batch import LogRecord, Record
+from epochlog_broker.log.batch import HEADER, BatchHeader, LogRecord, Record
 from epochlog_broker.log.checkpoints import HighWatermarkCheckpoint
 from epochlog_broker.log.config import LogConfig
 from epochlog_broker.log.fs import FileSystem, ensure_dir
@@ -83,6 +83,7 @@ from epochlog_broker.replication.messages import (
     FetchRequest,
     OffsetsForLeaderEpochRequest,
 )
+from epochlog_broker.replication.producers import NO_PRODUCER, ProducerStates
 from epochlog_broker.replication.replica import (
     Assignment,
     LogFacts,
@@ -150,6 +151,29 @@ class Hosted:
     session: int = 0
     dirty: bool = False
     recovery: RecoveryReport | None = None
+    producers: ProducerStates = field(default_factory=ProducerStates)
+
+    def rebuild_producers(self) -> None:
+        self.producers = ProducerStates.rebuild(
+            (
+                h.producer_id,
+                h.producer_epoch,
+                h.base_sequence,
+                h.record_count,
+                h.base_offset,
+                h.leader_epoch,
+            )
+            for h in self.log.batch_headers()
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerFields:
+    """An idempotent producer's identity and the sequence of a batch's first record."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
 
 
 @dataclass
@@ -215,6 +239,7 @@ class BrokerCore:
             high_watermark=self.hw_checkpoint.get(name) or 0,
         )
         host = Hosted(plog, replica, recovery=plog.recovery)
+        host.rebuild_producers()
         self.partitions[name] = host
         log.info(
             "partition_opened",
@@ -362,12 +387,57 @@ class BrokerCore:
         now_ms: int,
         request_id: int,
         leader_epoch: int | None = None,
+        producer: ProducerFields | None = None,
     ) -> list[Effect]:
-        """Append `records` as leader; the answer comes as a `ProduceDone` effect."""
+        """Append `records` as leader; the answer comes as a `ProduceDone` effect.
+
+        With `producer`, a batch already in the log (a retry) is not appended again:
+        the request waits for, and is answered with, the offsets of the first copy.
+        """
         host = self._get(name)
         role = self._leader(host, leader_epoch)
         epoch = role.begin_produce(acks)
-        result = host.log.append_records(records, leader_epoch=epoch, timestamp=now_ms)
+        p = producer or ProducerFields(NO_PRODUCER, -1, -1)
+        written = host.producers.check(
+            p.producer_id, p.producer_epoch, p.base_sequence, len(records)
+        )
+        if written is not None:
+            log.info(
+                "duplicate_batch",
+                partition=name,
+                producerId=p.producer_id,
+                baseSequence=p.base_sequence,
+                baseOffset=written.base_offset,
+            )
+            self._pending[request_id] = _Pending(
+                name, written.base_offset, written.last_offset, epoch
+            )
+            return self._leader_effects(
+                role.on_appended(
+                    request_id=request_id,
+                    last_offset=written.last_offset,
+                    log_end_offset=host.log.log_end_offset,
+                    acks=acks,
+                    now_ms=now_ms,
+                    timeout_ms=timeout_ms,
+                )
+            )
+        result = host.log.append_records(
+            records,
+            leader_epoch=epoch,
+            timestamp=now_ms,
+            producer_id=p.producer_id,
+            producer_epoch=p.producer_epoch,
+            base_sequence=p.base_sequence,
+        )
+        host.producers.record(
+            p.producer_id,
+            p.producer_epoch,
+            p.base_sequence,
+            len(records),
+            result.base_offset,
+            epoch,
+        )
         self._pending[request_id] = _Pending(name, result.base_offset, result.last_offset, epoch)
         effects = self._leader_effects(
             role.on_appended(
@@ -555,12 +625,22 @@ class BrokerCore:
         out: list[Effect] = []
         for a in actions:
             if isinstance(a, Truncate):
-                host.log.truncate_to(a.offset)
+                if host.log.truncate_to(a.offset):
+                    host.rebuild_producers()
             elif isinstance(a, Append):
                 for b in a.batches:
                     if not isinstance(b.payload, bytes | bytearray):
                         raise InvalidRequestError(f"{host.log.name}: batch without bytes")
                     host.log.append_batch(b.payload)
+                    h = BatchHeader._make(HEADER.unpack_from(b.payload))
+                    host.producers.record(
+                        h.producer_id,
+                        h.producer_epoch,
+                        h.base_sequence,
+                        h.record_count,
+                        h.base_offset,
+                        h.leader_epoch,
+                    )
                 out += self._after_append(host)
             elif isinstance(a, SendFetch | SendOffsetsForLeaderEpoch):
                 out.append(SendToLeader(host.log.name, a.leader_id, host.session, a.request))

@@ -17,7 +17,7 @@ from epochlog.errors import EpochlogError
 from epochlog.sim.history import Ack, History, OffsetSeen, Read
 from epochlog.sim.nodes import SimBroker, Store
 from epochlog.sim.world import TIMEOUT, Process, World
-from epochlog_broker.core import ProduceDone, ReadResult
+from epochlog_broker.core import ProduceDone, ProducerFields, ReadResult
 from epochlog_broker.replication.messages import Acks
 
 
@@ -66,23 +66,54 @@ class Client(Process):
 
 
 class Producer(Client):
+    """An idempotent producer: retries a batch with the same sequence until it is answered.
+
+    After `max_retries` failed attempts it gives the batch up, starts a new
+    producer epoch (sequences from 0) and carries on with new values.
+    """
+
+    max_retries = 5
+
     def __init__(
         self, world: World, node_id: int, store: Store, history: History, config: ClientConfig
     ) -> None:
         super().__init__(world, node_id, store, history, config)
         self.n = 0
         self.stopped = False
+        self.producer_id = world.rng.getrandbits(62)
+        self.producer_epoch = 0
+        self.sequence: dict[str, int] = {}
+        self.batch: tuple[str, list[str], Acks, int] | None = None
+        self.attempts = 0
 
     def act(self) -> None:
         if self.stopped:
             return
-        rng = self.world.rng
-        partition = rng.choice(self.partitions)
+        if self.batch is None:
+            self.batch = self._next_batch()
+            self.attempts = 0
+        partition, values, acks, sequence = self.batch
         found = self.leader_of(partition)
         if found is None:
             self.after(self.config.backoff_ms, self.act)
             return
         leader, epoch = found
+        self.attempts += 1
+        fields = ProducerFields(self.producer_id, self.producer_epoch, sequence)
+        self.world.call(
+            self,
+            leader,
+            lambda dst, reply: _broker(dst).handle_produce(
+                partition, values, acks, epoch, reply, fields
+            ),
+            lambda result: self._answered(partition, values, acks, result),
+            self.config.request_timeout_ms,
+            duplicable=False,
+        )
+
+    def _next_batch(self) -> tuple[str, list[str], Acks, int]:
+        rng = self.world.rng
+        partition = rng.choice(self.partitions)
         size = (
             self.config.burst_size
             if rng.randrange(self.config.burst_every) == 0
@@ -95,32 +126,35 @@ class Producer(Client):
         for v in values:
             self.history.sent[v] = partition
         acks = Acks.ALL if rng.random() < self.config.acks_all_share else Acks.LEADER
-        self.world.call(
-            self,
-            leader,
-            lambda dst, reply: _broker(dst).handle_produce(partition, values, acks, epoch, reply),
-            lambda result: self._answered(partition, values, acks, result),
-            self.config.request_timeout_ms,
-            duplicable=False,
-        )
+        sequence = self.sequence.get(partition, 0)
+        return partition, values, acks, sequence
 
     def _answered(self, partition: str, values: list[str], acks: Acks, result: object) -> None:
-        if isinstance(result, ProduceDone) and result.error is None and acks is Acks.ALL:
-            for i, v in enumerate(values):
-                self.history.acks.append(
-                    Ack(
-                        self.name,
-                        partition,
-                        v,
-                        result.base_offset + i,
-                        result.leader_epoch,
-                        self.world.now,
+        if isinstance(result, ProduceDone) and result.error is None:
+            if acks is Acks.ALL:
+                for i, v in enumerate(values):
+                    self.history.acks.append(
+                        Ack(
+                            self.name,
+                            partition,
+                            v,
+                            result.base_offset + i,
+                            result.leader_epoch,
+                            self.world.now,
+                        )
                     )
-                )
-        delay = self.think()
-        if result is TIMEOUT or isinstance(result, EpochlogError):
-            delay += self.config.backoff_ms
-        self.after(delay, self.act)
+            self.sequence[partition] = self.sequence.get(partition, 0) + len(values)
+            self.batch = None
+            self.after(self.think(), self.act)
+            return
+        error = result.error if isinstance(result, ProduceDone) else result
+        retriable = error is TIMEOUT or (isinstance(error, EpochlogError) and error.retriable)
+        if not retriable or self.attempts >= self.max_retries:
+            # Give the batch up: its outcome stays open, and a new epoch starts afresh.
+            self.producer_epoch += 1
+            self.sequence.clear()
+            self.batch = None
+        self.after(self.think() + self.config.backoff_ms, self.act)
 
 
 class Consumer(Client):

@@ -23,7 +23,7 @@ from epochlog.resources import PartitionSpec, PartitionStatus
 from epochlog.sim import legacy as legacy_mod
 from epochlog.sim.history import History, StatusWrite
 from epochlog.sim.world import CONTROLLER, TIMEOUT, Process, World
-from epochlog_broker.core import BrokerCore, Effect, ProduceDone, SendToLeader
+from epochlog_broker.core import BrokerCore, Effect, ProduceDone, ProducerFields, SendToLeader
 from epochlog_broker.log.batch import Record
 from epochlog_broker.log.config import LogConfig
 from epochlog_broker.log.simfs import CrashFileSystem
@@ -302,6 +302,7 @@ class SimBroker(Process):
         acks: Acks,
         leader_epoch: int | None,
         reply: Reply,
+        producer: ProducerFields | None = None,
     ) -> None:
         core = self.core
         assert core is not None
@@ -318,6 +319,7 @@ class SimBroker(Process):
                 now_ms=self.now,
                 request_id=rid,
                 leader_epoch=leader_epoch,
+                producer=producer,
             )
         except EpochlogError as exc:
             self._waiters.pop(rid, None)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import bisect
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import structlog
@@ -508,6 +508,15 @@ class PartitionLog:
                     return out
                 out.append(r)
         return out
+
+    def batch_headers(self) -> Iterator[BatchHeader]:
+        """Headers of every batch, in offset order (CRC-checked, records not decoded)."""
+        self._check_usable()
+        for seg in list(self.segments):
+            for item in iter_batches(seg.file, 0, seg.size, seg.base_offset):
+                if isinstance(item, ScanFailure):
+                    raise seg.corrupt(item.position, item.reason)
+                yield item[1]
 
     # -- truncation -------------------------------------------------------------------
 
