@@ -19,8 +19,8 @@ Checks:
 - offset-went-back: a client saw a high watermark or latest offset lower than
   one it saw before.
 - epoch-went-back / epoch-reused / two-leaders: leader epochs in the status
-  decreased or were given to two leaders; two brokers appended as leader in
-  the same epoch.
+  decreased or were given to two leaders; two processes (two brokers, or two
+  runs of one broker) appended as leader in the same epoch.
 - isr-healthy-removed: a follower that read to the leader's log end at least
   once every replicaLagTimeMaxMs (less the reporting delay) was removed from
   the ISR for lag; only judged while follower, leader, controller and their
@@ -242,13 +242,14 @@ class Checker:
                         f"leaderEpoch {s.leader_epoch} given to broker {leaders[key]} and "
                         f"to broker {s.leader}",
                     )
-        for (partition, epoch), brokers in self.h.leader_writes.items():
-            if len(brokers) > 1:
+        for (partition, epoch), writers in self.h.leader_writes.items():
+            if len(writers) > 1:
+                who = ", ".join(f"broker {b} (brokerEpoch {e})" for b, e in sorted(writers))
                 self._flag(
                     "two-leaders",
                     0,
                     partition,
-                    f"brokers {sorted(brokers)} all appended as leader in leaderEpoch {epoch}",
+                    f"{who} all appended as leader in leaderEpoch {epoch}",
                 )
 
     def _check_acks_and_reads(
@@ -397,14 +398,23 @@ class Checker:
         end: int,
     ) -> None:
         for partition in logs:
-            led = [
-                w.time
-                for w in self._writes(partition)
-                if w.time >= healed_at and w.status.leader is not None
-            ]
+            # The first moment from the heal on at which the status in effect names a leader.
+            in_effect: PartitionStatus | None = None
+            led: int | None = None
+            for w in self._writes(partition):
+                if w.time <= healed_at:
+                    in_effect = w.status
+                    continue
+                if led is None and in_effect is not None and in_effect.leader is not None:
+                    led = healed_at
+                in_effect = w.status
+                if led is None and w.status.leader is not None:
+                    led = w.time
+            if led is None and in_effect is not None and in_effect.leader is not None:
+                led = healed_at
             final = statuses.get(partition)
-            if final is None or final.leader is None or not led or led[0] > healed_at + bound_ms:
-                when = f"only at t={led[0]}" if led else "never"
+            if final is None or final.leader is None or led is None or led > healed_at + bound_ms:
+                when = f"only at t={led}" if led else "never"
                 self._flag(
                     "no-leader",
                     healed_at + bound_ms,
@@ -412,7 +422,6 @@ class Checker:
                     f"faults healed at t={healed_at}; a leader was recorded {when} "
                     f"(bound {bound_ms} ms)",
                 )
-                continue
         acked: dict[str, dict[int, str]] = {}
         for a in self.h.acks:
             acked.setdefault(a.partition, {})[a.offset] = a.value

@@ -78,8 +78,9 @@ class History:
     reads: list[Read] = field(default_factory=list)
     offsets: list[OffsetSeen] = field(default_factory=list)
     status_writes: list[StatusWrite] = field(default_factory=list)
-    leader_writes: dict[tuple[str, int], set[int]] = field(default_factory=dict)
-    """(partition, leaderEpoch) -> brokers that appended as leader in that epoch."""
+    leader_writes: dict[tuple[str, int], set[tuple[int, int]]] = field(default_factory=dict)
+    """(partition, leaderEpoch) -> (broker, brokerEpoch) of every process that appended as
+    leader in that epoch."""
     fetches: dict[tuple[str, int, int], FollowerFetches] = field(default_factory=dict)
     """(partition, leaderEpoch, follower) -> its fetches in that epoch."""
     broker_starts: dict[int, list[tuple[int, int]]] = field(default_factory=dict)

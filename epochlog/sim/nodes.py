@@ -328,7 +328,7 @@ class SimBroker(Process):
         role = core.partitions[partition].replica.role
         assert isinstance(role, Leader)
         self.history.leader_writes.setdefault((partition, role.leader_epoch), set()).add(
-            self.broker_id
+            (self.broker_id, self.broker_epoch)
         )
         self.run(effects)
 

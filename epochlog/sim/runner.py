@@ -18,6 +18,7 @@ import functools
 import os
 import sys
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -277,7 +278,27 @@ def _run_quiet(args: tuple[int, RunSettings]) -> RunResult:
     from epochlog.logs import configure
 
     configure("critical")
-    return run_seed(*args)
+    try:
+        return run_seed(*args)
+    except Exception as exc:
+        # The code under test raised: that is a failure of this seed, not of the run.
+        seed = args[0]
+        report = (
+            f"CRASH: {type(exc).__name__}: {exc}\nseed {seed}\n"
+            f"replay: epochlog sim --start {seed} --seeds 1 --verbose\n"
+            + "".join(traceback.format_exception(exc))
+        )
+        return RunResult(
+            seed=seed,
+            violations=[Violation("crash", 0, "-", f"{type(exc).__name__}: {exc}")],
+            report=report,
+            acks=0,
+            reads=0,
+            faults=0,
+            sim_ms=0,
+            events=0,
+            wall_s=0.0,
+        )
 
 
 def run_seeds(seeds: Sequence[int], settings: RunSettings, jobs: int = 1) -> Iterator[RunResult]:

@@ -64,8 +64,17 @@ class ControllerCore:
         assignments = []
         for name, p in sorted(partitions.items()):
             status = p.status
-            if status is not None and heartbeat.broker_id in status.replicas:
-                assignments.append(PartitionAssignment.from_status(name, status, p.spec))
+            if status is None or heartbeat.broker_id not in status.replicas:
+                continue
+            recorded = status.isr_broker_epochs.get(heartbeat.broker_id)
+            if status.leader == heartbeat.broker_id and recorded not in (
+                None,
+                heartbeat.broker_epoch,
+            ):
+                # Leadership was given to the broker's previous process; the next decision
+                # elects anew, so this process never leads an epoch its predecessor led.
+                continue
+            assignments.append(PartitionAssignment.from_status(name, status, p.spec))
         rejected = tuple(self.rejected.pop(heartbeat.broker_id, ()))
         return (
             HeartbeatResponse(assignments=tuple(assignments), rejected_isr_proposals=rejected),

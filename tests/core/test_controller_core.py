@@ -82,3 +82,21 @@ def test_refused_proposals_reach_the_leader_once() -> None:
     assert [r.replica for r in response.rejected_isr_proposals] == [3]
     response, _ = core.on_heartbeat(hb(1, 1, 50, report), 50, {"t-0": p})
     assert response.rejected_isr_proposals == ()
+
+
+def test_leadership_of_a_previous_process_is_not_handed_to_its_successor() -> None:
+    core = ControllerCore.start(0)
+    p = elect(core, 10)
+    assert p.status is not None
+    assert p.status.isr_broker_epochs[1] == 1
+    # Broker 1 restarts (brokerEpoch 2) before the next decision: its answer must not
+    # tell it to lead leaderEpoch 1 again.
+    response, result = core.on_heartbeat(hb(1, 2, 20), 20, {"t-0": p})
+    assert result.outcome is HeartbeatOutcome.RESTARTED
+    assert response.assignments == ()
+    decision = core.decide("t-0", p, 30)
+    assert decision.status is not None
+    assert decision.status.leader_epoch == 2
+    again = PartitionInput(SPEC, decision.status, 1, "3")
+    response, _ = core.on_heartbeat(hb(1, 2, 40), 40, {"t-0": again})
+    assert [a.leader_epoch for a in response.assignments] == [2]

@@ -124,3 +124,30 @@ def test_client_high_watermark_only_from_leader_and_remembered_for_next_term():
     assert isinstance(r.role, Leader)
     with pytest.raises(OffsetNotAvailableError):
         r.client_high_watermark()
+
+
+def test_a_restarted_broker_does_not_lead_an_epoch_its_previous_process_wrote() -> None:
+    """After a restart, a leader assignment for an epoch already in the log is refused: the
+    previous process may have lost an unsynced tail that followers hold, and writing new
+    records there in the same epoch would be invisible to every divergence check."""
+    from epochlog_broker.log.epochs import EpochHistory
+    from epochlog_broker.replication.replica import (
+        Assignment,
+        LogFacts,
+        Offline,
+        PartitionConfig,
+        Replica,
+        TransitionKind,
+    )
+
+    epochs = EpochHistory()
+    epochs.assign(1, 0)
+    facts = LogFacts(5, 5, 3, epochs)
+    r = Replica(partition="t-0", broker_id=1, broker_epoch=2, config=PartitionConfig())
+    same = Assignment(1, 1, 1, frozenset({1, 2}), (1, 2))
+    t = r.apply(same, facts, 0)
+    assert t.kind is TransitionKind.WENT_OFFLINE
+    assert isinstance(r.role, Offline)
+    # The controller notices the restart and elects anew: that epoch it may lead.
+    t = r.apply(Assignment(1, 2, 2, frozenset({1, 2}), (1, 2)), facts, 10)
+    assert t.kind is TransitionKind.BECAME_LEADER

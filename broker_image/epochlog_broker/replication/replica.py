@@ -129,7 +129,8 @@ class Replica:
     def apply(self, a: Assignment, log: LogFacts, now_ms: int) -> Transition:
         if self._is_stale(a):
             return Transition(TransitionKind.IGNORED)
-        same_epoch = self.assignment is not None and a.leader_epoch == self.leader_epoch
+        fresh = self.assignment is None
+        same_epoch = not fresh and a.leader_epoch == self.leader_epoch
         self.assignment = a
         if same_epoch:
             if isinstance(self.role, Leader):
@@ -146,6 +147,12 @@ class Replica:
         if self.broker_id not in a.replicas or a.leader is None:
             reason = "not a replica" if a.leader is not None else "no leader"
             self.role = Offline(a.leader_epoch, reason)
+            return Transition(TransitionKind.WENT_OFFLINE, tuple(actions))
+        if a.leader == self.broker_id and fresh and a.leader_epoch <= log.epochs.latest_epoch:
+            # This broker wrote batches of that epoch in a previous process, whose unsynced
+            # tail may be gone: leading it again could put two records at one offset in one
+            # epoch, which no divergence check can see. A restarted leader needs a new epoch.
+            self.role = Offline(a.leader_epoch, "leader epoch used by a previous process")
             return Transition(TransitionKind.WENT_OFFLINE, tuple(actions))
         if a.leader == self.broker_id:
             self.role = self.leader_class(
