@@ -59,6 +59,8 @@ class IsrProposal(WireModel):
     replica: BrokerId
     broker_epoch: NonNegativeInt
     log_end_offset: NonNegativeInt
+    proposal_id: NonNegativeInt = 0
+    """The leader's number for this proposal; a refusal names it."""
 
 
 class PartitionReport(WireModel):
@@ -155,6 +157,7 @@ class RejectedIsrProposal(WireModel):
     partition_epoch: NonNegativeInt
     replica: BrokerId
     reason: str
+    proposal_id: NonNegativeInt = 0
 
 
 class HeartbeatResponse(WireModel):

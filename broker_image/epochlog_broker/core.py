@@ -281,6 +281,7 @@ class BrokerCore:
                         replica=r,
                         broker_epoch=be,
                         log_end_offset=role.follower_log_end_offset(r) or 0,
+                        proposal_id=pending.proposal_id,
                     )
                     for r, be in pending.broker_epochs
                 )
@@ -332,6 +333,7 @@ class BrokerCore:
                 and role.leader_epoch == rej.leader_epoch
                 and role.partition_epoch == rej.partition_epoch
                 and role.pending_proposal is not None
+                and role.pending_proposal.proposal_id == rej.proposal_id
                 and rej.replica in role.pending_proposal.isr - role.isr
             ):
                 log.info(
@@ -341,7 +343,7 @@ class BrokerCore:
                     replica=rej.replica,
                     reason=rej.reason,
                 )
-                effects += self._leader_effects(role.on_isr_proposal_rejected())
+                effects += self._leader_effects(role.on_isr_proposal_rejected(rej.proposal_id))
         return effects
 
     def _apply(self, pa: PartitionAssignment, now_ms: int) -> list[Effect]:

@@ -41,6 +41,11 @@ class ControllerCore:
     heartbeats: dict[int, ReceivedHeartbeat] = field(default_factory=dict)
     rejected: dict[int, list[RejectedIsrProposal]] = field(default_factory=dict)
     """Refused proposals per leader broker, to send with its next heartbeat answer."""
+    refused: set[tuple[str, int, int, int, int]] = field(default_factory=set)
+    """(partition, leader, brokerEpoch, leaderEpoch, proposalId) of every refused proposal.
+    The leader stops counting a refused replica for its HW as soon as it hears of the
+    refusal, so the same proposal, still in an older stored report, must never be
+    accepted afterwards."""
 
     @classmethod
     def start(
@@ -94,12 +99,22 @@ class ControllerCore:
             for n, p in (others or {}).items()
             if n != name
         )
-        decision = decide(partition, self.liveness, self.heartbeats, now_ms, load)
+        decision = decide(partition, self.liveness, self._unrefused(name), now_ms, load)
         if decision.rejected_proposals and partition.status and partition.status.leader:
             leader = partition.status.leader
             got = self.heartbeats.get(leader)
             report = got.heartbeat.partition(name) if got else None
-            if report is not None:
+            if got is not None and report is not None:
+                for r in decision.rejected_proposals:
+                    self.refused.add(
+                        (
+                            name,
+                            leader,
+                            got.heartbeat.broker_epoch,
+                            report.leader_epoch,
+                            r.proposal_id,
+                        )
+                    )
                 self.rejected.setdefault(leader, []).extend(
                     RejectedIsrProposal(
                         name=name,
@@ -107,7 +122,33 @@ class ControllerCore:
                         partition_epoch=report.partition_epoch,
                         replica=r.replica,
                         reason=r.reason,
+                        proposal_id=r.proposal_id,
                     )
                     for r in decision.rejected_proposals
                 )
         return decision
+
+    def _unrefused(self, name: str) -> Mapping[int, ReceivedHeartbeat]:
+        """The latest heartbeats, without proposals for `name` that were refused before."""
+        out = dict(self.heartbeats)
+        for broker, got in self.heartbeats.items():
+            hb = got.heartbeat
+            report = hb.partition(name)
+            if report is None or not report.isr_proposals:
+                continue
+            keep = tuple(
+                p
+                for p in report.isr_proposals
+                if (name, broker, hb.broker_epoch, report.leader_epoch, p.proposal_id)
+                not in self.refused
+            )
+            if len(keep) == len(report.isr_proposals):
+                continue
+            parts = tuple(
+                r.model_copy(update={"isr_proposals": keep}) if r.name == name else r
+                for r in hb.partitions
+            )
+            out[broker] = ReceivedHeartbeat(
+                hb.model_copy(update={"partitions": parts}), got.received_ms
+            )
+        return out

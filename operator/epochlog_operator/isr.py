@@ -47,6 +47,7 @@ class IsrRemoval:
 class RejectedProposal:
     replica: int
     reason: str
+    proposal_id: int = 0
 
 
 def merge_caught_up_times(
@@ -143,7 +144,7 @@ def review_proposals(
             f"proposed under leaderEpoch {report.leader_epoch} / partitionEpoch "
             f"{report.partition_epoch}, current is {leader_epoch} / {partition_epoch}"
         )
-        return (), tuple(RejectedProposal(p.replica, stale) for p in proposals)
+        return (), tuple(RejectedProposal(p.replica, stale, p.proposal_id) for p in proposals)
     accepted: list[IsrProposal] = []
     rejected: list[RejectedProposal] = []
     seen: set[int] = set()
@@ -163,7 +164,7 @@ def review_proposals(
         if reason is None:
             accepted.append(p)
         else:
-            rejected.append(RejectedProposal(p.replica, reason))
+            rejected.append(RejectedProposal(p.replica, reason, p.proposal_id))
     return tuple(accepted), tuple(rejected)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from epochlog.heartbeat import BrokerHeartbeat, IsrProposal, PartitionReport, PartitionRole
-from epochlog.resources import PartitionSpec
+from epochlog.resources import PartitionSpec, PartitionStatus
 from epochlog_operator.controller import ControllerCore
 from epochlog_operator.decide import PartitionInput
 from epochlog_operator.liveness import HeartbeatOutcome
@@ -100,3 +100,51 @@ def test_leadership_of_a_previous_process_is_not_handed_to_its_successor() -> No
     again = PartitionInput(SPEC, decision.status, 1, "3")
     response, _ = core.on_heartbeat(hb(1, 2, 40), 40, {"t-0": again})
     assert [a.leader_epoch for a in response.assignments] == [2]
+
+
+def test_a_refused_proposal_is_never_accepted_from_an_older_report() -> None:
+    """Found by the simulator (seed 1050 of the soak): the controller refused a proposal,
+    the leader dropped the replica from its HW quorum on hearing so, and a later decision
+    accepted the same proposal from the stored report, recording in the ISR a replica
+    that lacked acknowledged records."""
+    core = ControllerCore.start(0)
+    status = PartitionStatus(
+        leader=1,
+        leader_epoch=1,
+        partition_epoch=2,
+        isr=(1, 2),
+        isr_broker_epochs={1: 1, 2: 1},
+        replicas=(1, 2, 3),
+    )
+    p = PartitionInput(SPEC, status, 1, "3")
+    report = PartitionReport(
+        name="t-0",
+        role=PartitionRole.LEADER,
+        leader_epoch=1,
+        partition_epoch=2,
+        log_end_offset=0,
+        high_watermark=0,
+        isr_proposals=(IsrProposal(replica=3, broker_epoch=1, log_end_offset=0, proposal_id=4),),
+    )
+    core.on_heartbeat(hb(1, 1, 20, report), 20, {"t-0": p})
+    core.on_heartbeat(hb(2, 1, 20), 20, {"t-0": p})
+    # The controller has not heard from broker 3 yet: the proposal is refused.
+    decision = core.decide("t-0", p, 30)
+    assert [r.proposal_id for r in decision.rejected_proposals] == [4]
+    response, _ = core.on_heartbeat(hb(3, 1, 40), 40, {"t-0": p})
+    response, _ = core.on_heartbeat(hb(1, 1, 40, report), 40, {"t-0": p})
+    assert [r.proposal_id for r in response.rejected_isr_proposals] == [4]
+    # Broker 3 is live now, but proposal 4 stays refused; only a new proposal may add it.
+    decision = core.decide("t-0", p, 50)
+    assert decision.status is None or 3 not in decision.status.isr
+    renewed = report.model_copy(
+        update={
+            "isr_proposals": (
+                IsrProposal(replica=3, broker_epoch=1, log_end_offset=0, proposal_id=5),
+            )
+        }
+    )
+    core.on_heartbeat(hb(1, 1, 60, renewed), 60, {"t-0": p})
+    decision = core.decide("t-0", p, 70)
+    assert decision.status is not None
+    assert 3 in decision.status.isr

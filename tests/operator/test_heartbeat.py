@@ -57,7 +57,7 @@ def test_heartbeat_parses_the_wire_shape() -> None:
     assert hb.partition("orders-1") is not None
     assert hb.partition("orders-9") is None
     assert hb.model_dump(mode="json", exclude_none=True)["partitions"][0]["isrProposals"] == [
-        {"replica": 1, "brokerEpoch": 5, "logEndOffset": 121}
+        {"replica": 1, "brokerEpoch": 5, "logEndOffset": 121, "proposalId": 0}
     ]
 
 

@@ -179,7 +179,7 @@ def test_caught_up_follower_is_proposed_and_counts_for_hw_from_proposal():
     append(leader, 5)
     leader.on_flushed(15)
     decision = fetch(leader, 3, 10)
-    assert decision.actions == (ProposeIsr("t-0", 5, 10, frozenset({1, 2, 3}), ((3, 1),)),)
+    assert decision.actions == (ProposeIsr("t-0", 5, 10, frozenset({1, 2, 3}), ((3, 1),), 1),)
     assert leader.isr == {1, 2}, "not recorded yet"
     assert leader.maximal_isr == {1, 2, 3}
     fetch(leader, 2, 15)
@@ -217,6 +217,26 @@ def test_only_one_proposal_in_flight_and_rejection_reverts_quorum():
     assert proposal.isr == {1, 3}
 
 
+def test_refusal_of_an_earlier_proposal_leaves_a_later_one_counted():
+    """The controller may refuse proposal 1 after the leader already made proposal 2 for the
+    same replica (from an older report); proposal 2 may be recorded next, so the leader
+    must keep counting it for the high watermark."""
+    leader = make_leader(isr=(1,), min_isr=1)
+    (first,) = fetch(leader, 2, 0).actions
+    assert isinstance(first, ProposeIsr)
+    leader.on_isr_proposal_rejected(first.proposal_id)
+    (second,) = fetch(leader, 2, 0).actions
+    assert isinstance(second, ProposeIsr)
+    assert second.proposal_id != first.proposal_id
+    leader.on_isr_proposal_rejected(first.proposal_id)
+    assert leader.maximal_isr == {1, 2}
+    append(leader, 3)
+    leader.on_flushed(3)
+    assert leader.high_watermark == 0, "replica 2 has not fetched the new records"
+    leader.on_isr_proposal_rejected(second.proposal_id)
+    assert leader.maximal_isr == {1}
+
+
 def test_recorded_isr_update_clears_pending_proposal():
     leader = make_leader(isr=(1,), min_isr=1)
     fetch(leader, 2, 0)
@@ -224,7 +244,7 @@ def test_recorded_isr_update_clears_pending_proposal():
     assert leader.pending_proposal is None
     assert leader.maximal_isr == {1, 2}
     (proposal,) = fetch(leader, 3, 0).actions
-    assert proposal == ProposeIsr("t-0", 5, 11, frozenset({1, 2, 3}), ((3, 1),))
+    assert proposal == ProposeIsr("t-0", 5, 11, frozenset({1, 2, 3}), ((3, 1),), 2)
 
 
 # -- fetch validation (KIP-320) ---------------------------------------------------------

@@ -103,6 +103,8 @@ class ProposeIsr:
     partition_epoch: int
     isr: frozenset[int]
     broker_epochs: tuple[tuple[int, int], ...]
+    proposal_id: int = 0
+    """Numbers this leader's proposals, so that a refusal names the one it refuses."""
 
 
 LeaderAction = ProduceCompleted | ProduceFailed | ProposeIsr
@@ -186,6 +188,7 @@ class Leader:
         self._epochs.assign(leader_epoch, log_end_offset)
         self._isr = frozenset(isr) | {broker_id}
         self._proposed: ProposeIsr | None = None
+        self._proposals_made = 0
         self._followers = {r: _Follower() for r in self.replicas if r != broker_id}
         for r, f in self._followers.items():
             if r in self._isr:
@@ -453,12 +456,14 @@ class Leader:
         end = request.fetch_offset
         if end < self._high_watermark or end < self.epoch_start_offset:
             return []
+        self._proposals_made += 1
         self._proposed = ProposeIsr(
             self.partition,
             self.leader_epoch,
             self.partition_epoch,
             self._isr | {request.replica_id},
             ((request.replica_id, request.broker_epoch),),
+            self._proposals_made,
         )
         return [self._proposed]
 
@@ -480,8 +485,14 @@ class Leader:
         self._proposed = None
         return self._maybe_advance_high_watermark()
 
-    def on_isr_proposal_rejected(self) -> list[LeaderAction]:
-        """The controller refused the pending proposal: those replicas leave the quorum."""
+    def on_isr_proposal_rejected(self, proposal_id: int | None = None) -> list[LeaderAction]:
+        """The controller refused proposal `proposal_id` (None: the pending one): if it is
+        still pending, its replicas leave the quorum. A refusal of an earlier proposal
+        must not void a later one, which the controller may already have recorded."""
+        if self._proposed is None or (
+            proposal_id is not None and proposal_id != self._proposed.proposal_id
+        ):
+            return []
         self._proposed = None
         return self._maybe_advance_high_watermark()
 
