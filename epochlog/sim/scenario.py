@@ -37,7 +37,7 @@ from epochlog_broker.replication.leader import Leader
 from epochlog_broker.replication.messages import Acks
 
 SCENARIO_CLIENT = 99
-AUDIT_INTERVAL_MS = 1000
+AUDIT_INTERVAL_MS = 2000
 
 
 def spec(

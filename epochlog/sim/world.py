@@ -23,7 +23,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 CONTROLLER: Final = 0
@@ -95,13 +95,13 @@ class Process:
             self.world.schedule(self.world.now, ev.fn, ev.owner, ev.incarnation)
 
 
-@dataclass(order=True)
+@dataclass(slots=True)
 class _Event:
     time: int
     seq: int
-    fn: Callable[[], None] = field(compare=False)
-    owner: Process | None = field(compare=False, default=None)
-    incarnation: int = field(compare=False, default=0)
+    fn: Callable[[], None]
+    owner: Process | None = None
+    incarnation: int = 0
 
 
 class World:
@@ -113,7 +113,7 @@ class World:
         self.net = network or NetworkConfig()
         self.processes: dict[int, Process] = {}
         self.cuts: set[tuple[int, int]] = set()
-        self._queue: list[_Event] = []
+        self._queue: list[tuple[int, int, _Event]] = []
         self._seq = 0
         self.events_run = 0
 
@@ -123,7 +123,8 @@ class World:
         self, time: int, fn: Callable[[], None], owner: Process | None = None, incarnation: int = 0
     ) -> None:
         self._seq += 1
-        heapq.heappush(self._queue, _Event(max(time, self.now), self._seq, fn, owner, incarnation))
+        at = max(time, self.now)
+        heapq.heappush(self._queue, (at, self._seq, _Event(at, self._seq, fn, owner, incarnation)))
 
     def after(self, delay_ms: int, fn: Callable[[], None]) -> None:
         self.schedule(self.now + max(0, delay_ms), fn)
@@ -131,7 +132,7 @@ class World:
     def step(self) -> bool:
         if not self._queue:
             return False
-        ev = heapq.heappop(self._queue)
+        ev = heapq.heappop(self._queue)[2]
         self.now = max(self.now, ev.time)
         owner = ev.owner
         if owner is not None:
@@ -146,7 +147,7 @@ class World:
 
     def run_until(self, time_ms: int, until: Callable[[], bool] | None = None) -> bool:
         """Run events up to `time_ms`; stop early (returning True) once `until()` holds."""
-        while self._queue and self._queue[0].time <= time_ms:
+        while self._queue and self._queue[0][0] <= time_ms:
             self.step()
             if until is not None and until():
                 return True
