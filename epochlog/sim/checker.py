@@ -141,6 +141,8 @@ class Checker:
             if fetches is not None:
                 since = max(since, fetches.last_ms)
             key = (partition, f, status.leader_epoch)
+            if not self._reporting(leader, since, now):
+                continue  # a silent leader is a matter for fencing, not for ISR lag
             if now - since > bound and key not in self._reported_stuck:
                 self._reported_stuck.add(key)
                 self._flag(
@@ -364,19 +366,21 @@ class Checker:
             return False
         if not self._up_throughout(f, member_since, t):
             return False
-        for broker in (f, leader):
-            if not self._up_throughout(broker, joined, t):
-                return False
-            beats = [x for x in self.h.heartbeats_in.get(broker, []) if joined <= x <= t]
-            points = [joined, *beats, t]
-            if any(
-                b - a > 2 * self.config.heartbeat_interval_ms for a, b in itertools.pairwise(points)
-            ):
-                return False
+        if not all(self._reporting(broker, joined, t) for broker in (f, leader)):
+            return False
         fetches = self.h.fetches.get((partition, epoch, f))
         caught = [c for c in (fetches.caught_up_ms if fetches else []) if start <= c <= t]
         points = [start, *caught, t]
         return all(b - a <= lag_max - tol for a, b in itertools.pairwise(points))
+
+    def _reporting(self, broker: int, start: int, end: int) -> bool:
+        """One process of `broker` ran throughout and its heartbeats kept arriving."""
+        if not self._up_throughout(broker, start, end):
+            return False
+        beats = [x for x in self.h.heartbeats_in.get(broker, []) if start <= x <= end]
+        points = [start, *beats, end]
+        gap = 2 * self.config.heartbeat_interval_ms
+        return all(b - a <= gap for a, b in itertools.pairwise(points))
 
     def _broker_epoch_at(self, broker: int, t: int) -> int | None:
         running = [e for s, e in self.h.broker_starts.get(broker, []) if s <= t]

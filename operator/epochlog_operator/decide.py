@@ -223,6 +223,9 @@ def _judge(
         liveness=view,
         last_caught_up=d.last_caught_up,
         replica_lag_time_max_ms=spec.replica_lag_time_max_ms,
+        lag_as_of_ms=obs.received[leader].received_ms
+        if leader is not None and report is not None
+        else None,
     )
     behind = obs.max_leader_epoch > old.leader_epoch
     if leader is None or leader in assessment:

@@ -88,9 +88,16 @@ def assess_isr(
     liveness: LivenessView,
     last_caught_up: Mapping[int, int],
     replica_lag_time_max_ms: int,
+    lag_as_of_ms: int | None,
 ) -> dict[int, IsrRemoval]:
     """Members that must leave the ISR and why. The leader is judged on fencing and restarts
-    only; whether it keeps its place is the election's call."""
+    only; whether it keeps its place is the election's call.
+
+    Lag is measured at `lag_as_of_ms`, the arrival of the leader's latest report: what
+    the leader saw then is all the controller knows of its followers. When the leader
+    falls silent its followers' lag stops growing (they did not fall behind; the
+    leader went quiet, which fencing deals with), and without a report (None) nobody
+    leaves for lag."""
     out: dict[int, IsrRemoval] = {}
     for member in isr:
         current = liveness.broker_epoch(member)
@@ -103,8 +110,8 @@ def assess_isr(
                 RemovalReason.RESTARTED,
                 f"broker {member} restarted (brokerEpoch {recorded} -> {current})",
             )
-        elif member != leader:
-            lag = lag_ms(member, last_caught_up, liveness.now_ms, liveness.started_ms)
+        elif member != leader and lag_as_of_ms is not None:
+            lag = lag_ms(member, last_caught_up, lag_as_of_ms, liveness.started_ms)
             if lag > replica_lag_time_max_ms:
                 out[member] = IsrRemoval(
                     member,

@@ -32,6 +32,7 @@ def assess(view: LivenessView, caught_up: dict[int, int], recorded: dict[int, in
         liveness=view,
         last_caught_up=caught_up,
         replica_lag_time_max_ms=LAG,
+        lag_as_of_ms=view.now_ms,
     )
 
 
