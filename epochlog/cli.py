@@ -5,12 +5,14 @@ Subcommands so far:
   epochlog log dump DIR       print records (or batch headers) from an offset
   epochlog demo               storage walkthrough: appends, a power loss, recovery
   epochlog sim                random fault schedules in the deterministic simulator
+  epochlog broker             run a broker (HTTP API, replication, heartbeats)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -136,6 +138,68 @@ def _sim_epilog() -> str:
     )
 
 
+def _broker_id(value: str) -> int:
+    """An id, or "hostname": the digits that end the host name (a StatefulSet's ordinal)."""
+    import re
+    import socket
+
+    if value == "hostname":
+        match = re.search(r"(\d+)$", socket.gethostname())
+        if match is None:
+            raise argparse.ArgumentTypeError(
+                f"host name {socket.gethostname()!r} does not end with a number"
+            )
+        return int(match.group(1))
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"broker id must be a number or 'hostname', got {value!r}")
+    return int(value)
+
+
+def _cmd_broker(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from epochlog_broker.config import BrokerConfig, parse_listen, parse_peers
+    from epochlog_broker.server import run_broker
+
+    if args.id is None:
+        print("error: --id (or EPOCHLOG_BROKER_ID) is required", file=sys.stderr)
+        return 2
+    if not args.controller:
+        print("error: --controller (or EPOCHLOG_CONTROLLER_URL) is required", file=sys.stderr)
+        return 2
+    try:
+        host, port = parse_listen(args.listen)
+        config = BrokerConfig(
+            broker_id=_broker_id(str(args.id)),
+            data_dir=args.data_dir,
+            controller_url=args.controller,
+            host=host,
+            port=port,
+            advertised_address=args.advertised_address,
+            peers=parse_peers(args.peers or []),
+            peer_address_template=args.peer_address_template,
+            heartbeat_interval_ms=args.heartbeat_interval_ms,
+            checkpoint_interval_ms=args.checkpoint_interval_ms,
+            max_record_bytes=args.max_record_bytes,
+            max_request_bytes=args.max_request_bytes,
+        )
+        if args.segment_bytes is not None:
+            config = dataclasses.replace(
+                config, log=dataclasses.replace(config.log, segment_bytes=args.segment_bytes)
+            )
+    except (ValueError, argparse.ArgumentTypeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return run_broker(config)
+
+
+def _cmd_operator(args: argparse.Namespace) -> int:
+    from epochlog_operator.main import run
+    from epochlog_operator.settings import OperatorSettings
+
+    return run(OperatorSettings.from_args(args), args.log_level, args.log_format)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="epochlog",
@@ -191,6 +255,73 @@ def build_parser() -> argparse.ArgumentParser:
         "--keep-going", action="store_true", help="run every seed even after a failure"
     )
     sim.set_defaults(func=_cmd_sim)
+
+    env = os.environ.get
+    broker = sub.add_parser(
+        "broker",
+        help="run a broker: store and replicate partitions, serve the HTTP API",
+        description="Run a broker process. It heartbeats to the controller, takes the "
+        "partitions the controller assigns to it, replicates them from their leaders, and "
+        "serves the HTTP API. SIGTERM stops it cleanly (flush, checkpoints, close).",
+    )
+    broker.add_argument(
+        "--id",
+        default=env("EPOCHLOG_BROKER_ID"),
+        help="broker id, or 'hostname' for the "
+        "number that ends the host name (env EPOCHLOG_BROKER_ID)",
+    )
+    broker.add_argument(
+        "--data-dir", default=env("EPOCHLOG_DATA_DIR", "/data"), help="partition logs live here"
+    )
+    broker.add_argument(
+        "--listen", default=env("EPOCHLOG_LISTEN", "0.0.0.0:8080"), help="HOST:PORT to serve on"
+    )
+    broker.add_argument(
+        "--controller",
+        default=env("EPOCHLOG_CONTROLLER_URL"),
+        help="base URL of the controller's heartbeat endpoint (env EPOCHLOG_CONTROLLER_URL)",
+    )
+    broker.add_argument(
+        "--advertised-address",
+        default=env("EPOCHLOG_ADVERTISED_ADDRESS"),
+        help="base URL others reach this broker at (default http://HOST:PORT)",
+    )
+    broker.add_argument(
+        "--peers",
+        action="append",
+        metavar="ID=URL[,ID=URL...]",
+        default=[p for p in [env("EPOCHLOG_PEERS")] if p],
+        help="where other brokers are (repeatable; env EPOCHLOG_PEERS)",
+    )
+    broker.add_argument(
+        "--peer-address-template",
+        default=env("EPOCHLOG_PEER_ADDRESS_TEMPLATE"),
+        metavar="URL",
+        help="base URL of broker {id} when --peers does not list it, e.g. "
+        "http://epochlog-broker-{id}.epochlog-broker:8080",
+    )
+    broker.add_argument("--heartbeat-interval-ms", type=int, default=500)
+    broker.add_argument("--checkpoint-interval-ms", type=int, default=5000)
+    broker.add_argument(
+        "--max-record-bytes", type=int, default=1 << 20, help="largest record accepted"
+    )
+    broker.add_argument(
+        "--max-request-bytes", type=int, default=16 << 20, help="largest request body read"
+    )
+    broker.add_argument("--segment-bytes", type=int, default=None, help="segment file size")
+    broker.set_defaults(func=_cmd_broker)
+
+    from epochlog_operator.settings import add_arguments as add_operator_arguments
+
+    operator_p = sub.add_parser(
+        "operator",
+        help="run the operator: Partition resources, heartbeats, elections and ISR",
+        description="Run the epochlog operator (kopf): it answers broker heartbeats, fences "
+        "silent brokers, elects leaders, tracks the ISR and writes it all to Partition status. "
+        "Several replicas may run; kopf peering lets one act at a time.",
+    )
+    add_operator_arguments(operator_p)
+    operator_p.set_defaults(func=_cmd_operator)
     return parser
 
 

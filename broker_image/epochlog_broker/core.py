@@ -23,6 +23,9 @@ Protocol with the shell:
 - `flush()` when `dirty` is set (group commit: one fsync covers every append
   since the last); nothing counts as persisted, for acks or for the fetch
   offset a follower reports, before it. `tick()` at `next_deadline_ms()`.
+  A shell that fsyncs off its event loop runs the same flush in three steps:
+  `begin_flush()`, `sync_log(name)` for each log (in a worker thread, while
+  nothing truncates or closes that log), `end_flush(name, persisted)`.
 - `checkpoint_high_watermarks()` periodically and in `close()`.
 """
 
@@ -31,6 +34,7 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import structlog
 
@@ -52,7 +56,7 @@ from epochlog.heartbeat import (
     PartitionReport,
     PartitionRole,
 )
-from epochlog_broker.log.batch import HEADER, BatchHeader, LogRecord, Record
+from epochlog_broker.log.batch import HEADER, BatchHeader, LogRecord, Record, RecordBatch
 from epochlog_broker.log.checkpoints import HighWatermarkCheckpoint
 from epochlog_broker.log.config import LogConfig
 from epochlog_broker.log.fs import FileSystem, ensure_dir
@@ -132,6 +136,27 @@ class ReadResult:
     high_watermark: int
     log_start_offset: int
     leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchReadResult:
+    """Stored batches for a reader; the first may start below the offset asked for."""
+
+    batches: list[RecordBatch]
+    high_watermark: int
+    log_start_offset: int
+    leader_epoch: int
+
+
+class PreparedBatch(Protocol):
+    """Records a client encoded as one batch; offsets and epoch are set at append time."""
+
+    @property
+    def record_count(self) -> int: ...
+
+    def stamp(self, base_offset: int, leader_epoch: int) -> bytes | bytearray:
+        """The batch's bytes with `base_offset` and `leader_epoch` set (CRC updated)."""
+        ...
 
 
 @dataclass(slots=True)
@@ -382,7 +407,7 @@ class BrokerCore:
     def produce(
         self,
         name: str,
-        records: Sequence[Record],
+        records: Sequence[Record] | PreparedBatch,
         *,
         acks: Acks,
         timeout_ms: int,
@@ -400,9 +425,8 @@ class BrokerCore:
         role = self._leader(host, leader_epoch)
         epoch = role.begin_produce(acks)
         p = producer or ProducerFields(NO_PRODUCER, -1, -1)
-        written = host.producers.check(
-            p.producer_id, p.producer_epoch, p.base_sequence, len(records)
-        )
+        count = len(records) if isinstance(records, Sequence) else records.record_count
+        written = host.producers.check(p.producer_id, p.producer_epoch, p.base_sequence, count)
         if written is not None:
             log.info(
                 "duplicate_batch",
@@ -424,19 +448,23 @@ class BrokerCore:
                     timeout_ms=timeout_ms,
                 )
             )
-        result = host.log.append_records(
-            records,
-            leader_epoch=epoch,
-            timestamp=now_ms,
-            producer_id=p.producer_id,
-            producer_epoch=p.producer_epoch,
-            base_sequence=p.base_sequence,
-        )
+        if isinstance(records, Sequence):
+            result = host.log.append_records(
+                records,
+                leader_epoch=epoch,
+                timestamp=now_ms,
+                producer_id=p.producer_id,
+                producer_epoch=p.producer_epoch,
+                base_sequence=p.base_sequence,
+            )
+        else:
+            # The caller checked that the batch's producer fields are `producer`'s.
+            result = host.log.append_batch(records.stamp(host.log.log_end_offset, epoch))
         host.producers.record(
             p.producer_id,
             p.producer_epoch,
             p.base_sequence,
-            len(records),
+            count,
             result.base_offset,
             epoch,
         )
@@ -522,6 +550,26 @@ class BrokerCore:
                 host.dirty = False
                 effects += self._report_persisted(host, host.log.flush())
         return effects
+
+    def begin_flush(self) -> list[str]:
+        """Step 1 of a flush off the event loop: the logs to sync, marked clean from now."""
+        names = [name for name, host in self.partitions.items() if host.dirty]
+        for name in names:
+            self.partitions[name].dirty = False
+        return names
+
+    def sync_log(self, name: str) -> int:
+        """Step 2, safe in a worker thread while appends go on: fsync one log.
+
+        Returns its persisted log end. The caller keeps truncation and close of
+        this log from running meanwhile.
+        """
+        return self._get(name).log.flush()
+
+    def end_flush(self, name: str, persisted: int) -> list[Effect]:
+        """Step 3, back on the event loop: report what `sync_log` made durable."""
+        host = self.partitions.get(name)
+        return [] if host is None else self._report_persisted(host, persisted)
 
     def _report_persisted(self, host: Hosted, persisted: int) -> list[Effect]:
         role = host.replica.role
@@ -678,6 +726,30 @@ class BrokerCore:
             else []
         )
         return ReadResult(records, hw, plog.log_start_offset, role.leader_epoch)
+
+    def read_batches(
+        self,
+        name: str,
+        offset: int,
+        *,
+        max_bytes: int = 1 << 20,
+        leader_epoch: int | None = None,
+    ) -> BatchReadResult:
+        """`read` as stored batches, for readers that decode batches themselves."""
+        host = self._get(name)
+        role = self._leader(host, leader_epoch)
+        hw = host.replica.client_high_watermark()
+        plog = host.log
+        if not plog.log_start_offset <= offset <= plog.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"{name}: offset {offset} is outside [{plog.log_start_offset}, "
+                f"{plog.log_end_offset}]",
+                logStartOffset=plog.log_start_offset,
+                highWatermark=hw,
+                leaderEpoch=role.leader_epoch,
+            )
+        batches = plog.read_batches(offset, max_bytes, hw) if offset < hw else []
+        return BatchReadResult(batches, hw, plog.log_start_offset, role.leader_epoch)
 
     def list_offsets(
         self, name: str, at: str | int, *, leader_epoch: int | None = None

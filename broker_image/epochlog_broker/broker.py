@@ -1,0 +1,718 @@
+"""The broker's I/O shell: one `BrokerCore` driven by a real clock, disk and network.
+
+`Broker` owns, for one process: the core (partition logs, replica roles,
+checkpoints), the claim on the data directory and the brokerEpoch, and the
+loops that feed the core its events, as the simulator's `SimBroker` does on a
+simulated world:
+
+- heartbeats to the controller every heartbeatIntervalMs; answers are applied
+  to the core (role changes). A `fenced` answer restarts the core in place:
+  logs closed cleanly, a new brokerEpoch, logs reopened, so the broker rejoins
+  without a process restart;
+- group commit: one flusher fsyncs, in a worker thread, every log appended to
+  since its last round, so the event loop keeps serving while the disk works
+  and every append made meanwhile joins the next round;
+- replica fetchers (`fetcher`): each `SendToLeader` effect becomes an HTTP
+  request to the leader, whose answer (or failure, after a backoff) goes back
+  to the core;
+- produce timeouts (`tick`) and the HW checkpoint on timers;
+- long polls: consumer reads wait for the high watermark to pass their offset,
+  and a caught-up follower's fetch waits at the leader for the next append.
+
+Every core call runs on the event loop, with two exceptions that run in a
+worker thread because they wait for the disk. `sync_log` (the flusher) runs
+under the disk lock, which everything that can truncate or close a log takes
+(answers from the controller and from leaders, restart, close), so no log is
+cut or closed under an fsync; appends and reads go on meanwhile, as they only
+add to the end of the file. The HW checkpoint runs under the state lock,
+which the application of the controller's answers (the only thing that adds
+partitions or changes roles), restart and close take, so the partitions and
+roles it reads stay put while it writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import aiohttp
+import structlog
+from pydantic import ValidationError
+
+from epochlog.errors import (
+    EpochlogError,
+    InvalidRequestError,
+    NotLeaderOrFollowerError,
+    RequestTimedOutError,
+    UnknownLeaderEpochError,
+)
+from epochlog.heartbeat import HeartbeatResponse
+from epochlog_broker.config import BrokerConfig
+from epochlog_broker.core import (
+    BatchReadResult,
+    BrokerCore,
+    Effect,
+    PreparedBatch,
+    ProduceDone,
+    ProducerFields,
+    ReadResult,
+    SendToLeader,
+)
+from epochlog_broker.fetcher import Fetchers, Outcome
+from epochlog_broker.identity import DataDirClaim
+from epochlog_broker.log.batch import Record
+from epochlog_broker.log.fs import OsFileSystem
+from epochlog_broker.metrics import BrokerMetrics
+from epochlog_broker.replica_wire import ReplicaClient
+from epochlog_broker.replication.follower import Follower
+from epochlog_broker.replication.leader import Leader
+from epochlog_broker.replication.messages import (
+    Acks,
+    DivergingEpoch,
+    EpochEndOffset,
+    FetchData,
+    FetchRequest,
+    OffsetsForLeaderEpochRequest,
+)
+
+log = structlog.get_logger("epochlog.broker")
+
+HEARTBEAT_PATH: Final = "/v1/heartbeat"
+_PARTITION_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{0,252}$")
+
+
+def now_ms() -> int:
+    """The broker's clock: wall-clock ms, as heartbeats and record timestamps use."""
+    return int(time.time() * 1000)
+
+
+class Signal:
+    """Wakes every coroutine waiting at the time of `notify()`."""
+
+    __slots__ = ("_future",)
+
+    def __init__(self) -> None:
+        self._future: asyncio.Future[None] | None = None
+
+    def notify(self) -> None:
+        future, self._future = self._future, None
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    async def wait(self, timeout_s: float) -> bool:
+        """False when `timeout_s` passed without a notify."""
+        if self._future is None:
+            self._future = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._future), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+
+@dataclass
+class _Partition:
+    """The shell's state for one hosted partition, for one run of the core."""
+
+    appended: Signal = field(default_factory=Signal)
+    """Leader: new data for followers' parked fetches; also role changes."""
+    progress: Signal = field(default_factory=Signal)
+    """Leader: the HW moved (consumers' long polls); also role changes."""
+    high_watermark: int = -1
+    leader_high_watermark: int | None = None
+    """Follower: the leader's HW in its last fetch answer."""
+    failures: int = 0
+    """Follower: failed requests to the leader in a row (backoff)."""
+
+
+def _sync_logs(core: BrokerCore, names: Sequence[str]) -> list[tuple[str, int | EpochlogError]]:
+    out: list[tuple[str, int | EpochlogError]] = []
+    for name in names:
+        try:
+            out.append((name, core.sync_log(name)))
+        except EpochlogError as exc:
+            out.append((name, exc))
+    return out
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.core: BrokerCore | None = None
+        self.metrics = BrokerMetrics(lambda: self.core)
+        self.heartbeat_applied = False
+        """The controller answered this run of the core at least once."""
+        self.restarts = 0
+        self.failed: str | None = None
+        """Why the broker cannot serve any more (its logs did not reopen); /healthz fails."""
+        self._claim = DataDirClaim(os.path.abspath(config.data_dir), config.broker_id)
+        self._disk = asyncio.Lock()
+        self._state = asyncio.Lock()
+        """Taken before `_disk` when both are needed."""
+        self._dirty = asyncio.Event()
+        self._waiters: dict[int, asyncio.Future[ProduceDone]] = {}
+        self._next_request = 0
+        self._parts: dict[str, _Partition] = {}
+        self._fetchers: Fetchers | None = None
+        self._loops: list[asyncio.Task[None]] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._flusher_stop = False
+        self._stopping = False
+        self._session: aiohttp.ClientSession | None = None
+        self._controller_ok: bool | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._claim.acquire()
+        try:
+            await self._open_core()
+        except BaseException:
+            self._claim.release()
+            raise
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True)
+        )
+        self._fetchers = Fetchers(
+            self.config, ReplicaClient(self._session), self._apply_leader_answer
+        )
+        self._loops = [
+            asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
+            asyncio.create_task(self._tick_loop(), name="tick"),
+            asyncio.create_task(self._checkpoint_loop(), name="checkpoint"),
+        ]
+        self._flusher = asyncio.create_task(self._flush_loop(), name="flush")
+
+    async def _open_core(self) -> None:
+        cfg = self.config
+        epoch = self._claim.next_epoch()
+        core = BrokerCore(
+            broker_id=cfg.broker_id,
+            broker_epoch=epoch,
+            fs=OsFileSystem(),
+            data_dir=self._claim.data_dir,
+            address=cfg.address,
+            log_config=cfg.log,
+        )
+        reports = await asyncio.to_thread(core.open)
+        self.core = core
+        self._parts.clear()
+        self.heartbeat_applied = False
+        self.metrics.broker_epoch.set(epoch)
+        log.info(
+            "broker_started",
+            broker=cfg.broker_id,
+            brokerEpoch=epoch,
+            address=cfg.address,
+            partitions=len(reports),
+            truncatedPartitions=sum(1 for r in reports if r.truncated),
+        )
+
+    async def shutdown(self) -> None:
+        """Stop every loop and answer every waiting request; the logs stay open."""
+        if self._stopping:
+            return
+        self._stopping = True
+        log.info("broker_stopping", broker=self.config.broker_id)
+        # Under the state lock no loop is inside a checkpoint write or a restart, whose
+        # worker threads would go on after a cancellation.
+        async with self._state:
+            for task in self._loops:
+                task.cancel()
+            await asyncio.gather(*self._loops, return_exceptions=True)
+        await self._cancel_fetches()
+        self._fail_waiters(
+            NotLeaderOrFollowerError(f"broker {self.config.broker_id} is shutting down")
+        )
+        self._notify_all()
+        if self._flusher is not None:
+            self._flusher_stop = True
+            self._dirty.set()
+            await asyncio.gather(self._flusher, return_exceptions=True)
+
+    async def close(self) -> None:
+        """After `shutdown` and once no request runs: flush, checkpoint, close the logs."""
+        await self.shutdown()
+        async with self._state, self._disk:
+            core, self.core = self.core, None
+            if core is not None:
+                try:
+                    core.close()
+                except EpochlogError as exc:
+                    log.error("close_failed", broker=self.config.broker_id, error=str(exc))
+        if self._session is not None:
+            await self._session.close()
+        self._claim.release()
+        log.info("broker_stopped", broker=self.config.broker_id)
+
+    async def _restart(self, reason: str) -> None:
+        """Close the core cleanly and open it again with a new brokerEpoch."""
+        log.warning("broker_restarting", broker=self.config.broker_id, reason=reason)
+        self.restarts += 1
+        async with self._state, self._disk:
+            old, self.core = self.core, None
+            await self._cancel_fetches()
+            self._fail_waiters(
+                NotLeaderOrFollowerError(f"broker {self.config.broker_id} is restarting")
+            )
+            self._notify_all()
+            if old is not None:
+                try:
+                    await asyncio.to_thread(old.close)
+                except EpochlogError as exc:
+                    log.error("close_failed", broker=self.config.broker_id, error=str(exc))
+            try:
+                await self._open_core()
+            except Exception as exc:
+                # Nothing left to serve: report unhealthy so the process is replaced.
+                self.failed = f"logs did not reopen after a restart: {exc}"
+                log.exception("restart_failed", broker=self.config.broker_id)
+
+    def current_core(self) -> BrokerCore:
+        core = self.core
+        if core is None or self._stopping:
+            what = "shutting down" if self._stopping else "restarting"
+            raise NotLeaderOrFollowerError(f"broker {self.config.broker_id} is {what}")
+        return core
+
+    # -- effects ---------------------------------------------------------------------------
+
+    def run(self, effects: Sequence[Effect]) -> None:
+        for e in effects:
+            if isinstance(e, ProduceDone):
+                waiter = self._waiters.pop(e.request_id, None)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(e)
+            else:
+                self._send_to_leader(e)
+        core = self.core
+        if core is not None and core.dirty:
+            self._dirty.set()
+
+    def _part(self, name: str) -> _Partition:
+        part = self._parts.get(name)
+        if part is None:
+            part = self._parts[name] = _Partition()
+        return part
+
+    def _progress(self, name: str) -> None:
+        """Wake the long polls of `name` if its high watermark moved."""
+        core = self.core
+        host = core.partitions.get(name) if core is not None else None
+        if host is None:
+            return
+        hw = host.replica.high_watermark
+        part = self._part(name)
+        if hw != part.high_watermark:
+            # Parked follower fetches are not woken: a follower learns the HW with
+            # the next data or at the end of its wait, which costs no extra round
+            # trip per acknowledged request.
+            part.high_watermark = hw
+            part.progress.notify()
+
+    def _notify_all(self) -> None:
+        for part in self._parts.values():
+            part.progress.notify()
+            part.appended.notify()
+
+    def _fail_waiters(self, error: EpochlogError) -> None:
+        waiters, self._waiters = self._waiters, {}
+        for waiter in waiters.values():
+            if not waiter.done():
+                waiter.set_exception(error)
+
+    # -- clients ---------------------------------------------------------------------------
+
+    async def produce(
+        self,
+        name: str,
+        records: list[Record] | PreparedBatch,
+        *,
+        acks: Acks,
+        timeout_ms: int,
+        leader_epoch: int | None,
+        producer: ProducerFields | None,
+    ) -> ProduceDone:
+        core = self.current_core()
+        request_id = self._next_request
+        self._next_request += 1
+        waiter: asyncio.Future[ProduceDone] = asyncio.get_running_loop().create_future()
+        self._waiters[request_id] = waiter
+        try:
+            effects = core.produce(
+                name,
+                records,
+                acks=acks,
+                timeout_ms=timeout_ms,
+                now_ms=now_ms(),
+                request_id=request_id,
+                leader_epoch=leader_epoch,
+                producer=producer,
+            )
+            self._part(name).appended.notify()
+            self.run(effects)
+            # The core's purgatory answers by the deadline; this only guards against a
+            # lost answer.
+            done = await asyncio.wait_for(waiter, timeout_ms / 1000 + 5)
+        except TimeoutError:
+            raise RequestTimedOutError(
+                f"{name}: no answer in {timeout_ms} ms", leaderEpoch=leader_epoch
+            ) from None
+        finally:
+            self._waiters.pop(request_id, None)
+        if done.error is not None:
+            raise done.error
+        return done
+
+    async def read(
+        self,
+        name: str,
+        offset: int,
+        *,
+        max_records: int,
+        max_bytes: int,
+        max_wait_ms: int,
+        leader_epoch: int | None,
+    ) -> ReadResult:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait_ms / 1000
+        while True:
+            result = self.current_core().read(
+                name,
+                offset,
+                max_records=max_records,
+                max_bytes=max_bytes,
+                leader_epoch=leader_epoch,
+            )
+            remaining = deadline - loop.time()
+            if result.records or remaining <= 0:
+                return result
+            await self._part(name).progress.wait(remaining)
+
+    async def read_batches(
+        self,
+        name: str,
+        offset: int,
+        *,
+        max_bytes: int,
+        max_wait_ms: int,
+        leader_epoch: int | None,
+    ) -> BatchReadResult:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait_ms / 1000
+        while True:
+            result = self.current_core().read_batches(
+                name, offset, max_bytes=max_bytes, leader_epoch=leader_epoch
+            )
+            remaining = deadline - loop.time()
+            if result.batches or remaining <= 0:
+                return result
+            await self._part(name).progress.wait(remaining)
+
+    def list_offsets(self, name: str, at: str | int, leader_epoch: int | None) -> tuple[int, int]:
+        return self.current_core().list_offsets(name, at, leader_epoch=leader_epoch)
+
+    # -- replication: leader side ----------------------------------------------------------
+
+    async def serve_fetch(
+        self, name: str, request: FetchRequest, *, max_wait_ms: int, max_bytes: int
+    ) -> FetchData | DivergingEpoch:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait_ms / 1000
+        while True:
+            core = self.current_core()
+            answer, effects = core.handle_fetch(name, request, now_ms(), max_bytes)
+            self.run(effects)
+            self._progress(name)
+            remaining = deadline - loop.time()
+            if not isinstance(answer, FetchData) or answer.batches or remaining <= 0:
+                return answer
+            await self._part(name).appended.wait(remaining)
+
+    def serve_offsets_for_leader_epoch(
+        self, name: str, request: OffsetsForLeaderEpochRequest
+    ) -> EpochEndOffset:
+        return self.current_core().handle_offsets_for_leader_epoch(name, request)
+
+    # -- replication: follower side --------------------------------------------------------
+
+    def _send_to_leader(self, e: SendToLeader) -> None:
+        core = self.core
+        if core is None or self._stopping or self._fetchers is None:
+            return
+        failures = self._part(e.partition).failures
+        cfg = self.config
+        delay_ms = (
+            0
+            if failures == 0
+            else min(cfg.replica_backoff_ms * 2 ** (failures - 1), cfg.replica_backoff_max_ms)
+        )
+        self._fetchers.send(core, e, delay_ms / 1000)
+
+    async def _cancel_fetches(self) -> None:
+        if self._fetchers is not None:
+            await self._fetchers.cancel_all()
+
+    async def _apply_leader_answer(self, core: BrokerCore, e: SendToLeader, o: Outcome) -> None:
+        async with self._disk:
+            if core is not self.core:
+                return
+            effects = self._on_leader_answer(core, e, o)
+        self.run(effects)
+
+    def _on_leader_answer(self, core: BrokerCore, e: SendToLeader, o: Outcome) -> list[Effect]:
+        part = self._part(e.partition)
+        answer = o.answer
+        if answer is None:
+            return self._leader_failed(core, e, part, o.error, o.failure)
+        try:
+            if isinstance(answer, EpochEndOffset):
+                effects = core.on_epoch_end_offset(e.partition, e.session, answer)
+            else:
+                effects = core.on_fetch_response(e.partition, e.session, answer)
+        except InvalidRequestError as exc:
+            # The answer does not fit our log (batches not at our log end, another
+            # epoch): nothing was applied; ask again.
+            return self._leader_failed(core, e, part, None, f"unusable answer: {exc.message}")
+        except EpochlogError as exc:
+            log.error("replica_append_failed", partition=e.partition, error=str(exc))
+            self.metrics.replica_requests.labels(e.partition, str(exc.code)).inc()
+            return []
+        if part.failures:
+            log.info("leader_reachable", partition=e.partition, leader=e.leader_id)
+        part.failures = 0
+        if isinstance(answer, FetchData):
+            part.leader_high_watermark = answer.high_watermark
+        self.metrics.replica_requests.labels(e.partition, "ok").inc()
+        return effects
+
+    def _leader_failed(
+        self,
+        core: BrokerCore,
+        e: SendToLeader,
+        part: _Partition,
+        error: EpochlogError | None,
+        failure: str,
+    ) -> list[Effect]:
+        part.failures += 1
+        result = str(error.code) if error is not None else "unreachable"
+        self.metrics.replica_requests.labels(e.partition, result).inc()
+        # The first failure in a row is worth a warning, unless it is the usual race of
+        # a new epoch reaching the follower before the leader.
+        expected = isinstance(error, UnknownLeaderEpochError)
+        event = log.warning if part.failures == 1 and not expected else log.debug
+        event(
+            "replica_request_failed",
+            partition=e.partition,
+            leader=e.leader_id,
+            leaderEpoch=e.request.leader_epoch,
+            error=failure,
+            failures=part.failures,
+        )
+        return core.on_request_failed(e.partition, e.session, error)
+
+    # -- loops -----------------------------------------------------------------------------
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            if self._flusher_stop:
+                return
+            core = self.core
+            if core is None or not core.dirty:
+                continue
+            try:
+                effects, names = await self._group_commit(core)
+            except Exception:
+                log.exception("flush_crashed", broker=self.config.broker_id)
+                continue
+            self.run(effects)
+            for name in names:
+                self._progress(name)
+
+    async def _group_commit(self, core: BrokerCore) -> tuple[list[Effect], list[str]]:
+        effects: list[Effect] = []
+        async with self._disk:
+            if core is not self.core:
+                return effects, []
+            names = core.begin_flush()
+            started = time.perf_counter()
+            results = await asyncio.to_thread(_sync_logs, core, names)
+            self.metrics.fsync_seconds.observe(time.perf_counter() - started)
+            self.metrics.fsync_logs.inc(len(names))
+            for name, persisted in results:
+                if isinstance(persisted, EpochlogError):
+                    log.error("flush_failed", partition=name, error=str(persisted))
+                    continue
+                effects += core.end_flush(name, persisted)
+        return effects, names
+
+    async def _tick_loop(self) -> None:
+        interval = self.config.tick_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            core = self.core
+            if core is not None and core.next_deadline_ms() is not None:
+                self.run(core.tick(now_ms()))
+
+    async def _checkpoint_loop(self) -> None:
+        interval = self.config.checkpoint_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            core = self.core
+            if core is None:
+                continue
+            try:
+                async with self._state:
+                    if core is self.core:
+                        # Off the loop: the write syncs the file and the directory.
+                        await asyncio.to_thread(core.checkpoint_high_watermarks)
+            except (EpochlogError, OSError, ValueError) as exc:
+                log.error("hw_checkpoint_failed", broker=self.config.broker_id, error=str(exc))
+
+    async def _heartbeat_loop(self) -> None:
+        interval = self.config.heartbeat_interval_ms / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            try:
+                await self._heartbeat_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("heartbeat_crashed", broker=self.config.broker_id)
+            await asyncio.sleep(max(0.0, started + interval - loop.time()))
+
+    async def _heartbeat_once(self) -> None:
+        core = self.core
+        session = self._session
+        if core is None or session is None:
+            return
+        cfg = self.config
+        heartbeat = core.heartbeat(now_ms())
+        try:
+            async with session.post(
+                cfg.controller_url.rstrip("/") + HEARTBEAT_PATH,
+                data=heartbeat.model_dump_json(by_alias=True),
+                headers={"Content-Type": "application/json"},
+                timeout=aiohttp.ClientTimeout(total=cfg.heartbeat_timeout_s),
+            ) as resp:
+                body = await resp.read()
+                status = resp.status
+            if status != 200:
+                raise ValueError(f"HTTP {status}: {body[:300]!r}")
+            response = HeartbeatResponse.model_validate_json(body)
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError, ValidationError) as exc:
+            self.metrics.heartbeats.labels("error").inc()
+            if self._controller_ok is not False:
+                log.warning(
+                    "controller_unreachable",
+                    broker=cfg.broker_id,
+                    controller=cfg.controller_url,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+            self._controller_ok = False
+            return
+        self.metrics.heartbeats.labels("ok").inc()
+        if self._controller_ok is not True:
+            log.info("controller_reachable", broker=cfg.broker_id, controller=cfg.controller_url)
+        self._controller_ok = True
+        await self._apply_heartbeat_response(core, response)
+
+    async def _apply_heartbeat_response(
+        self, core: BrokerCore, response: HeartbeatResponse
+    ) -> None:
+        bad = [a.name for a in response.assignments if not _PARTITION_NAME.match(a.name)]
+        if bad:
+            log.error("invalid_partition_names", names=bad)
+            response = response.model_copy(
+                update={"assignments": tuple(a for a in response.assignments if a.name not in bad)}
+            )
+        async with self._state, self._disk:
+            if core is not self.core:
+                return
+            effects = core.on_heartbeat_response(response, now_ms())
+            fenced = core.fenced
+        if fenced:
+            await self._restart("fenced by the controller")
+            return
+        self.heartbeat_applied = True
+        self.run(effects)
+        # Parked requests re-check: a role change answers them with an error.
+        self._notify_all()
+
+    # -- state -----------------------------------------------------------------------------
+
+    def readiness(self) -> tuple[bool, list[str]]:
+        """Ready when the controller has answered and every follower reached its leader's HW."""
+        core = self.core
+        if core is None or self._stopping:
+            return False, ["broker is starting, restarting or stopping"]
+        if not self.heartbeat_applied:
+            return False, ["no answer from the controller yet"]
+        waiting = []
+        for name, host in sorted(core.partitions.items()):
+            if not isinstance(host.replica.role, Follower):
+                continue
+            part = self._parts.get(name)
+            leader_hw = part.leader_high_watermark if part is not None else None
+            end = host.log.persisted_log_end_offset
+            if leader_hw is None:
+                waiting.append(f"{name}: no answer from the leader yet")
+            elif end < leader_hw:
+                waiting.append(f"{name}: at {end}, leader's high watermark is {leader_hw}")
+        return not waiting, waiting
+
+    def describe(self) -> dict[str, Any]:
+        core = self.core
+        partitions = []
+        if core is not None:
+            for name, host in sorted(core.partitions.items()):
+                replica, plog, role = host.replica, host.log, host.replica.role
+                a = replica.assignment
+                entry: dict[str, Any] = {
+                    "name": name,
+                    "role": "leader"
+                    if isinstance(role, Leader)
+                    else "follower"
+                    if isinstance(role, Follower)
+                    else "offline",
+                    "leader": a.leader if a else None,
+                    "leaderEpoch": max(replica.leader_epoch, 0),
+                    "partitionEpoch": a.partition_epoch if a else 0,
+                    "isr": sorted(a.isr) if a else [],
+                    "replicas": list(a.replicas) if a else [],
+                    "highWatermark": replica.high_watermark,
+                    "logStartOffset": plog.log_start_offset,
+                    "logEndOffset": plog.log_end_offset,
+                    "persistedLogEndOffset": plog.persisted_log_end_offset,
+                }
+                if isinstance(role, Follower):
+                    entry["followerState"] = role.state.value
+                partitions.append(entry)
+        return {
+            "brokerId": self.config.broker_id,
+            "brokerEpoch": core.broker_epoch if core else None,
+            "address": self.config.address,
+            "partitions": partitions,
+        }
+
+    def metric_label(self, name: str) -> str:
+        """`name` if hosted: requests for unknown names must not create metric series."""
+        core = self.core
+        return name if core is not None and name in core.partitions else "_unknown"
+
+    def leader_hint(self, name: str) -> tuple[int | None, int | None]:
+        """(leader id, leader epoch) of `name` as this broker last heard, for error bodies."""
+        core = self.core
+        host = core.partitions.get(name) if core is not None else None
+        if host is None or host.replica.assignment is None:
+            return None, None
+        a = host.replica.assignment
+        return a.leader, a.leader_epoch

@@ -1,0 +1,165 @@
+"""A record batch encoded by a producer (the binary produce format), checked and stamped.
+
+The binary produce body is one batch in the log's own format
+(`epochlog_broker.log.batch`), as `encode_batch` writes it, with any base
+offset and leader epoch (0 is customary): the producer does the per-record
+encoding, the broker checks the bytes once and appends them whole, which is
+what makes this path fast. The producer id, epoch and base sequence in the
+header are the idempotent producer's fields (-1: none).
+
+`ClientBatch.parse` checks, because these bytes are written to the log as they
+are and every replica and consumer will decode them: framing, magic, CRC,
+that no compression or other attribute is set, that the record section
+decodes exactly (lengths, UTF-8 header names, no trailing bytes), the size of
+each record, and the producer fields. `stamp` then sets the base offset and
+leader epoch the leader assigns, rewrites the first and maximum timestamps
+from the records, and recomputes the CRC.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import Final
+
+from epochlog.errors import InvalidRequestError, RecordTooLargeError
+from epochlog_broker.core import ProducerFields
+from epochlog_broker.log.batch import (
+    HEADER_SIZE,
+    NO_PRODUCER_ID,
+    BatchFormatError,
+    BatchHeader,
+    check_batch,
+)
+
+# Field positions in the batch header (see the layout in log/batch.py).
+_CRC_AT: Final = 4
+_BASE_OFFSET_AT: Final = 11
+_LEADER_EPOCH_AT: Final = 19
+_FIRST_TS_AT: Final = 27
+_MAX_TS_AT: Final = 35
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_REC = struct.Struct(">qiiH")
+_HDR = struct.Struct(">HI")
+
+
+class ClientBatch:
+    """Satisfies `epochlog_broker.core.PreparedBatch`."""
+
+    __slots__ = ("_buf", "first_timestamp", "header", "max_timestamp", "value_bytes")
+
+    def __init__(
+        self,
+        buf: bytearray,
+        header: BatchHeader,
+        first_timestamp: int,
+        max_timestamp: int,
+        value_bytes: int,
+    ) -> None:
+        self._buf = buf
+        self.header = header
+        self.first_timestamp = first_timestamp
+        self.max_timestamp = max_timestamp
+        self.value_bytes = value_bytes
+        """Bytes of keys, values and headers: the payload, for metrics."""
+
+    @property
+    def record_count(self) -> int:
+        return self.header.record_count
+
+    @property
+    def size(self) -> int:
+        return len(self._buf)
+
+    @property
+    def producer(self) -> ProducerFields | None:
+        h = self.header
+        if h.producer_id == NO_PRODUCER_ID:
+            return None
+        return ProducerFields(h.producer_id, h.producer_epoch, h.base_sequence)
+
+    @classmethod
+    def parse(cls, body: bytes | bytearray, *, max_record_bytes: int) -> ClientBatch:
+        if not body:
+            raise InvalidRequestError("empty body: expected one record batch")
+        try:
+            h = check_batch(body)
+        except BatchFormatError as exc:
+            raise InvalidRequestError(f"invalid record batch: {exc}") from exc
+        if h.size != len(body):
+            raise InvalidRequestError(
+                f"invalid record batch: {len(body) - h.size} bytes after the batch "
+                "(send one batch per request)"
+            )
+        if h.attributes != 0:
+            raise InvalidRequestError(
+                f"invalid record batch: attributes {h.attributes} (compression and control "
+                "batches are not supported)"
+            )
+        if h.producer_id != NO_PRODUCER_ID and (
+            h.producer_id < 0 or h.producer_epoch < 0 or h.base_sequence < 0
+        ):
+            raise InvalidRequestError(
+                "invalid record batch: producerId, producerEpoch and baseSequence must be "
+                "all >= 0, or producerId -1 for none"
+            )
+        first_ts, max_ts, payload = _scan_records(body, h, max_record_bytes)
+        return cls(bytearray(body), h, first_ts, max_ts, payload)
+
+    def stamp(self, base_offset: int, leader_epoch: int) -> bytearray:
+        buf = self._buf
+        _I64.pack_into(buf, _BASE_OFFSET_AT, base_offset)
+        _I32.pack_into(buf, _LEADER_EPOCH_AT, leader_epoch)
+        _I64.pack_into(buf, _FIRST_TS_AT, self.first_timestamp)
+        _I64.pack_into(buf, _MAX_TS_AT, self.max_timestamp)
+        _U32.pack_into(buf, _CRC_AT, zlib.crc32(memoryview(buf)[8:]))
+        return buf
+
+
+def _scan_records(
+    buf: bytes | bytearray, h: BatchHeader, max_record_bytes: int
+) -> tuple[int, int, int]:
+    """Walk the record section without building records; returns (first ts, max ts, payload
+    bytes). Raises INVALID_REQUEST for a malformed section, RECORD_TOO_LARGE for a record
+    over the limit."""
+    pos = HEADER_SIZE
+    end = h.size
+    unpack = _REC.unpack_from
+    rec_size = _REC.size
+    first_ts = max_ts = 0
+    payload = 0
+    i = 0
+    try:
+        for i in range(h.record_count):
+            start = pos
+            ts, klen, vlen, nh = unpack(buf, pos)
+            if i == 0:
+                first_ts = max_ts = ts
+            elif ts > max_ts:
+                max_ts = ts
+            if klen < -1 or vlen < -1:
+                raise BatchFormatError("negative length", pos)
+            pos += rec_size + (klen if klen > 0 else 0) + (vlen if vlen > 0 else 0)
+            for _ in range(nh):
+                hkl, hvl = _HDR.unpack_from(buf, pos)
+                pos += _HDR.size
+                bytes(buf[pos : pos + hkl]).decode()
+                pos += hkl + hvl
+            if pos > end:
+                raise BatchFormatError("record runs past the batch", start)
+            size = pos - start - rec_size
+            if size > max_record_bytes:
+                raise RecordTooLargeError(
+                    f"record {i} of the batch holds {size} bytes, more than the limit of "
+                    f"{max_record_bytes}"
+                )
+            payload += size
+    except (struct.error, UnicodeDecodeError, BatchFormatError) as exc:
+        raise InvalidRequestError(f"invalid record batch: record {i} is malformed ({exc})") from exc
+    if pos != end:
+        raise InvalidRequestError(
+            f"invalid record batch: {end - pos} bytes after the last of {h.record_count} records"
+        )
+    return first_ts, max_ts, payload

@@ -1,0 +1,119 @@
+"""Settings of one broker process, and where its peers are.
+
+`BrokerConfig` is everything the server needs besides the data on disk: who
+it is, where it listens and is reached, where the controller is, the timers of
+its loops, request limits, and how to reach another broker by id. Peers are
+named by id only in the controller's assignments, so the broker needs a way to
+turn an id into a URL: an explicit map (`peers`), or a template such as
+`http://epochlog-broker-{id}.epochlog-broker:8080` for a StatefulSet, where an
+explicit entry wins over the template.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from epochlog.heartbeat import DEFAULT_HEARTBEAT_INTERVAL_MS
+from epochlog_broker.log.config import LogConfig, MiB
+
+DEFAULT_PORT: Final = 8080
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    broker_id: int
+    data_dir: str
+    controller_url: str
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    advertised_address: str | None = None
+    """Base URL other brokers and clients use; default http://<host or hostname>:<port>."""
+    peers: Mapping[int, str] = field(default_factory=dict)
+    """Base URLs of other brokers by id."""
+    peer_address_template: str | None = None
+    """Base URL of broker `{id}` for ids missing from `peers`."""
+
+    heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
+    heartbeat_timeout_ms: int | None = None
+    """Default: twice the interval, at least one second."""
+    checkpoint_interval_ms: int = 5000
+    """How often the replication-offset-checkpoint (HW per partition) is written."""
+    tick_interval_ms: int = 50
+    """Granularity of produce timeouts in the purgatory."""
+
+    replica_fetch_max_wait_ms: int = 500
+    """A caught-up follower's fetch waits at the leader this long for new data."""
+    replica_fetch_max_bytes: int = 4 * MiB
+    replica_request_timeout_ms: int = 5000
+    """Time allowed to a replica request beyond its wait at the leader."""
+    replica_backoff_ms: int = 50
+    replica_backoff_max_ms: int = 1000
+
+    max_record_bytes: int = 1 * MiB
+    """Largest record (key + value + headers) a producer may send (RECORD_TOO_LARGE)."""
+    max_request_bytes: int = 16 * MiB
+    """Largest request body the server reads (RECORD_TOO_LARGE above it)."""
+    default_timeout_ms: int = 30_000
+    max_timeout_ms: int = 300_000
+    max_wait_ms: int = 60_000
+    """Upper bound of a consumer's maxWaitMs."""
+    shutdown_timeout_s: float = 5.0
+    log: LogConfig = field(default_factory=LogConfig)
+
+    def __post_init__(self) -> None:
+        if self.broker_id < 0:
+            raise ValueError(f"broker id must be >= 0, got {self.broker_id}")
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"port {self.port} out of range")
+        if self.heartbeat_interval_ms <= 0:
+            raise ValueError("heartbeat interval must be positive")
+        if self.max_record_bytes <= 0 or self.max_request_bytes <= 0:
+            raise ValueError("request limits must be positive")
+
+    @property
+    def address(self) -> str:
+        if self.advertised_address:
+            return self.advertised_address.rstrip("/")
+        host = self.host
+        if host in ("", "0.0.0.0", "::"):
+            host = socket.gethostname()
+        return f"http://{host}:{self.port}"
+
+    @property
+    def heartbeat_timeout_s(self) -> float:
+        ms = self.heartbeat_timeout_ms or max(1000, 2 * self.heartbeat_interval_ms)
+        return ms / 1000
+
+    def peer_url(self, broker_id: int) -> str | None:
+        """Base URL of broker `broker_id`, or None when nothing says where it is."""
+        if broker_id == self.broker_id:
+            return self.address
+        url = self.peers.get(broker_id)
+        if url is None and self.peer_address_template:
+            url = self.peer_address_template.format(id=broker_id)
+        return url.rstrip("/") if url else None
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """HOST:PORT (HOST may be empty or a bracketed IPv6 address) -> (host, port)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"listen address {value!r} is not HOST:PORT")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port)
+
+
+def parse_peers(values: list[str]) -> dict[int, str]:
+    """ID=URL entries (comma separated or repeated); a URL without scheme gets http://."""
+    peers: dict[int, str] = {}
+    for value in values:
+        for item in filter(None, (v.strip() for v in value.split(","))):
+            ident, sep, url = item.partition("=")
+            if not sep or not ident.strip().isdigit() or not url.strip():
+                raise ValueError(f"peer {item!r} is not ID=URL")
+            url = url.strip()
+            peers[int(ident)] = url if "://" in url else f"http://{url}"
+    return peers

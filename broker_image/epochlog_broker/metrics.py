@@ -1,0 +1,172 @@
+"""The broker's Prometheus metrics (`GET /metrics`).
+
+Request counters and latency histograms are updated as requests are served;
+the per-partition state (log end, persisted log end, HW, log start, epochs,
+role, ISR size) is read from the broker core at scrape time by
+`PartitionCollector`, so it is never stale and costs nothing between scrapes.
+Each broker has its own registry (no process-global state), which keeps
+several brokers in one test process apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from epochlog_broker.core import BrokerCore
+from epochlog_broker.replication.follower import Follower
+from epochlog_broker.replication.leader import Leader
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.015,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
+
+
+class PartitionCollector(Collector):
+    def __init__(self, core: Callable[[], BrokerCore | None]) -> None:
+        self._core = core
+
+    def collect(self) -> Iterator[Metric]:
+        core = self._core()
+        labels = ["partition"]
+        families = {
+            "log_end_offset": GaugeMetricFamily(
+                "epochlog_partition_log_end_offset", "Log end offset (appended)", labels=labels
+            ),
+            "persisted": GaugeMetricFamily(
+                "epochlog_partition_persisted_log_end_offset",
+                "Log end offset on disk (fsynced)",
+                labels=labels,
+            ),
+            "hw": GaugeMetricFamily(
+                "epochlog_partition_high_watermark", "High watermark", labels=labels
+            ),
+            "start": GaugeMetricFamily(
+                "epochlog_partition_log_start_offset", "Log start offset", labels=labels
+            ),
+            "epoch": GaugeMetricFamily(
+                "epochlog_partition_leader_epoch", "Leader epoch known", labels=labels
+            ),
+            "isr": GaugeMetricFamily(
+                "epochlog_partition_isr_size", "ISR size as recorded", labels=labels
+            ),
+        }
+        role = GaugeMetricFamily(
+            "epochlog_partition_role",
+            "1 for the role this replica has (leader, follower, offline)",
+            labels=["partition", "role"],
+        )
+        if core is not None:
+            for name, host in sorted(core.partitions.items()):
+                replica, plog = host.replica, host.log
+                families["log_end_offset"].add_metric([name], plog.log_end_offset)
+                families["persisted"].add_metric([name], plog.persisted_log_end_offset)
+                families["hw"].add_metric([name], replica.high_watermark)
+                families["start"].add_metric([name], plog.log_start_offset)
+                families["epoch"].add_metric([name], max(replica.leader_epoch, 0))
+                assignment = replica.assignment
+                families["isr"].add_metric([name], len(assignment.isr) if assignment else 0)
+                kind = (
+                    "leader"
+                    if isinstance(replica.role, Leader)
+                    else "follower"
+                    if isinstance(replica.role, Follower)
+                    else "offline"
+                )
+                role.add_metric([name, kind], 1)
+        yield from families.values()
+        yield role
+
+
+class BrokerMetrics:
+    def __init__(self, core: Callable[[], BrokerCore | None]) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=False)
+        self.produce_requests = Counter(
+            "epochlog_produce_requests",
+            "Produce requests by result (ok or error code)",
+            ["partition", "acks", "result"],
+            registry=r,
+        )
+        self.produce_records = Counter(
+            "epochlog_produce_records", "Records acknowledged", ["partition"], registry=r
+        )
+        self.produce_bytes = Counter(
+            "epochlog_produce_bytes",
+            "Bytes of keys, values and headers acknowledged",
+            ["partition"],
+            registry=r,
+        )
+        self.produce_latency = Histogram(
+            "epochlog_produce_latency_seconds",
+            "Produce request latency",
+            ["acks"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.fetch_requests = Counter(
+            "epochlog_fetch_requests",
+            "Fetch requests served, by kind (consumer, replica) and result",
+            ["partition", "kind", "result"],
+            registry=r,
+        )
+        self.fetch_records = Counter(
+            "epochlog_fetch_records", "Records returned to consumers", ["partition"], registry=r
+        )
+        self.fetch_bytes = Counter(
+            "epochlog_fetch_bytes",
+            "Bytes returned (consumers: record payload; replicas: stored batches)",
+            ["partition", "kind"],
+            registry=r,
+        )
+        self.fetch_latency = Histogram(
+            "epochlog_fetch_latency_seconds",
+            "Fetch latency including long-poll waits",
+            ["kind"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.fsync_seconds = Histogram(
+            "epochlog_fsync_seconds",
+            "Time of one group commit (fsync of every log appended to since the last)",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.fsync_logs = Counter("epochlog_fsync_logs", "Logs synced by group commits", registry=r)
+        self.replica_requests = Counter(
+            "epochlog_replica_requests",
+            "Requests this broker sent to leaders as a follower, by result",
+            ["partition", "result"],
+            registry=r,
+        )
+        self.heartbeats = Counter(
+            "epochlog_heartbeats",
+            "Heartbeats sent to the controller, by result",
+            ["result"],
+            registry=r,
+        )
+        self.broker_epoch = Gauge("epochlog_broker_epoch", "Current brokerEpoch", registry=r)
+        self.ready = Gauge("epochlog_broker_ready", "1 when /readyz answers ready", registry=r)
+        r.register(PartitionCollector(core))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,413 @@
+"""The broker's HTTP server: the client API and the replication endpoints, on aiohttp.
+
+Routes (DESIGN.md, "HTTP API"):
+
+    POST /v1/partitions/{name}/records?acks=&timeoutMs=&leaderEpoch=&encoding=
+    GET  /v1/partitions/{name}/records?offset=&maxRecords=&maxBytes=&maxWaitMs=&leaderEpoch=
+    GET  /v1/partitions/{name}/offsets?at=earliest|latest|<ms>&leaderEpoch=
+    GET  /v1/partitions
+    GET  /healthz, /readyz, /metrics
+    POST /internal/v1/partitions/{name}/fetch                     (replica fetch)
+    POST /internal/v1/partitions/{name}/offsets-for-leader-epoch  (divergence query)
+
+Produce takes JSON (`http_api`) or one encoded batch with Content-Type
+`application/vnd.epochlog.batch` (`client_batch`); a read that accepts
+`application/vnd.epochlog.batch` gets the stored batches framed (`framing`):
+its header holds highWatermark, logStartOffset, leaderEpoch and the `offset`
+asked for; the reader skips records below `offset` (the first batch may start
+earlier) and at or above highWatermark.
+
+Errors are `{"error":{"code","message","retriable","leader","leaderEpoch",...}}`
+with the protocol's HTTP status; `leaderAddress` is added when the leader's
+URL is known. The handlers only parse, call `Broker` and render; the broker
+logic is in `broker` and the core.
+
+`serve` runs a broker until SIGTERM or SIGINT, then shuts down gracefully: the
+listening socket closes, loops stop, waiting requests are answered, in-flight
+requests finish, and the logs are flushed, checkpointed and closed (clean
+shutdown markers, so the next start skips the full recovery scan).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from epochlog.errors import EpochlogError, RecordTooLargeError
+from epochlog_broker.broker import Broker
+from epochlog_broker.client_batch import ClientBatch
+from epochlog_broker.config import BrokerConfig
+from epochlog_broker.core import PreparedBatch
+from epochlog_broker.framing import BATCH_CONTENT_TYPE, frame, stored
+from epochlog_broker.http_api import (
+    acks_param,
+    at_param,
+    encoding_param,
+    int_param,
+    optional_epoch,
+    parse_produce_json,
+    record_json,
+)
+from epochlog_broker.log.batch import Record
+from epochlog_broker.log.config import MiB
+from epochlog_broker.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from epochlog_broker.replica_wire import (
+    EPOCH_PATH,
+    FETCH_PATH,
+    EpochQueryBody,
+    FetchBody,
+    encode_epoch_answer,
+    encode_fetch_answer,
+    parse_body,
+)
+
+log = structlog.get_logger("epochlog.broker")
+
+BROKER_KEY = web.AppKey("broker", Broker)
+DEFAULT_MAX_RECORDS = 500
+MAX_RECORDS = 10_000
+DEFAULT_MAX_BYTES = 1 * MiB
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(
+        body=json.dumps(body, separators=(",", ":"), default=str).encode(),
+        status=status,
+        content_type="application/json",
+    )
+
+
+def error_response(exc: EpochlogError, broker: Broker, partition: str | None) -> web.Response:
+    body = exc.to_dict()
+    err = body["error"]
+    leader, epoch = broker.leader_hint(partition) if partition else (None, None)
+    err.setdefault("leader", leader)
+    err.setdefault("leaderEpoch", epoch)
+    if isinstance(err["leader"], int) and "leaderAddress" not in err:
+        url = broker.config.peer_url(err["leader"])
+        if url is not None:
+            err["leaderAddress"] = url
+    return _json(body, exc.http_status)
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    broker = request.app[BROKER_KEY]
+    try:
+        return await handler(request)
+    except EpochlogError as exc:
+        return error_response(exc, broker, request.match_info.get("name"))
+    except web.HTTPRequestEntityTooLarge:
+        too_large = RecordTooLargeError(
+            f"request body exceeds the limit of {broker.config.max_request_bytes} bytes"
+        )
+        return error_response(too_large, broker, request.match_info.get("name"))
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _json(
+            {
+                "error": {
+                    "code": "INVALID_REQUEST",
+                    "message": f"{request.method} {request.path}: {exc.reason}",
+                    "retriable": False,
+                    "leader": None,
+                    "leaderEpoch": None,
+                }
+            },
+            exc.status,
+        )
+    except Exception as exc:
+        log.exception("request_failed", method=request.method, path=request.path)
+        return _json(
+            {
+                "error": {
+                    "code": "INTERNAL_ERROR",
+                    "message": f"{type(exc).__name__}: {exc}",
+                    "retriable": True,
+                    "leader": None,
+                    "leaderEpoch": None,
+                }
+            },
+            500,
+        )
+
+
+async def _body(request: web.Request, limit: int) -> bytes:
+    if request.content_length is not None and request.content_length > limit:
+        raise RecordTooLargeError(
+            f"request body of {request.content_length} bytes exceeds the limit of {limit}"
+        )
+    return await request.read()
+
+
+# -- client API --------------------------------------------------------------------------
+
+
+async def produce(request: web.Request) -> web.Response:
+    broker = request.app[BROKER_KEY]
+    cfg = broker.config
+    name = request.match_info["name"]
+    q = request.query
+    started = time.perf_counter()
+    acks_label = q.get("acks", "all")
+    result = "ok"
+    try:
+        acks = acks_param(q)
+        timeout_ms = int_param(
+            q, "timeoutMs", cfg.default_timeout_ms, minimum=1, maximum=cfg.max_timeout_ms
+        )
+        leader_epoch = optional_epoch(q)
+        body = await _body(request, cfg.max_request_bytes)
+        records: list[Record] | PreparedBatch
+        if request.content_type == BATCH_CONTENT_TYPE:
+            batch = ClientBatch.parse(body, max_record_bytes=cfg.max_record_bytes)
+            records, producer = batch, batch.producer
+            count, payload = batch.record_count, batch.value_bytes
+        else:
+            records, producer, payload = parse_produce_json(
+                body, encoding=encoding_param(q), max_record_bytes=cfg.max_record_bytes
+            )
+            count = len(records)
+        done = await broker.produce(
+            name,
+            records,
+            acks=acks,
+            timeout_ms=timeout_ms,
+            leader_epoch=leader_epoch,
+            producer=producer,
+        )
+    except EpochlogError as exc:
+        result = str(exc.code)
+        raise
+    finally:
+        m = broker.metrics
+        if acks_label not in ("all", "leader", "none"):
+            acks_label = "invalid"
+        m.produce_requests.labels(broker.metric_label(name), acks_label, result).inc()
+        m.produce_latency.labels(acks_label).observe(time.perf_counter() - started)
+    broker.metrics.produce_records.labels(name).inc(count)
+    broker.metrics.produce_bytes.labels(name).inc(payload)
+    return _json(
+        {
+            "baseOffset": done.base_offset,
+            "lastOffset": done.last_offset,
+            "leaderEpoch": done.leader_epoch,
+        }
+    )
+
+
+async def read_records(request: web.Request) -> web.Response:
+    broker = request.app[BROKER_KEY]
+    cfg = broker.config
+    name = request.match_info["name"]
+    q = request.query
+    started = time.perf_counter()
+    result = "ok"
+    try:
+        offset = int_param(q, "offset")
+        max_records = int_param(
+            q, "maxRecords", DEFAULT_MAX_RECORDS, minimum=1, maximum=MAX_RECORDS
+        )
+        max_bytes = int_param(
+            q, "maxBytes", DEFAULT_MAX_BYTES, minimum=1, maximum=cfg.max_request_bytes
+        )
+        max_wait_ms = int_param(q, "maxWaitMs", 0, minimum=0, maximum=cfg.max_wait_ms)
+        leader_epoch = optional_epoch(q)
+        if BATCH_CONTENT_TYPE in request.headers.get("Accept", ""):
+            batches = await broker.read_batches(
+                name,
+                offset,
+                max_bytes=max_bytes,
+                max_wait_ms=max_wait_ms,
+                leader_epoch=leader_epoch,
+            )
+            body = frame(
+                {
+                    "offset": offset,
+                    "highWatermark": batches.high_watermark,
+                    "logStartOffset": batches.log_start_offset,
+                    "leaderEpoch": batches.leader_epoch,
+                },
+                [stored(b) for b in batches.batches],
+            )
+            broker.metrics.fetch_bytes.labels(name, "consumer").inc(len(body))
+            return web.Response(body=body, content_type=BATCH_CONTENT_TYPE)
+        encoding = encoding_param(q)
+        res = await broker.read(
+            name,
+            offset,
+            max_records=max_records,
+            max_bytes=max_bytes,
+            max_wait_ms=max_wait_ms,
+            leader_epoch=leader_epoch,
+        )
+        m = broker.metrics
+        m.fetch_records.labels(name).inc(len(res.records))
+        m.fetch_bytes.labels(name, "consumer").inc(
+            sum(len(r.value or b"") + len(r.key or b"") for r in res.records)
+        )
+        return _json(
+            {
+                "records": [record_json(r, encoding) for r in res.records],
+                "highWatermark": res.high_watermark,
+                "logStartOffset": res.log_start_offset,
+                "leaderEpoch": res.leader_epoch,
+            }
+        )
+    except EpochlogError as exc:
+        result = str(exc.code)
+        raise
+    finally:
+        broker.metrics.fetch_requests.labels(broker.metric_label(name), "consumer", result).inc()
+        broker.metrics.fetch_latency.labels("consumer").observe(time.perf_counter() - started)
+
+
+async def list_offsets(request: web.Request) -> web.Response:
+    broker = request.app[BROKER_KEY]
+    name = request.match_info["name"]
+    at = at_param(request.query)
+    offset, epoch = broker.list_offsets(name, at, optional_epoch(request.query))
+    return _json({"offset": offset, "leaderEpoch": epoch})
+
+
+async def list_partitions(request: web.Request) -> web.Response:
+    return _json(request.app[BROKER_KEY].describe())
+
+
+async def healthz(request: web.Request) -> web.Response:
+    broker = request.app[BROKER_KEY]
+    core = broker.core
+    return _json(
+        {
+            "status": "failed" if broker.failed else "ok",
+            "error": broker.failed,
+            "brokerId": broker.config.broker_id,
+            "brokerEpoch": core.broker_epoch if core else None,
+            "restarts": broker.restarts,
+        },
+        503 if broker.failed else 200,
+    )
+
+
+async def readyz(request: web.Request) -> web.Response:
+    broker = request.app[BROKER_KEY]
+    ready, waiting = broker.readiness()
+    broker.metrics.ready.set(1 if ready else 0)
+    return _json({"ready": ready, "waiting": waiting}, 200 if ready else 503)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    broker = request.app[BROKER_KEY]
+    broker.metrics.ready.set(1 if broker.readiness()[0] else 0)
+    return web.Response(
+        body=broker.metrics.render(), headers={"Content-Type": METRICS_CONTENT_TYPE}
+    )
+
+
+# -- replication -------------------------------------------------------------------------
+
+
+async def replica_fetch(request: web.Request) -> web.Response:
+    broker = request.app[BROKER_KEY]
+    cfg = broker.config
+    name = request.match_info["name"]
+    result = "ok"
+    started = time.perf_counter()
+    try:
+        body = parse_body(FetchBody, await _body(request, 1 * MiB))
+        answer = await broker.serve_fetch(
+            name,
+            body.request(),
+            max_wait_ms=min(body.max_wait_ms, cfg.max_wait_ms),
+            max_bytes=min(body.max_bytes, cfg.max_request_bytes),
+        )
+        encoded = encode_fetch_answer(answer)
+        broker.metrics.fetch_bytes.labels(name, "replica").inc(len(encoded))
+        return web.Response(body=encoded, content_type=BATCH_CONTENT_TYPE)
+    except EpochlogError as exc:
+        result = str(exc.code)
+        raise
+    finally:
+        broker.metrics.fetch_requests.labels(broker.metric_label(name), "replica", result).inc()
+        broker.metrics.fetch_latency.labels("replica").observe(time.perf_counter() - started)
+
+
+async def offsets_for_leader_epoch(request: web.Request) -> web.Response:
+    broker = request.app[BROKER_KEY]
+    body = parse_body(EpochQueryBody, await _body(request, 1 * MiB))
+    answer = broker.serve_offsets_for_leader_epoch(request.match_info["name"], body.request())
+    return _json(encode_epoch_answer(answer))
+
+
+def build_app(broker: Broker) -> web.Application:
+    app = web.Application(client_max_size=broker.config.max_request_bytes, middlewares=[_errors])
+    app[BROKER_KEY] = broker
+    app.router.add_post("/v1/partitions/{name}/records", produce)
+    app.router.add_get("/v1/partitions/{name}/records", read_records)
+    app.router.add_get("/v1/partitions/{name}/offsets", list_offsets)
+    app.router.add_get("/v1/partitions", list_partitions)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post(FETCH_PATH, replica_fetch)
+    app.router.add_post(EPOCH_PATH, offsets_for_leader_epoch)
+    return app
+
+
+async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> int:
+    """Run a broker until `stop` is set or SIGTERM/SIGINT arrives; 0 after a clean stop."""
+    broker = Broker(config)
+    await broker.start()
+    runner = web.AppRunner(
+        build_app(broker), access_log=None, shutdown_timeout=config.shutdown_timeout_s
+    )
+    await runner.setup()
+    site = web.TCPSite(runner, config.host, config.port, backlog=1024)
+    try:
+        await site.start()
+    except OSError:
+        await runner.cleanup()
+        await broker.close()
+        raise
+    # Modules, schemas and the opened logs live as long as the process: keeping them
+    # out of the collector's generations keeps full collections (tens of ms) out of
+    # request latency.
+    gc.collect()
+    gc.freeze()
+    log.info(
+        "broker_listening",
+        broker=config.broker_id,
+        host=config.host,
+        port=config.port,
+        controller=config.controller_url,
+    )
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        log.info("shutdown_requested", broker=config.broker_id)
+        await site.stop()
+        await broker.shutdown()
+        await runner.cleanup()
+        await broker.close()
+    return 0
+
+
+def run_broker(config: BrokerConfig) -> int:
+    return asyncio.run(serve(config))

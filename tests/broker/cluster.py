@@ -1,0 +1,317 @@
+"""Real broker processes on loopback for tests and benchmarks.
+
+`Cluster` starts the test controller (`tests.broker.controller`) in the
+calling event loop and `epochlog broker` processes as subprocesses, each with
+its own data directory, port and log file, all knowing each other through
+`--peers`. It can kill (any signal), restart and wait for brokers, and has a
+small HTTP client that follows the leader, which is what the tests and the
+benchmark use to talk to the brokers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json as jsonlib
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from epochlog.resources import PartitionSpec
+from tests.broker.controller import Controller
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class BrokerProcess:
+    broker_id: int
+    port: int
+    data_dir: Path
+    log_path: Path
+    args: list[str]
+    proc: asyncio.subprocess.Process | None = None
+    starts: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    async def start(self) -> None:
+        assert not self.alive, f"broker {self.broker_id} is running"
+        self.starts += 1
+        env = dict(os.environ)
+        env.setdefault("EPOCHLOG_LOG_LEVEL", "info")
+        with open(self.log_path, "ab") as logf:
+            logf.write(f"--- start {self.starts} ---\n".encode())
+            logf.flush()
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.args,
+                stdout=logf,
+                stderr=logf,
+                stdin=asyncio.subprocess.DEVNULL,
+                env=env,
+            )
+
+    async def signal(self, sig: int) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.send_signal(sig)
+
+    async def kill(self) -> None:
+        """SIGKILL and wait for the process to be gone."""
+        await self.signal(signal.SIGKILL)
+        await self.wait()
+
+    async def wait(self, timeout_s: float = 30) -> int | None:
+        if self.proc is None:
+            return None
+        return await asyncio.wait_for(self.proc.wait(), timeout_s)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        super().__init__(f"HTTP {status}: {body}")
+        self.status = status
+        self.body = body
+        self.error: dict[str, Any] = body.get("error", {}) if isinstance(body, dict) else {}
+
+    @property
+    def code(self) -> str | None:
+        code = self.error.get("code")
+        return code if isinstance(code, str) else None
+
+
+@dataclass
+class Cluster:
+    root: Path
+    specs: Sequence[PartitionSpec]
+    broker_ids: Sequence[int] = (1, 2, 3)
+    heartbeat_interval_ms: int = 100
+    session_timeout_ms: int = 1500
+    extra_args: Sequence[str] = ()
+    controller: Controller = field(init=False)
+    brokers: dict[int, BrokerProcess] = field(init=False, default_factory=dict)
+    http: aiohttp.ClientSession = field(init=False)
+
+    async def start(self) -> Cluster:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.controller = await Controller(
+            self.specs, session_timeout_ms=self.session_timeout_ms
+        ).start()
+        ports = {b: free_port() for b in self.broker_ids}
+        peers = ",".join(f"{b}=http://127.0.0.1:{p}" for b, p in ports.items())
+        for b, port in ports.items():
+            data_dir = self.root / f"broker-{b}"
+            args = [
+                sys.executable,
+                "-m",
+                "epochlog.cli",
+                "broker",
+                "--id",
+                str(b),
+                "--data-dir",
+                str(data_dir),
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--controller",
+                self.controller.url,
+                "--peers",
+                peers,
+                "--heartbeat-interval-ms",
+                str(self.heartbeat_interval_ms),
+                "--checkpoint-interval-ms",
+                "1000",
+                *self.extra_args,
+            ]
+            self.brokers[b] = BrokerProcess(b, port, data_dir, self.root / f"broker-{b}.log", args)
+        self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
+        await asyncio.gather(*(p.start() for p in self.brokers.values()))
+        return self
+
+    async def stop(self) -> None:
+        for p in self.brokers.values():
+            if p.alive:
+                with contextlib.suppress(ProcessLookupError):
+                    await p.signal(signal.SIGKILL)
+        for p in self.brokers.values():
+            with contextlib.suppress(Exception):
+                await p.wait(10)
+        await self.http.close()
+        await self.controller.stop()
+
+    async def __aenter__(self) -> Cluster:
+        return await self.start()
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.stop()
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"===== broker {b} =====\n{p.log_text()[-6000:]}" for b, p in self.brokers.items()
+        )
+
+    # -- HTTP --------------------------------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        broker: int,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        json: Any = None,
+        data: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        timeout_s: float | None = None,
+    ) -> tuple[int, bytes, str]:
+        url = self.brokers[broker].url + path
+        query = {k: str(v) for k, v in (params or {}).items()}
+        timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s else None
+        async with self.http.request(
+            method, url, params=query, json=json, data=data, headers=headers, timeout=timeout
+        ) as resp:
+            return resp.status, await resp.read(), resp.content_type
+
+    async def call(
+        self,
+        method: str,
+        broker: int,
+        path: str,
+        **kwargs: Any,
+    ) -> Any:
+        """JSON answer of a 200; ApiError otherwise."""
+        status, body, _ = await self.request(method, broker, path, **kwargs)
+        parsed = jsonlib.loads(body) if body else {}
+        if status != 200:
+            raise ApiError(status, parsed)
+        return parsed
+
+    async def partitions(self, broker: int) -> dict[str, dict[str, Any]]:
+        answer = await self.call("GET", broker, "/v1/partitions")
+        return {p["name"]: p for p in answer["partitions"]}
+
+    async def wait_until(self, predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
+        """Poll an async or sync predicate until it returns something truthy."""
+        deadline = time.monotonic() + timeout_s
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            try:
+                result = predicate()
+                if asyncio.iscoroutine(result):
+                    result = await result
+                if result:
+                    return result
+            except (aiohttp.ClientError, ApiError, OSError, TimeoutError) as exc:
+                last_error = exc
+            await asyncio.sleep(0.05)
+        raise AssertionError(
+            f"timed out after {timeout_s}s waiting for {what} (last error: {last_error})\n"
+            + self.logs()
+        )
+
+    async def leader_of(self, name: str, exclude: Iterable[int] = ()) -> int | None:
+        """The broker that serves `name` as leader (per its own /v1/partitions)."""
+        excluded = set(exclude)
+        for b, p in self.brokers.items():
+            if b in excluded or not p.alive:
+                continue
+            try:
+                # Short: a stopped (SIGSTOP) broker must not hold up the search.
+                answer = await self.call("GET", b, "/v1/partitions", timeout_s=1)
+            except (aiohttp.ClientError, ApiError, OSError, TimeoutError):
+                continue
+            parts = {p["name"]: p for p in answer["partitions"]}
+            if parts.get(name, {}).get("role") == "leader":
+                return b
+        return None
+
+    async def wait_leader(
+        self, name: str, timeout_s: float = 15, exclude: Iterable[int] = ()
+    ) -> int:
+        excluded = tuple(exclude)
+
+        async def probe() -> int | None:
+            return await self.leader_of(name, excluded)
+
+        leader: int = await self.wait_until(probe, timeout_s, f"a leader of {name}")
+        return leader
+
+    async def wait_ready(self, brokers: Iterable[int] | None = None, timeout_s: float = 20) -> None:
+        for b in brokers if brokers is not None else self.brokers:
+
+            async def probe(b: int = b) -> bool:
+                status, _, _ = await self.request("GET", b, "/readyz")
+                return status == 200
+
+            await self.wait_until(probe, timeout_s, f"broker {b} ready")
+
+    async def produce(
+        self,
+        name: str,
+        values: Sequence[str],
+        *,
+        acks: str = "all",
+        timeout_s: float = 20,
+        leader: int | None = None,
+    ) -> dict[str, Any]:
+        """Produce through the current leader, retrying retriable errors."""
+        deadline = time.monotonic() + timeout_s
+        body = {"records": [{"value": v} for v in values]}
+        while True:
+            target = leader if leader is not None else await self.leader_of(name)
+            try:
+                if target is not None:
+                    answer: dict[str, Any] = await self.call(
+                        "POST",
+                        target,
+                        f"/v1/partitions/{name}/records",
+                        params={"acks": acks},
+                        json=body,
+                    )
+                    return answer
+            except ApiError as exc:
+                if not exc.error.get("retriable") or time.monotonic() > deadline:
+                    raise
+            except (aiohttp.ClientError, OSError):
+                if time.monotonic() > deadline:
+                    raise
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no leader for {name}\n" + self.logs())
+            leader = None
+            await asyncio.sleep(0.1)
+
+    async def read_all(self, name: str, broker: int, start: int = 0) -> list[dict[str, Any]]:
+        """Every record from `start` below the high watermark, from `broker`."""
+        out: list[dict[str, Any]] = []
+        offset = start
+        while True:
+            answer = await self.call(
+                "GET",
+                broker,
+                f"/v1/partitions/{name}/records",
+                params={"offset": offset, "maxRecords": 10_000},
+            )
+            out.extend(answer["records"])
+            if not answer["records"]:
+                return out
+            offset = answer["records"][-1]["offset"] + 1

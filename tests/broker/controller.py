@@ -1,0 +1,183 @@
+"""A controller for broker tests: the real `ControllerCore` and `decide` behind HTTP.
+
+It serves `POST /v1/heartbeat` (BrokerHeartbeat JSON in, HeartbeatResponse JSON
+out) as the operator does, keeps the Partition resources in memory (a store
+that checks resourceVersion on every status write, as the Kubernetes API
+would), and reconciles every partition on a timer with the real decision code,
+writing material changes at once and refreshes at most every
+`status_refresh_ms`. Brokers under test therefore get real assignments,
+elections and ISR changes, without Kubernetes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from epochlog.heartbeat import BrokerHeartbeat
+from epochlog.resources import PartitionSpec, PartitionStatus
+from epochlog_operator.controller import ControllerCore
+from epochlog_operator.decide import PartitionInput
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def spec(
+    topic: str,
+    index: int,
+    replicas: tuple[int, ...] = (1, 2, 3),
+    *,
+    min_insync_replicas: int = 2,
+    replica_lag_time_max_ms: int = 10_000,
+) -> PartitionSpec:
+    return PartitionSpec(
+        topic=topic,
+        partition=index,
+        replicas=replicas,
+        replication_factor=len(replicas),
+        min_insync_replicas=min_insync_replicas,
+        replica_lag_time_max_ms=replica_lag_time_max_ms,
+    )
+
+
+class Conflict(Exception):
+    pass
+
+
+@dataclass
+class _Stored:
+    spec: PartitionSpec
+    status: PartitionStatus | None = None
+    resource_version: int = 1
+
+
+@dataclass
+class Store:
+    items: dict[str, _Stored] = field(default_factory=dict)
+    _rv: int = 1
+
+    def create(self, spec: PartitionSpec) -> None:
+        self._rv += 1
+        self.items[spec.name] = _Stored(spec, resource_version=self._rv)
+
+    def inputs(self) -> dict[str, PartitionInput]:
+        return {
+            n: PartitionInput(s.spec, s.status, 1, str(s.resource_version))
+            for n, s in self.items.items()
+        }
+
+    def write_status(self, name: str, status: PartitionStatus, resource_version: str) -> None:
+        s = self.items[name]
+        if str(s.resource_version) != resource_version:
+            raise Conflict(f"{name}: resourceVersion {resource_version} is stale")
+        self._rv += 1
+        s.status = status
+        s.resource_version = self._rv
+
+
+class Controller:
+    def __init__(
+        self,
+        specs: Iterable[PartitionSpec],
+        *,
+        session_timeout_ms: int = 1500,
+        reconcile_interval_ms: int = 100,
+        status_refresh_ms: int = 1000,
+        port: int = 0,
+    ) -> None:
+        self.store = Store()
+        for s in specs:
+            self.store.create(s)
+        self.session_timeout_ms = session_timeout_ms
+        self.reconcile_interval_ms = reconcile_interval_ms
+        self.status_refresh_ms = status_refresh_ms
+        self.port = port
+        self.core = ControllerCore.start(wall_ms(), session_timeout_ms)
+        self.heartbeats: dict[int, int] = {}
+        """Heartbeats received per broker id."""
+        self.paused = False
+        """While set, heartbeats are answered with HTTP 503 (a controller outage)."""
+        self._last_write: dict[str, int] = {}
+        self._runner: web.AppRunner | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> Controller:
+        app = web.Application()
+        app.router.add_post("/v1/heartbeat", self._heartbeat)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        self._task = asyncio.create_task(self._reconcile_loop())
+        return self
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def __aenter__(self) -> Controller:
+        return await self.start()
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.stop()
+
+    async def _heartbeat(self, request: web.Request) -> web.Response:
+        if self.paused:
+            return web.Response(status=503, text="controller paused")
+        hb = BrokerHeartbeat.model_validate_json(await request.read())
+        self.heartbeats[hb.broker_id] = self.heartbeats.get(hb.broker_id, 0) + 1
+        response, _ = self.core.on_heartbeat(hb, wall_ms(), self.store.inputs())
+        return web.json_response(response.model_dump(mode="json", by_alias=True))
+
+    async def _reconcile_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.reconcile_interval_ms / 1000)
+            self.reconcile()
+
+    def reconcile(self) -> None:
+        now = wall_ms()
+        inputs = self.store.inputs()
+        for name, p in inputs.items():
+            decision = self.core.decide(name, p, now, inputs)
+            status = decision.status
+            if status is None or decision.resource_version is None:
+                continue
+            due = now - self._last_write.get(name, -(10**15)) >= self.status_refresh_ms
+            if not (decision.material or due):
+                continue
+            self.store.write_status(name, status, decision.resource_version)
+            self._last_write[name] = now
+
+    # -- inspection --------------------------------------------------------------------
+
+    def status(self, name: str) -> PartitionStatus | None:
+        return self.store.items[name].status
+
+    def leader(self, name: str) -> int | None:
+        s = self.status(name)
+        return s.leader if s is not None else None
+
+    async def wait_for(
+        self, predicate: Callable[[], bool], timeout_s: float, what: str = "condition"
+    ) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+            await asyncio.sleep(0.05)

@@ -1,0 +1,379 @@
+"""The broker server's pure parts, without processes: client batches, framing, request
+parsing, the replica wire format, the data-directory claim and brokerEpoch, config."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+from epochlog.errors import (
+    FencedLeaderEpochError,
+    InvalidRequestError,
+    RecordTooLargeError,
+    StorageError,
+)
+from epochlog.heartbeat import HeartbeatResponse, PartitionAssignment
+from epochlog_broker.broker import Signal
+from epochlog_broker.client_batch import ClientBatch
+from epochlog_broker.config import BrokerConfig, parse_listen, parse_peers
+from epochlog_broker.core import BrokerCore, ProduceDone, ProducerFields
+from epochlog_broker.framing import frame, stored, unframe
+from epochlog_broker.http_api import (
+    Encoding,
+    acks_param,
+    at_param,
+    int_param,
+    parse_produce_json,
+)
+from epochlog_broker.identity import DataDirClaim
+from epochlog_broker.log.batch import Record, RecordBatch, encode_batch
+from epochlog_broker.log.fs import OsFileSystem
+from epochlog_broker.replica_wire import (
+    FetchBody,
+    decode_fetch_answer,
+    encode_fetch_answer,
+    error_from_body,
+    parse_body,
+)
+from epochlog_broker.replication.messages import Acks, Batch, DivergingEpoch, FetchData
+
+
+def batch(*values: bytes, **kw: int) -> bytearray:
+    return encode_batch(
+        [
+            Record(v, key=b"k", headers=(("h", b"x"),), timestamp=100 + i)
+            for i, v in enumerate(values)
+        ],
+        base_offset=kw.get("base_offset", 0),
+        leader_epoch=kw.get("leader_epoch", 0),
+        timestamp=1,
+        producer_id=kw.get("producer_id", -1),
+        producer_epoch=kw.get("producer_epoch", -1),
+        base_sequence=kw.get("base_sequence", -1),
+    )
+
+
+# -- client batches ----------------------------------------------------------------------
+
+
+def test_client_batch_is_stamped_with_offset_epoch_and_a_new_crc() -> None:
+    cb = ClientBatch.parse(batch(b"a", b"bb", b"ccc"), max_record_bytes=100)
+    assert cb.record_count == 3
+    assert cb.producer is None
+    raw = cb.stamp(41, 7)
+    stamped = RecordBatch.from_bytes(bytes(raw), deep=True)
+    assert (stamped.base_offset, stamped.last_offset, stamped.leader_epoch) == (41, 43, 7)
+    assert [r.value for r in stamped.records()] == [b"a", b"bb", b"ccc"]
+    assert [r.timestamp for r in stamped.records()] == [100, 101, 102]
+    assert stamped.header.first_timestamp == 100
+    assert stamped.header.max_timestamp == 102
+
+
+def test_client_batch_carries_the_idempotent_producer_fields() -> None:
+    cb = ClientBatch.parse(
+        batch(b"a", producer_id=9, producer_epoch=2, base_sequence=5), max_record_bytes=100
+    )
+    assert cb.producer == ProducerFields(9, 2, 5)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda b: b[:-1], "runs past the end"),
+        (lambda b: b + b"x", "after the batch"),
+        (lambda b: b[:20] + bytes([b[20] ^ 1]) + b[21:], "CRC mismatch"),
+        (lambda b: b"", "empty body"),
+        (lambda b: b"garbage", "truncated batch header"),
+    ],
+)
+def test_client_batch_rejects_bad_framing(mutate, message) -> None:
+    with pytest.raises(InvalidRequestError, match=message):
+        ClientBatch.parse(bytes(mutate(bytes(batch(b"abc")))), max_record_bytes=100)
+
+
+def _recrc(buf: bytearray) -> bytearray:
+    import zlib
+
+    struct.pack_into(">I", buf, 4, zlib.crc32(memoryview(buf)[8:]))
+    return buf
+
+
+def test_client_batch_rejects_a_record_section_that_does_not_decode() -> None:
+    buf = batch(b"abc")
+    struct.pack_into(">i", buf, 57 + 12, 1000)  # value length past the batch, CRC fixed
+    with pytest.raises(InvalidRequestError, match="record 0 is malformed"):
+        ClientBatch.parse(bytes(_recrc(buf)), max_record_bytes=10_000)
+
+
+def test_client_batch_rejects_attributes_and_bad_producer_fields() -> None:
+    buf = batch(b"abc")
+    struct.pack_into(">H", buf, 9, 1)
+    with pytest.raises(InvalidRequestError, match="attributes"):
+        ClientBatch.parse(bytes(_recrc(buf)), max_record_bytes=100)
+    with pytest.raises(InvalidRequestError, match="producerId"):
+        ClientBatch.parse(
+            bytes(batch(b"a", producer_id=3, producer_epoch=-1, base_sequence=0)),
+            max_record_bytes=100,
+        )
+
+
+def test_client_batch_rejects_an_oversized_record() -> None:
+    with pytest.raises(RecordTooLargeError, match="record 1"):
+        ClientBatch.parse(bytes(batch(b"a", b"x" * 200)), max_record_bytes=100)
+
+
+# -- framing and the replica wire --------------------------------------------------------
+
+
+def test_framed_batches_round_trip_and_are_checked() -> None:
+    b1 = RecordBatch.from_bytes(bytes(batch(b"a", b"b", base_offset=0, leader_epoch=1)))
+    b2 = RecordBatch.from_bytes(bytes(batch(b"c", base_offset=2, leader_epoch=2)))
+    body = frame({"highWatermark": 3}, [stored(b1), stored(b2)])
+    header, batches = unframe(body)
+    assert header["highWatermark"] == 3
+    assert [b.raw for b in batches] == [b1.raw, b2.raw]
+    damaged = bytearray(body)
+    damaged[-3] ^= 0xFF
+    with pytest.raises(InvalidRequestError, match="CRC"):
+        unframe(bytes(damaged))
+    with pytest.raises(InvalidRequestError, match="after the batches"):
+        unframe(body + b"x")
+    lying = json.loads(body[4 : 4 + struct.unpack(">I", body[:4])[0]])
+    lying["batches"][0][1] = 5
+    encoded = json.dumps(lying).encode()
+    with pytest.raises(InvalidRequestError, match="holds offsets"):
+        unframe(struct.pack(">I", len(encoded)) + encoded + b1.raw + b2.raw)
+
+
+def test_fetch_answers_round_trip() -> None:
+    b = RecordBatch.from_bytes(bytes(batch(b"a", base_offset=4, leader_epoch=3)))
+    data = FetchData(3, 5, (Batch(4, 4, 3, b.raw),))
+    assert decode_fetch_answer(encode_fetch_answer(data)) == data
+    div = DivergingEpoch(3, 5, 2, 10)
+    assert decode_fetch_answer(encode_fetch_answer(div)) == div
+
+
+def test_fetch_body_is_strict_and_errors_come_back_typed() -> None:
+    with pytest.raises(InvalidRequestError, match="fetchOffset"):
+        parse_body(
+            FetchBody,
+            b'{"replicaId":1,"brokerEpoch":1,"leaderEpoch":1,"fetchOffset":"3"}',
+        )
+    error = error_from_body(
+        409,
+        json.dumps(FencedLeaderEpochError("old", leader=2, leaderEpoch=5).to_dict()).encode(),
+    )
+    assert isinstance(error, FencedLeaderEpochError)
+    assert error.details["leaderEpoch"] == 5
+    assert error_from_body(502, b"<html>bad gateway</html>") is None
+
+
+# -- request parsing ---------------------------------------------------------------------
+
+
+def test_produce_json_is_parsed_into_records() -> None:
+    body = json.dumps(
+        {
+            "records": [
+                {"key": "k", "value": "v", "headers": {"h": "1"}},
+                {"value": "w"},
+                {"key": None, "value": ""},
+            ]
+        }
+    ).encode()
+    records, producer, size = parse_produce_json(body, encoding=Encoding.UTF8, max_record_bytes=10)
+    assert records == [
+        Record(b"v", b"k", (("h", b"1"),)),
+        Record(b"w", None, ()),
+        Record(b"", None, ()),
+    ]
+    assert producer is None
+    assert size == 5
+
+
+def test_produce_json_with_base64_and_producer_fields() -> None:
+    body = json.dumps(
+        {
+            "records": [{"value": "AAH/", "headers": {"h": "AA=="}}],
+            "producerId": 1,
+            "producerEpoch": 0,
+            "baseSequence": 10,
+        }
+    ).encode()
+    records, producer, _ = parse_produce_json(body, encoding=Encoding.BASE64, max_record_bytes=10)
+    assert records[0].value == b"\x00\x01\xff"
+    assert records[0].headers == (("h", b"\x00"),)
+    assert producer == ProducerFields(1, 0, 10)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"{not json", "Invalid JSON"),
+        (b"[1]", "Input should be an object"),
+        (b"{}", "records: Field required"),
+        (b'{"records":[]}', "at least 1 item"),
+        (b'{"records":[{"value":5}]}', "records.0.value: Input should be a valid string"),
+        (b'{"records":[{"value":"a","key":1}]}', "records.0.key"),
+        (b'{"records":[{"value":"a","headers":{"h":1}}]}', "records.0.headers.h"),
+        (b'{"records":[{"value":"a","vaule":"b"}]}', "records.0.vaule: Extra inputs"),
+        (b'{"records":[{"value":"a"}],"producerId":1}', "go together"),
+        (
+            b'{"records":[{"value":"a"}],"producerId":1,"producerEpoch":70000,"baseSequence":0}',
+            "producerEpoch",
+        ),
+    ],
+)
+def test_produce_json_errors_name_the_field(body: bytes, message: str) -> None:
+    with pytest.raises(InvalidRequestError, match=message):
+        parse_produce_json(body, encoding=Encoding.UTF8, max_record_bytes=10)
+
+
+def test_produce_json_limits() -> None:
+    with pytest.raises(RecordTooLargeError, match=r"records\.1"):
+        parse_produce_json(
+            b'{"records":[{"value":"a"},{"value":"12345678901"}]}',
+            encoding=Encoding.UTF8,
+            max_record_bytes=10,
+        )
+    with pytest.raises(InvalidRequestError, match="not valid base64"):
+        parse_produce_json(
+            b'{"records":[{"value":"!!"}]}', encoding=Encoding.BASE64, max_record_bytes=10
+        )
+
+
+def test_query_parameters() -> None:
+    assert int_param({"n": "5"}, "n", minimum=0) == 5
+    assert int_param({}, "n", 7) == 7
+    with pytest.raises(InvalidRequestError, match="n must be an integer"):
+        int_param({"n": "x"}, "n")
+    with pytest.raises(InvalidRequestError, match="required"):
+        int_param({}, "n")
+    with pytest.raises(InvalidRequestError, match="<= 3"):
+        int_param({"n": "4"}, "n", maximum=3)
+    with pytest.raises(InvalidRequestError, match="acks"):
+        acks_param({"acks": "some"})
+    assert at_param({"at": "123"}) == 123
+    assert at_param({}) == "latest"
+    with pytest.raises(InvalidRequestError, match="at must be"):
+        at_param({"at": "-5"})
+
+
+# -- identity and config -----------------------------------------------------------------
+
+
+def test_broker_epoch_grows_across_claims_and_survives_a_slow_clock(tmp_path: Path) -> None:
+    claim = DataDirClaim(str(tmp_path), 1)
+    claim.acquire()
+    first = claim.next_epoch(now_ms=1000)
+    assert first == 1000
+    assert claim.next_epoch(now_ms=500) == 1001  # the clock went back
+    claim.release()
+    again = DataDirClaim(str(tmp_path), 1)
+    again.acquire()
+    assert again.next_epoch(now_ms=10) == 1002
+    again.release()
+
+
+def test_data_dir_is_exclusive_and_bound_to_its_broker_id(tmp_path: Path) -> None:
+    claim = DataDirClaim(str(tmp_path), 1)
+    claim.acquire()
+    claim.next_epoch()
+    with pytest.raises(StorageError, match="in use"):
+        DataDirClaim(str(tmp_path), 1).acquire()
+    claim.release()
+    with pytest.raises(StorageError, match="belongs to broker 1"):
+        DataDirClaim(str(tmp_path), 2).acquire()
+
+
+def test_config_parsing_and_peer_urls() -> None:
+    assert parse_listen("127.0.0.1:9000") == ("127.0.0.1", 9000)
+    assert parse_listen(":9000") == ("0.0.0.0", 9000)
+    assert parse_listen("[::1]:9000") == ("::1", 9000)
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        parse_listen("9000")
+    peers = parse_peers(["1=127.0.0.1:1,2=http://h:2", "3=https://x:3/"])
+    assert peers == {1: "http://127.0.0.1:1", 2: "http://h:2", 3: "https://x:3/"}
+    cfg = BrokerConfig(
+        broker_id=1,
+        data_dir="/d",
+        controller_url="http://c",
+        port=9001,
+        peers=peers,
+        peer_address_template="http://broker-{id}.b:8080",
+    )
+    assert cfg.peer_url(1) == "http://127.0.0.1:9001"
+    assert cfg.peer_url(3) == "https://x:3"
+    assert cfg.peer_url(7) == "http://broker-7.b:8080"
+
+
+async def test_signal_wakes_every_waiter_and_times_out() -> None:
+    sig = Signal()
+    assert await sig.wait(0.01) is False
+    waiters = [asyncio.create_task(sig.wait(5)) for _ in range(3)]
+    await asyncio.sleep(0)
+    sig.notify()
+    assert await asyncio.gather(*waiters) == [True, True, True]
+
+
+# -- core additions used by the server ---------------------------------------------------
+
+
+def _sole_leader(tmp_path: Path) -> BrokerCore:
+    core = BrokerCore(broker_id=1, broker_epoch=1, fs=OsFileSystem(), data_dir=str(tmp_path))
+    core.open()
+    core.on_heartbeat_response(
+        HeartbeatResponse(
+            assignments=(
+                PartitionAssignment(
+                    name="p-0",
+                    leader=1,
+                    leader_epoch=3,
+                    partition_epoch=3,
+                    isr=(1,),
+                    replicas=(1,),
+                    min_insync_replicas=1,
+                ),
+            )
+        ),
+        0,
+    )
+    return core
+
+
+def test_core_flush_in_three_steps_acknowledges_like_flush(tmp_path: Path) -> None:
+    core = _sole_leader(tmp_path)
+    effects = core.produce(
+        "p-0", [Record(b"a")], acks=Acks.ALL, timeout_ms=1000, now_ms=1, request_id=7
+    )
+    assert effects == []
+    assert core.dirty
+    names = core.begin_flush()
+    assert names == ["p-0"]
+    assert not core.dirty
+    persisted = core.sync_log("p-0")
+    assert persisted == 1
+    done = core.end_flush("p-0", persisted)
+    assert done == [ProduceDone(7, "p-0", 0, 0, 3)]
+    core.close()
+
+
+def test_core_appends_a_prepared_batch_stamped_with_offset_and_epoch(tmp_path: Path) -> None:
+    core = _sole_leader(tmp_path)
+    core.produce("p-0", [Record(b"first")], acks=Acks.NONE, timeout_ms=1, now_ms=1, request_id=1)
+    prepared = ClientBatch.parse(batch(b"x", b"y"), max_record_bytes=100)
+    effects = core.produce("p-0", prepared, acks=Acks.NONE, timeout_ms=1, now_ms=1, request_id=2)
+    assert effects == [ProduceDone(2, "p-0", 1, 2, 3)]
+    core.flush()
+    result = core.read_batches("p-0", 2)
+    assert [b.base_offset for b in result.batches] == [1]
+    assert [(r.offset, r.value, r.leader_epoch) for r in result.batches[0].records()] == [
+        (1, b"x", 3),
+        (2, b"y", 3),
+    ]
+    assert result.high_watermark == 3
+    core.close()
