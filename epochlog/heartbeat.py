@@ -32,7 +32,7 @@ from epochlog.resources import (
     PartitionSpec,
     PartitionStatus,
 )
-from epochlog.wire import BrokerId, NonNegativeInt, PositiveInt, WireModel
+from epochlog.wire import BrokerId, BrokerKey, NonNegativeInt, PositiveInt, WireModel
 
 DEFAULT_HEARTBEAT_INTERVAL_MS: Final = 500
 
@@ -165,3 +165,5 @@ class HeartbeatResponse(WireModel):
     """This brokerEpoch is fenced: the broker must restart with a new brokerEpoch to rejoin."""
     assignments: tuple[PartitionAssignment, ...] = ()
     rejected_isr_proposals: tuple[RejectedIsrProposal, ...] = ()
+    brokers: dict[BrokerKey, str] = Field(default_factory=dict)
+    """Address of every live broker, as it advertises itself: where to find a leader."""

@@ -639,6 +639,9 @@ class Broker:
                 return
             effects = core.on_heartbeat_response(response, now_ms())
             fenced = core.fenced
+            self.config.learned_peers.update(
+                {b: a for b, a in response.brokers.items() if b != self.config.broker_id}
+            )
         if fenced:
             await self._restart("fenced by the controller")
             return

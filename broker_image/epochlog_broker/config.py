@@ -4,9 +4,10 @@
 it is, where it listens and is reached, where the controller is, the timers of
 its loops, request limits, and how to reach another broker by id. Peers are
 named by id only in the controller's assignments, so the broker needs a way to
-turn an id into a URL: an explicit map (`peers`), or a template such as
-`http://epochlog-broker-{id}.epochlog-broker:8080` for a StatefulSet, where an
-explicit entry wins over the template.
+turn an id into a URL: an explicit map (`peers`), the addresses the controller
+reports in every heartbeat answer (each live broker as it advertises itself),
+or a template such as `http://epochlog-broker-{id}.epochlog-broker:8080` for
+a StatefulSet, in that order. Usually the controller's answers are enough.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class BrokerConfig:
     """Base URLs of other brokers by id."""
     peer_address_template: str | None = None
     """Base URL of broker `{id}` for ids missing from `peers`."""
+    learned_peers: dict[int, str] = field(default_factory=dict)
+    """Addresses the controller reported in heartbeat answers (filled in while running)."""
 
     heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
     heartbeat_timeout_ms: int | None = None
@@ -91,7 +94,7 @@ class BrokerConfig:
         """Base URL of broker `broker_id`, or None when nothing says where it is."""
         if broker_id == self.broker_id:
             return self.address
-        url = self.peers.get(broker_id)
+        url = self.peers.get(broker_id) or self.learned_peers.get(broker_id)
         if url is None and self.peer_address_template:
             url = self.peer_address_template.format(id=broker_id)
         return url.rstrip("/") if url else None

@@ -81,8 +81,18 @@ class ControllerCore:
                 continue
             assignments.append(PartitionAssignment.from_status(name, status, p.spec))
         rejected = tuple(self.rejected.pop(heartbeat.broker_id, ()))
+        view = self.liveness.view(now_ms)
+        brokers = {
+            b: got.heartbeat.address
+            for b, got in sorted(self.heartbeats.items())
+            if view.is_live(b) and view.broker_epoch(b) == got.heartbeat.broker_epoch
+        }
         return (
-            HeartbeatResponse(assignments=tuple(assignments), rejected_isr_proposals=rejected),
+            HeartbeatResponse(
+                assignments=tuple(assignments),
+                rejected_isr_proposals=rejected,
+                brokers=brokers,
+            ),
             result,
         )
 

@@ -109,6 +109,8 @@ class Cluster:
     heartbeat_interval_ms: int = 100
     session_timeout_ms: int = 1500
     extra_args: Sequence[str] = ()
+    static_peers: bool = True
+    """False: brokers learn each other's addresses only from the controller's answers."""
     controller: Controller = field(init=False)
     brokers: dict[int, BrokerProcess] = field(init=False, default_factory=dict)
     http: aiohttp.ClientSession = field(init=False)
@@ -135,8 +137,7 @@ class Cluster:
                 f"127.0.0.1:{port}",
                 "--controller",
                 self.controller.url,
-                "--peers",
-                peers,
+                *(["--peers", peers] if self.static_peers else []),
                 "--heartbeat-interval-ms",
                 str(self.heartbeat_interval_ms),
                 "--checkpoint-interval-ms",

@@ -99,4 +99,5 @@ def test_response_carries_the_persisted_assignment() -> None:
             }
         ],
         "rejectedIsrProposals": [],
+        "brokers": {},
     }

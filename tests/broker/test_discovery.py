@@ -1,0 +1,27 @@
+"""Brokers find each other through the controller: no peer list is configured."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from tests.broker.cluster import Cluster
+from tests.broker.controller import spec
+
+
+async def test_replication_needs_no_peer_list(tmp_path: Path) -> None:
+    async with Cluster(tmp_path, [spec("events", 0)], static_peers=False) as cluster:
+        leader = await cluster.wait_leader("events-0", timeout_s=20)
+        # acks=all with minInsyncReplicas 2 needs a follower that found the leader.
+        answer = await cluster.produce("events-0", ["a", "b", "c"], acks="all")
+        assert answer["lastOffset"] - answer["baseOffset"] == 2
+        for b in cluster.broker_ids:
+            if b != leader:
+                await cluster.wait_until(
+                    functools.partial(_count, cluster, b), timeout_s=10, what=f"broker {b}"
+                )
+
+
+async def _count(cluster: Cluster, broker: int) -> bool:
+    parts = await cluster.partitions(broker)
+    return bool(parts["events-0"]["logEndOffset"] >= 3)
