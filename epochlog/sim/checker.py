@@ -110,49 +110,61 @@ class Checker:
                         )
                         return
 
-    def _window_start(self, partition: str, follower: int, leader: int, status_time: int) -> int:
-        """The latest moment a disturbance could excuse the controller's view of `follower`."""
+    def _window_start(
+        self, follower: int, leader: int, status_time: int, *, follower_paused_counts: bool
+    ) -> int:
+        """The latest moment a disturbance could excuse the controller's view of `follower`:
+        a controller restart, a pause of the controller or the leader, or a cut between the
+        controller and either of them. Cuts between leader and follower excuse nothing:
+        that is lag, which the ISR exists to measure."""
         start = status_time
         for t in self.h.controller_starts:
             start = max(start, t)
         if self.h.controller_stops and self.h.controller_stops[-1] >= start:
             return 10**18  # the controller is down: nobody can change the ISR
-        for node in (CONTROLLER, leader, follower):
+        paused = (CONTROLLER, leader, follower) if follower_paused_counts else (CONTROLLER, leader)
+        for node in paused:
             for _s, resumed in self.h.pauses.get(node, []):
                 start = max(start, resumed)
         for src, dst, _s, healed in self.h.cuts:
-            if {src, dst} & {CONTROLLER, leader, follower}:
+            if CONTROLLER in (src, dst) and {src, dst} & {leader, follower}:
                 start = max(start, healed if healed is not None else 10**18)
         return start
 
     def _check_stuck(self, now: int, partition: str, status: PartitionStatus) -> None:
+        """A follower that stopped reading must be out once replicaLagTimeMaxMs has passed,
+        the leader's next heartbeat has reported it, and one decision has written it."""
         leader = status.leader
         assert leader is not None
         lag_max = self.lag_max_ms[partition]
-        bound = lag_max + self.config.heartbeat_interval_ms + self.config.reconcile_interval_ms
-        bound += 2 * self.net.max_delay_ms + 100
+        write = self.config.reconcile_interval_ms + 2 * self.net.max_delay_ms + 100
         epoch_start = self._epoch_start(partition, status.leader_epoch)
         for f in status.isr:
             if f == leader:
                 continue
             joined = self._joined(partition, f, now)
-            since = self._window_start(partition, f, leader, max(epoch_start, joined))
+            since = self._window_start(
+                f, leader, max(epoch_start, joined), follower_paused_counts=False
+            )
             fetches = self.h.fetches.get((partition, status.leader_epoch, f))
             if fetches is not None:
                 since = max(since, fetches.last_ms)
             key = (partition, f, status.leader_epoch)
-            if not self._reporting(leader, since, now):
+            if key in self._reported_stuck or not self._reporting(leader, since, now):
                 continue  # a silent leader is a matter for fencing, not for ISR lag
-            if now - since > bound and key not in self._reported_stuck:
-                self._reported_stuck.add(key)
-                self._flag(
-                    "isr-stuck-kept",
-                    now,
-                    partition,
-                    f"broker {f} has not fetched from leader {leader} (leaderEpoch "
-                    f"{status.leader_epoch}) since t={since} but is still in the ISR "
-                    f"{list(status.isr)} {now - since} ms later (bound {bound} ms)",
-                )
+            reports = [x for x in self.h.heartbeats_in.get(leader, []) if x > since + lag_max]
+            if not reports or now <= reports[0] + write:
+                continue
+            self._reported_stuck.add(key)
+            self._flag(
+                "isr-stuck-kept",
+                now,
+                partition,
+                f"broker {f} has not fetched from leader {leader} (leaderEpoch "
+                f"{status.leader_epoch}) since t={since} but is still in the ISR "
+                f"{list(status.isr)} {now - since} ms later; the leader reported at "
+                f"t={reports[0]}, {reports[0] - since} ms after its last fetch",
+            )
 
     def _epoch_start(self, partition: str, leader_epoch: int) -> int:
         for w in self._writes(partition):
@@ -362,7 +374,7 @@ class Checker:
         member_since = self._joined(partition, f, t)
         joined = max(self._epoch_start(partition, epoch), member_since)
         start = joined
-        if self._window_start(partition, f, leader, joined) != joined:
+        if self._window_start(f, leader, joined, follower_paused_counts=True) != joined:
             return False
         if not self._up_throughout(f, member_since, t):
             return False
