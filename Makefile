@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
-EXTRAS ?= dev
+EXTRAS ?= dev,operator
 
 .PHONY: venv test lint typecheck unit demo bench soak sim clean
 
@@ -30,6 +30,8 @@ demo: venv
 
 bench: venv
 	$(BIN)/python -m benchmarks.log_bench
+	$(BIN)/python -m benchmarks.broker_bench
+	$(BIN)/python -m benchmarks.operator_bench
 
 soak: venv
 	HYPOTHESIS_PROFILE=soak $(BIN)/pytest -q -p no:cacheprovider --timeout 3600

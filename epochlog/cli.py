@@ -6,6 +6,10 @@ Subcommands so far:
   epochlog demo               storage walkthrough: appends, a power loss, recovery
   epochlog sim                random fault schedules in the deterministic simulator
   epochlog broker             run a broker (HTTP API, replication, heartbeats)
+  epochlog operator           run the controller (kopf) with its heartbeat endpoint
+  epochlog produce            send records (acks=all by default, idempotent)
+  epochlog consume            read records up to the high watermark
+  epochlog offsets            earliest / latest offsets of a partition
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
 from epochlog import __version__
 from epochlog.errors import EpochlogError
@@ -200,6 +205,161 @@ def _cmd_operator(args: argparse.Namespace) -> int:
     return run(OperatorSettings.from_args(args), args.log_level, args.log_format)
 
 
+def _run_client_command(main: Coroutine[Any, Any, int]) -> int:
+    import asyncio
+
+    try:
+        return asyncio.run(main)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _cmd_produce(args: argparse.Namespace) -> int:
+    from epochlog.client.commands import produce
+
+    values = args.values or None
+    if values is None and sys.stdin.isatty() and not args.quiet:
+        print("reading records from stdin, one per line (Ctrl-D ends)", file=sys.stderr)
+    return _run_client_command(
+        produce(
+            args.bootstrap,
+            args.partition,
+            values=values,
+            stdin=sys.stdin,
+            out=sys.stdout,
+            err=sys.stderr,
+            acks=args.acks,
+            key=args.key,
+            headers=dict(args.header or []),
+            linger_ms=args.linger_ms,
+            batch_size=args.batch_size,
+            delivery_timeout_ms=args.timeout_ms,
+            binary=args.binary,
+            quiet=args.quiet,
+        )
+    )
+
+
+def _cmd_consume(args: argparse.Namespace) -> int:
+    from epochlog.client.commands import consume
+
+    return _run_client_command(
+        consume(
+            args.bootstrap,
+            args.partition,
+            out=sys.stdout,
+            err=sys.stderr,
+            start=args.start,
+            max_records=args.max,
+            follow=args.follow,
+            binary=args.binary,
+            b64=args.base64,
+            max_wait_ms=args.max_wait_ms,
+            retry_timeout_ms=args.timeout_ms,
+            quiet=args.quiet,
+        )
+    )
+
+
+def _cmd_offsets(args: argparse.Namespace) -> int:
+    from epochlog.client.commands import offsets
+
+    return _run_client_command(
+        offsets(
+            args.bootstrap,
+            args.partition,
+            at=args.at,
+            out=sys.stdout,
+            err=sys.stderr,
+            timeout_ms=args.timeout_ms,
+        )
+    )
+
+
+def _add_client_commands(sub: Any) -> None:
+    from epochlog.client import commands as c
+
+    env_bootstrap = os.environ.get("EPOCHLOG_BOOTSTRAP")
+
+    def common(p: argparse.ArgumentParser, timeout_help: str) -> None:
+        p.add_argument(
+            "--bootstrap",
+            type=c.bootstrap_arg,
+            # A string default goes through `type` too, so a bad variable is a usage error.
+            default=env_bootstrap or None,
+            required=not env_bootstrap,
+            metavar="URL[,URL...]",
+            help="broker URLs to find the partition's leader from (env EPOCHLOG_BOOTSTRAP)",
+        )
+        p.add_argument(
+            "--partition", type=c.partition_arg, required=True, help="partition name, e.g. orders-0"
+        )
+        p.add_argument(
+            "--timeout-ms", type=c.positive_int, default=30_000, metavar="MS", help=timeout_help
+        )
+
+    produce = sub.add_parser(
+        "produce",
+        help="send records to a partition; prints each record's offset as a JSON line",
+        description="Send records (the VALUE arguments, else one per line of stdin) to the "
+        "partition's leader, with retries across leader changes and without duplicates "
+        "(idempotent producer). Prints {partition, offset, leaderEpoch} per record, in order.",
+    )
+    common(produce, "give up on a record not acknowledged after this long (default 30000)")
+    produce.add_argument("values", nargs="*", metavar="VALUE", help="record values")
+    produce.add_argument("--acks", choices=["all", "leader", "none"], default="all")
+    produce.add_argument("--key", default=None, help="key of every record")
+    produce.add_argument(
+        "--header", type=c.header_arg, action="append", metavar="NAME=VALUE", help="repeatable"
+    )
+    produce.add_argument("--linger-ms", type=c.non_negative_int, default=5)
+    produce.add_argument("--batch-size", type=c.positive_int, default=128 * 1024, metavar="BYTES")
+    produce.add_argument("--binary", action="store_true", help="send binary record batches")
+    produce.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    produce.set_defaults(func=_cmd_produce)
+
+    consume = sub.add_parser(
+        "consume",
+        help="print a partition's records as JSON lines",
+        description="Read committed records (below the high watermark) from the partition's "
+        "leader, following leader changes, and print them as JSON lines. Stops at the high "
+        "watermark unless --follow.",
+    )
+    common(consume, "give up when the leader stays unavailable this long (default 30000)")
+    consume.add_argument(
+        "--from",
+        dest="start",
+        type=c.start_arg,
+        default="earliest",
+        metavar="earliest|latest|OFFSET",
+        help="where to start (default earliest)",
+    )
+    consume.add_argument("--max", type=c.positive_int, default=None, help="stop after N records")
+    consume.add_argument("--follow", action="store_true", help="keep waiting for new records")
+    consume.add_argument("--max-wait-ms", type=c.non_negative_int, default=500, metavar="MS")
+    consume.add_argument("--binary", action="store_true", help="fetch binary record batches")
+    consume.add_argument("--base64", action="store_true", help="print keys and values as base64")
+    consume.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    consume.set_defaults(func=_cmd_consume)
+
+    offsets = sub.add_parser(
+        "offsets",
+        help="print a partition's earliest or latest offset, or the offset at a time",
+        description="ListOffsets: the earliest offset, the latest (the high watermark), or the "
+        "first offset whose record time is at or after MS (ms since the epoch).",
+    )
+    common(offsets, "give up when no leader answers within this long (default 30000)")
+    offsets.add_argument(
+        "--at",
+        type=c.at_arg,
+        default="latest",
+        metavar="earliest|latest|MS",
+        help="default latest",
+    )
+    offsets.set_defaults(func=_cmd_offsets)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="epochlog",
@@ -322,6 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_operator_arguments(operator_p)
     operator_p.set_defaults(func=_cmd_operator)
+    _add_client_commands(sub)
     return parser
 
 

@@ -1,0 +1,236 @@
+"""The few Kubernetes API calls the operator makes itself, over aiohttp.
+
+kopf watches the Partitions and keeps the peering object alive; everything the
+operator writes goes through here, so that each write has exactly the
+precondition it needs:
+
+- status: `PUT .../partitions/{name}/status` carrying the resourceVersion and
+  uid of the object the decision was made on. The API server answers 409
+  Conflict when the object changed since (or was deleted and created again),
+  and the caller re-reads and decides again. A PUT replaces the whole status,
+  so nothing decided earlier can survive by being merged in;
+- core/v1 Events on a Partition, as `kubectl describe` shows them;
+- reads: one Partition, all Partitions in scope, the peering objects.
+
+Credentials are kopf's `ConnectionInfo` (kubeconfig or service account), the
+same that kopf itself uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Final, Self
+from urllib.parse import quote
+
+import aiohttp
+import kopf
+
+from epochlog.resources import GROUP, KIND, PLURAL, VERSION
+
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+COMPONENT: Final = "epochlog-operator"
+_JSON: Final = "application/json"
+
+Obj = dict[str, Any]
+
+
+class KubeApiError(Exception):
+    """The API server refused a request; `status` is the HTTP status, `reason` its Status reason."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+class ConflictError(KubeApiError):
+    """409: the object changed since it was read, or already exists."""
+
+
+class NotFoundError(KubeApiError):
+    """404: the object (or its namespace, or its resource type) does not exist."""
+
+
+def _raise_for(status: int, body: Any) -> None:
+    reason = ""
+    message = ""
+    if isinstance(body, Mapping):
+        reason = str(body.get("reason") or "")
+        message = str(body.get("message") or "")
+    message = message or json.dumps(body)[:500]
+    if status == 409:
+        raise ConflictError(status, reason or "Conflict", message)
+    if status == 404:
+        raise NotFoundError(status, reason or "NotFound", message)
+    raise KubeApiError(status, reason or "Error", message)
+
+
+def partitions_path(namespace: str | None, name: str | None = None) -> str:
+    scope = f"namespaces/{namespace}/" if namespace else ""
+    path = f"/apis/{API_VERSION}/{scope}{PLURAL}"
+    return f"{path}/{name}" if name else path
+
+
+def peering_path(name: str, namespace: str | None) -> str:
+    if namespace:
+        return f"/apis/kopf.dev/v1/namespaces/{namespace}/kopfpeerings/{name}"
+    return f"/apis/kopf.dev/v1/clusterkopfpeerings/{name}"
+
+
+def _now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class KubeClient:
+    """An aiohttp session to the API server; `async with` opens and closes it."""
+
+    def __init__(self, info: kopf.ConnectionInfo, *, timeout_s: float = 10.0) -> None:
+        self._info = info
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def server(self) -> str:
+        return self._info.server.rstrip("/")
+
+    async def __aenter__(self) -> Self:
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=32, ssl=self._info.as_ssl_context()),
+            headers={**self._info.as_http_headers(), "User-Agent": COMPONENT},
+            proxy=self._info.proxy_url,
+            trust_env=self._info.trust_env,
+            timeout=self._timeout,
+        )
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def request(self, method: str, path: str, body: Any = None) -> Any:
+        if self._session is None:
+            raise RuntimeError("the Kubernetes client is not open")
+        data = None if body is None else json.dumps(body)
+        async with self._session.request(
+            method, self.server + path, data=data, headers={"Content-Type": _JSON}
+        ) as rsp:
+            text = await rsp.text()
+            try:
+                payload = json.loads(text) if text else None
+            except ValueError:
+                payload = {"message": text[:500]}
+            if rsp.status >= 400:
+                _raise_for(rsp.status, payload)
+            return payload
+
+    # -- Partitions -----------------------------------------------------------------------
+
+    async def get_partition(self, namespace: str, name: str) -> Obj | None:
+        try:
+            obj: Obj = await self.request("GET", partitions_path(namespace, name))
+        except NotFoundError:
+            return None
+        return obj
+
+    async def list_partitions(self, namespaces: tuple[str, ...]) -> list[Obj]:
+        """Every Partition in the given namespaces, or in all namespaces when none are given."""
+        items: list[Obj] = []
+        for ns in namespaces or (None,):
+            cont = ""
+            while True:
+                query = "?limit=500" + (f"&continue={quote(cont)}" if cont else "")
+                page = await self.request("GET", partitions_path(ns) + query)
+                for item in page.get("items") or []:
+                    # List items leave out apiVersion and kind on some servers.
+                    item.setdefault("apiVersion", API_VERSION)
+                    item.setdefault("kind", KIND)
+                    items.append(item)
+                cont = (page.get("metadata") or {}).get("continue") or ""
+                if not cont:
+                    break
+        return items
+
+    async def replace_status(
+        self, obj: Obj, status: Mapping[str, Any], resource_version: str
+    ) -> Obj:
+        """Write `status` to `obj` unless it changed since `resource_version` (ConflictError)."""
+        meta = obj["metadata"]
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+                "resourceVersion": resource_version,
+            },
+            "spec": obj.get("spec"),
+            "status": status,
+        }
+        path = partitions_path(meta["namespace"], meta["name"]) + "/status"
+        result: Obj = await self.request("PUT", path, body)
+        return result
+
+    # -- Events ---------------------------------------------------------------------------
+
+    async def post_event(
+        self, obj: Obj, *, type_: str, reason: str, message: str, instance: str
+    ) -> None:
+        meta = obj["metadata"]
+        now = _now_rfc3339()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "type": type_,
+            "reason": reason,
+            # The API server refuses longer messages.
+            "message": message[:1024],
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": instance[:128],
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        await self.request("POST", f"/api/v1/namespaces/{meta['namespace']}/events", body)
+
+    # -- peering --------------------------------------------------------------------------
+
+    async def get_peering(self, name: str, namespace: str | None) -> Obj | None:
+        try:
+            obj: Obj = await self.request("GET", peering_path(name, namespace))
+        except NotFoundError:
+            return None
+        return obj
+
+    async def ensure_peering(self, name: str, namespace: str | None) -> None:
+        """Create the peering object if it is missing (the CRD must be installed)."""
+        kind = "KopfPeering" if namespace else "ClusterKopfPeering"
+        meta: Obj = {"name": name}
+        if namespace:
+            meta["namespace"] = namespace
+        collection = peering_path(name, namespace).rsplit("/", 1)[0]
+        with contextlib.suppress(ConflictError):
+            await self.request(
+                "POST", collection, {"apiVersion": "kopf.dev/v1", "kind": kind, "metadata": meta}
+            )

@@ -1,0 +1,143 @@
+"""The operator's Prometheus metrics, rendered as the text exposition format at /metrics.
+
+A handful of counters and gauges do not justify a client library: `Metrics`
+holds them as plain numbers keyed by label values, and `render` writes the
+text format (version 0.0.4). Gauges that are a function of the moment
+(heartbeat age per broker) are computed by the caller at scrape time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+
+Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass
+class Family:
+    name: str
+    kind: str
+    help: str
+    values: dict[Labels, float] = field(default_factory=dict)
+
+    def inc(self, amount: float = 1.0, **labels: str) -> None:
+        key = tuple(sorted(labels.items()))
+        self.values[key] = self.values.get(key, 0.0) + amount
+
+    def set(self, value: float, **labels: str) -> None:
+        self.values[tuple(sorted(labels.items()))] = value
+
+    def get(self, **labels: str) -> float:
+        return self.values.get(tuple(sorted(labels.items())), 0.0)
+
+    def total(self) -> float:
+        return sum(self.values.values())
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _sample(name: str, labels: Labels, value: float) -> str:
+    text = repr(float(value)) if value != int(value) else str(int(value))
+    if not labels:
+        return f"{name} {text}"
+    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
+    return f"{name}{{{inner}}} {text}"
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self._families: list[Family] = []
+        self.elections = self._family(
+            "epochlog_operator_elections_total",
+            "counter",
+            "Leader elections written to Partition status, by kind (clean, unclean).",
+        )
+        self.isr_changes = self._family(
+            "epochlog_operator_isr_changes_total",
+            "counter",
+            "ISR changes written to Partition status, by change (shrink, expand).",
+        )
+        self.brokers_fenced = self._family(
+            "epochlog_operator_brokers_fenced_total",
+            "counter",
+            "BrokerFenced events: a replica lost the ISR or leadership because its session ended.",
+        )
+        self.offline = self._family(
+            "epochlog_operator_partitions_offline_total",
+            "counter",
+            "PartitionOffline events: a leader was lost and no ISR member could take over.",
+        )
+        self.status_writes = self._family(
+            "epochlog_operator_status_writes_total",
+            "counter",
+            "Successful Partition status writes, by kind (material: state changed; refresh: "
+            "HW, log end or lag only).",
+        )
+        self.conflicts = self._family(
+            "epochlog_operator_status_conflicts_total",
+            "counter",
+            "Status writes refused with 409 Conflict (the Partition changed since it was read).",
+        )
+        self.write_errors = self._family(
+            "epochlog_operator_status_write_errors_total",
+            "counter",
+            "Status writes that failed for another reason, by HTTP status.",
+        )
+        self.events_posted = self._family(
+            "epochlog_operator_events_posted_total",
+            "counter",
+            "Kubernetes Events posted on Partitions, by reason.",
+        )
+        self.heartbeats = self._family(
+            "epochlog_operator_heartbeats_total",
+            "counter",
+            "Broker heartbeats received, by outcome (registered, renewed, restarted, "
+            "still-fenced, stale, invalid, standby).",
+        )
+        self.decisions = self._family(
+            "epochlog_operator_decisions_total",
+            "counter",
+            "Partition decisions made.",
+        )
+        self.sweep_seconds = self._family(
+            "epochlog_operator_last_sweep_seconds",
+            "gauge",
+            "Time the last full reconcile of every Partition took to decide (writes excluded).",
+        )
+        self.partitions = self._family(
+            "epochlog_operator_partitions",
+            "gauge",
+            "Partitions this replica knows of.",
+        )
+        self.active = self._family(
+            "epochlog_operator_active",
+            "gauge",
+            "1 while this replica is the one acting (peering), else 0.",
+        )
+
+    def _family(self, name: str, kind: str, help_: str) -> Family:
+        family = Family(name, kind, help_)
+        self._families.append(family)
+        return family
+
+    def render(self, heartbeat_age_s: Mapping[int, float], extra: Iterable[Family] = ()) -> str:
+        age = Family(
+            "epochlog_operator_broker_heartbeat_age_seconds",
+            "gauge",
+            "Seconds since the last heartbeat of each broker this replica has heard from.",
+        )
+        for broker, seconds in sorted(heartbeat_age_s.items()):
+            age.set(round(seconds, 3), broker=str(broker))
+        lines: list[str] = []
+        for family in [*self._families, age, *extra]:
+            lines.append(f"# HELP {family.name} {family.help}")
+            lines.append(f"# TYPE {family.name} {family.kind}")
+            for labels, value in sorted(family.values.items()):
+                lines.append(_sample(family.name, labels, value))
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,668 @@
+"""The operator's I/O loop around `ControllerCore`: what to decide when, and how to persist it.
+
+`Reconciler` owns the running state of an active replica: the `ControllerCore`
+(broker sessions and latest heartbeats), the Partitions as last read from the
+API server, and the status writes in flight. The decisions themselves are
+`ControllerCore.decide`; this module only chooses when to ask and persists the
+answer.
+
+When to decide:
+- every Partition once per reconcile interval (lag clocks and refreshes move
+  with time alone), and at once when the set of live brokers changes: the
+  loop wakes the moment the next broker session would expire, so a silent
+  leader is replaced one session timeout after its last heartbeat, not one
+  interval later;
+- a Partition at once when its resource changed, or a heartbeat changed its
+  role or epochs, proposed ISR members, or came from a new broker process.
+
+How to persist (`_write`):
+- `PUT .../status` with the resourceVersion the decision was made from. On
+  409 Conflict the Partition is read again and decided again: the other
+  writer's status is the new input, never merged with ours. (When only its
+  metadata changed, the inputs are the ones decided on and the same decision
+  is written against the new resourceVersion.);
+- state changes (leader, ISR, epochs, conditions) are written at once by a
+  pool of writers, leader changes ahead of everything else; refreshes of HW,
+  log end offsets and lag at most once per status refresh interval per
+  Partition, by a smaller pool that waits while state changes are pending;
+- the decision's Events are posted after its status was written, so every
+  Event describes a persisted change, and also wait for pending state changes.
+
+A replica that stops acting (peering) drops its `ControllerCore`; when it acts
+again it starts a new one, which waits one session timeout before fencing
+anyone, and re-reads every Partition: it rebuilds from the persisted statuses
+and the heartbeats that arrive, as a restarted operator does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import math
+import time
+from collections import ChainMap
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+import aiohttp
+import structlog
+from pydantic import ValidationError
+
+from epochlog.errors import LeaderNotAvailableError
+from epochlog.heartbeat import BrokerHeartbeat, HeartbeatResponse
+from epochlog.resources import ConditionType, PartitionSpec, PartitionStatus
+from epochlog_operator.controller import ControllerCore
+from epochlog_operator.decide import Decision, PartitionInput
+from epochlog_operator.events import Event, EventReason
+from epochlog_operator.kube import ConflictError, KubeApiError, KubeClient, NotFoundError, Obj
+from epochlog_operator.liveness import HeartbeatOutcome
+from epochlog_operator.metrics import Metrics
+from epochlog_operator.settings import OperatorSettings
+
+log = structlog.get_logger("epochlog.operator")
+
+MAX_CONFLICT_RETRIES: Final = 5
+"""Re-read and decide again this often on 409 before leaving the Partition to the next sweep."""
+EVENT_POSTERS: Final = 2
+"""Events are posted by a few workers, so that a burst of them (a broker failure touches
+hundreds of Partitions) does not crowd out the status writes at the API server."""
+MAX_QUEUED_EVENTS: Final = 10_000
+
+
+class StandbyError(LeaderNotAvailableError):
+    """This replica is not the acting one: brokers must heartbeat to the active replica."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Write:
+    entry: Entry
+    decision: Decision
+    term: int
+
+
+@dataclass
+class Entry:
+    """One Partition as last read (or written) by this replica."""
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    body: Obj
+    input: PartitionInput | None
+    """None when the object cannot be decided (see `problem`)."""
+    problem: str | None = None
+    last_write: float = -math.inf
+    """Monotonic time of this replica's last status write, for the refresh throttle."""
+
+
+def _older(candidate: str, current: str) -> bool:
+    """Whether resourceVersion `candidate` is known to precede `current`.
+
+    resourceVersions are opaque; where both are integers (etcd revisions, the
+    emulator) a late watch event must not replace a newer object. Otherwise
+    the object is taken, and a stale one only costs a 409 on the next write.
+    """
+    try:
+        return int(candidate) < int(current)
+    except ValueError:
+        return False
+
+
+def parse_partition(body: Mapping[str, Any]) -> tuple[PartitionInput | None, str | None]:
+    """The decision input of a Partition object, or why it cannot be decided."""
+    meta = body.get("metadata") or {}
+    try:
+        spec = PartitionSpec.model_validate(body.get("spec") or {})
+        raw = body.get("status")
+        status = PartitionStatus.model_validate(raw) if raw else None
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg']}" for e in exc.errors()
+        )
+        return None, f"invalid Partition: {problems}"
+    if spec.name != meta.get("name"):
+        return None, (
+            f"the name must be {spec.name!r} (<topic>-<partition>): brokers and heartbeats "
+            "know a partition by that name"
+        )
+    generation = meta.get("generation")
+    return (
+        PartitionInput(
+            spec=spec,
+            status=status,
+            generation=generation if isinstance(generation, int) else 1,
+            resource_version=str(meta.get("resourceVersion") or ""),
+        ),
+        None,
+    )
+
+
+def _same_state(a: PartitionInput, b: PartitionInput) -> bool:
+    """Whether two reads of a Partition give `decide` the same input but for resourceVersion."""
+    return (a.spec, a.status, a.generation) == (b.spec, b.status, b.generation)
+
+
+def _needs_assignment(p: PartitionInput) -> bool:
+    return not (p.spec.replicas or (p.status is not None and p.status.replicas))
+
+
+_EVENT_METRICS: Final = {
+    EventReason.LEADER_ELECTED: ("elections", {"kind": "clean"}),
+    EventReason.UNCLEAN_LEADER_ELECTION: ("elections", {"kind": "unclean"}),
+    EventReason.ISR_SHRUNK: ("isr_changes", {"change": "shrink"}),
+    EventReason.ISR_EXPANDED: ("isr_changes", {"change": "expand"}),
+    EventReason.BROKER_FENCED: ("brokers_fenced", {}),
+    EventReason.PARTITION_OFFLINE: ("offline", {}),
+}
+
+
+class Reconciler:
+    def __init__(
+        self,
+        settings: OperatorSettings,
+        kube: KubeClient,
+        metrics: Metrics,
+        *,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.kube = kube
+        self.metrics = metrics
+        self._clock = clock
+        self._monotonic = monotonic
+        self.core: ControllerCore | None = None
+        self.entries: dict[str, Entry] = {}
+        self.inputs: dict[str, PartitionInput] = {}
+        """The decidable Partitions by name: what heartbeat answers and assignment read."""
+        self.dirty: set[str] = set()
+        self.in_flight: set[str] = set()
+        self._duplicates: set[tuple[str, str]] = set()
+        self._planned: dict[str, PartitionInput] = {}
+        """Assignments decided and being written (see `_tick`)."""
+        self._wake = asyncio.Event()
+        self._write_queue: asyncio.PriorityQueue[tuple[int, int, _Write]] = asyncio.PriorityQueue()
+        self._write_seq = 0
+        self._workers: list[asyncio.Task[None]] = []
+        self._refresh_queue: asyncio.Queue[str] = asyncio.Queue()
+        self._refresh_queued: set[str] = set()
+        self._material = 0
+        """Material writes queued or running: refreshes and Events wait while there are any."""
+        self._material_idle = asyncio.Event()
+        self._material_idle.set()
+        self._events: asyncio.Queue[tuple[Obj, Event]] = asyncio.Queue(maxsize=MAX_QUEUED_EVENTS)
+        self._closed = False
+        self._term = 0
+        """Bumped on every activation and deactivation: writes of an earlier term stop."""
+        self._next_sweep = 0.0
+        self._live: tuple[int, ...] = ()
+        self._in_grace = False
+        self.last_loop = monotonic()
+
+    # -- state ------------------------------------------------------------------------------
+
+    @property
+    def active(self) -> bool:
+        return self.core is not None
+
+    def now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def healthy(self) -> bool:
+        """The loop has come round recently (it wakes at least once per reconcile interval)."""
+        limit = max(5.0, 10 * self.settings.reconcile_interval_ms / 1000)
+        return self._monotonic() - self.last_loop < limit
+
+    def heartbeat_ages(self) -> dict[int, float]:
+        core = self.core
+        if core is None:
+            return {}
+        view = core.liveness.view(self.now_ms())
+        ages = {}
+        for broker in core.liveness.sessions:
+            silence = view.silence_ms(broker)
+            if silence is not None:
+                ages[broker] = max(0, silence) / 1000
+        return ages
+
+    async def activate(self) -> None:
+        """Start acting: read every Partition, start a new ControllerCore (and its grace period)."""
+        if self._closed:
+            return
+        objs = await self.kube.list_partitions(self.settings.namespaces)
+        self.entries.clear()
+        self.inputs.clear()
+        self.dirty.clear()
+        for obj in objs:
+            self.observe(obj)
+        self._term += 1
+        self.core = ControllerCore.start(self.now_ms(), self.settings.broker_session_timeout_ms)
+        self._next_sweep = 0.0
+        self._live = ()
+        self._in_grace = True
+        self.metrics.active.set(1)
+        self.metrics.partitions.set(len(self.entries))
+        log.info(
+            "acting",
+            partitions=len(self.entries),
+            graceMs=self.settings.broker_session_timeout_ms,
+        )
+        self._wake.set()
+
+    def deactivate(self, why: str) -> None:
+        if self.core is None:
+            return
+        self.core = None
+        self._term += 1
+        self.metrics.active.set(0)
+        log.info("standing by", reason=why)
+
+    # -- Partitions from the API server ---------------------------------------------------
+
+    def observe(self, body: Mapping[str, Any], *, mark: bool = True) -> None:
+        """Take a Partition as read from the API server (watch, list, get or write response)."""
+        meta = body.get("metadata") or {}
+        name = str(meta.get("name") or "")
+        namespace = str(meta.get("namespace") or "")
+        uid = str(meta.get("uid") or "")
+        rv = str(meta.get("resourceVersion") or "")
+        if not name:
+            return
+        old = self.entries.get(name)
+        if old is not None:
+            if old.namespace != namespace:
+                # Brokers know partitions by name alone: one name, one Partition.
+                if (namespace, name) not in self._duplicates:
+                    self._duplicates.add((namespace, name))
+                    log.error(
+                        "partition name in use in another namespace; ignoring this one",
+                        partition=name,
+                        namespace=namespace,
+                        servedNamespace=old.namespace,
+                    )
+                return
+            if old.uid == uid and (old.resource_version == rv or _older(rv, old.resource_version)):
+                return
+        decided, problem = parse_partition(body)
+        if problem is not None and (old is None or old.problem != problem):
+            log.error(
+                "cannot decide partition", partition=name, namespace=namespace, problem=problem
+            )
+        entry = Entry(namespace, name, uid, rv, copy.deepcopy(dict(body)), decided, problem)
+        if old is not None and old.uid == uid:
+            entry.last_write = old.last_write
+        self.entries[name] = entry
+        if decided is None:
+            self.inputs.pop(name, None)
+        else:
+            self.inputs[name] = decided
+        self.metrics.partitions.set(len(self.entries))
+        if mark:
+            self._mark(name)
+
+    def forget(self, namespace: str, name: str, uid: str | None = None) -> None:
+        old = self.entries.get(name)
+        if old is None or old.namespace != namespace or (uid and old.uid != uid):
+            return
+        del self.entries[name]
+        self.inputs.pop(name, None)
+        self.dirty.discard(name)
+        self.metrics.partitions.set(len(self.entries))
+        log.info("partition forgotten", partition=name, namespace=namespace)
+
+    def _mark(self, name: str) -> None:
+        self.dirty.add(name)
+        self._wake.set()
+
+    # -- heartbeats -----------------------------------------------------------------------
+
+    def heartbeat(self, heartbeat: BrokerHeartbeat) -> HeartbeatResponse:
+        """Record a broker's heartbeat and answer with its persisted assignments."""
+        core = self.core
+        if core is None:
+            self.metrics.heartbeats.inc(outcome="standby")
+            raise StandbyError(
+                "this operator replica is standing by; the active replica answers heartbeats",
+                identity=self.settings.identity,
+            )
+        previous = core.heartbeats.get(heartbeat.broker_id)
+        response, result = core.on_heartbeat(heartbeat, self.now_ms(), self.inputs)
+        outcome = result.outcome
+        self.metrics.heartbeats.inc(outcome=str(outcome))
+        if outcome is not HeartbeatOutcome.RENEWED:
+            log.info(
+                "broker heartbeat",
+                outcome=str(outcome),
+                broker=heartbeat.broker_id,
+                brokerEpoch=heartbeat.broker_epoch,
+                previousBrokerEpoch=result.previous_broker_epoch,
+                address=heartbeat.address,
+            )
+        if outcome in (HeartbeatOutcome.REGISTERED, HeartbeatOutcome.RESTARTED):
+            broker = heartbeat.broker_id
+            for name, p in self.inputs.items():
+                replicas = p.status.replicas if p.status and p.status.replicas else p.spec.replicas
+                if broker in replicas or heartbeat.partition(name) is not None:
+                    self._mark(name)
+        elif outcome is HeartbeatOutcome.RENEWED:
+            before = previous.heartbeat if previous is not None else None
+            for report in heartbeat.partitions:
+                if report.name not in self.inputs:
+                    continue
+                old = before.partition(report.name) if before is not None else None
+                if (
+                    report.isr_proposals
+                    or old is None
+                    or (old.role, old.leader_epoch, old.partition_epoch)
+                    != (report.role, report.leader_epoch, report.partition_epoch)
+                ):
+                    self._mark(report.name)
+        return response
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        self._workers = [
+            asyncio.create_task(self._writer(), name=f"status writer {i}")
+            for i in range(self.settings.write_concurrency)
+        ]
+        self._workers += [
+            asyncio.create_task(self._refresher(), name=f"status refresher {i}")
+            for i in range(max(1, self.settings.write_concurrency // 2))
+        ]
+        self._workers += [
+            asyncio.create_task(self._event_poster(), name=f"event poster {i}")
+            for i in range(EVENT_POSTERS)
+        ]
+        try:
+            while not self._closed:
+                try:
+                    async with asyncio.timeout(self._next_wait()):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass
+                self._wake.clear()
+                self.last_loop = self._monotonic()
+                if self.core is not None:
+                    self._tick(self.core)
+        finally:
+            for worker in self._workers:
+                worker.cancel()
+            await asyncio.gather(*self._workers, return_exceptions=True)
+
+    def _next_wait(self) -> float:
+        interval = self.settings.reconcile_interval_ms / 1000
+        core = self.core
+        if core is None:
+            return interval
+        wait = max(0.0, self._next_sweep - self._monotonic())
+        now = self.now_ms()
+        liveness = core.liveness
+        deadlines = [liveness.started_ms + liveness.session_timeout_ms]
+        deadlines += [
+            s.last_heartbeat_ms + liveness.session_timeout_ms
+            for s in liveness.sessions.values()
+            if not s.expired
+        ]
+        # Wake just after the first session that would expire: liveness fences only
+        # a broker silent for more than the timeout.
+        upcoming = [d - now + 1 for d in deadlines if d - now + 1 > 0]
+        if upcoming:
+            wait = min(wait, min(upcoming) / 1000)
+        return min(wait, interval)
+
+    def _tick(self, core: ControllerCore) -> None:
+        now = self.now_ms()
+        mono = self._monotonic()
+        view = core.liveness.view(now)
+        live = view.live_brokers()
+        in_grace = view.in_grace
+        full = mono >= self._next_sweep or live != self._live or in_grace != self._in_grace
+        if live != self._live:
+            log.info("live brokers", brokers=list(live), before=list(self._live))
+        self._live = live
+        self._in_grace = in_grace
+        if full:
+            names = list(self.entries)
+            self._next_sweep = mono + self.settings.reconcile_interval_ms / 1000
+            self.dirty.clear()
+        else:
+            names = sorted(self.dirty)
+            self.dirty.clear()
+        started = time.perf_counter()
+        # Assignment reads every other Partition's replicas; it must also see the
+        # assignments decided but not yet written, or Partitions created together
+        # would all be placed from the same picture of the load.
+        others = ChainMap(self._planned, self.inputs)
+        refresh = self.settings.status_refresh_interval_ms / 1000
+        writes: list[tuple[bool, Entry, Decision]] = []
+        for name in names:
+            entry = self.entries.get(name)
+            if entry is None or entry.input is None:
+                continue
+            if name in self.in_flight:
+                self.dirty.add(name)
+                continue
+            p = entry.input
+            assigning = _needs_assignment(p)
+            decision = core.decide(name, p, now, others if assigning else None)
+            self.metrics.decisions.inc()
+            if decision.status is None:
+                continue
+            if not decision.material:
+                if mono - entry.last_write >= refresh:
+                    self._queue_refresh(name)
+                continue
+            if assigning:
+                self._planned[name] = PartitionInput(
+                    p.spec, decision.status, p.generation, p.resource_version
+                )
+            leader_before = p.status.leader if p.status is not None else None
+            writes.append((decision.status.leader == leader_before, entry, decision))
+        if full:
+            self.metrics.sweep_seconds.set(time.perf_counter() - started)
+        for same_leader, entry, decision in writes:
+            self.in_flight.add(entry.name)
+            self._material += 1
+            self._material_idle.clear()
+            # Partitions whose leader changes are written first, also before writes
+            # queued by earlier passes: without a leader they take no writes at all.
+            self._write_seq += 1
+            write = _Write(entry, decision, self._term)
+            self._write_queue.put_nowait((int(same_leader), self._write_seq, write))
+
+    async def _writer(self) -> None:
+        while True:
+            _, _, w = await self._write_queue.get()
+            await self._write(w.entry, w.decision, w.term, material=True)
+
+    def _queue_refresh(self, name: str) -> None:
+        if name not in self._refresh_queued:
+            self._refresh_queued.add(name)
+            self._refresh_queue.put_nowait(name)
+
+    async def _refresher(self) -> None:
+        """Write due refreshes, a few at a time, deciding each again at the moment of writing.
+
+        Refreshes queue here instead of being written from the sweep: a thousand of
+        them falling due together must not stand in front of an election, nor hold
+        their Partitions "in flight" (undecidable) while they wait for a slot.
+        """
+        refresh = self.settings.status_refresh_interval_ms / 1000
+        while True:
+            name = await self._refresh_queue.get()
+            await self._material_idle.wait()
+            self._refresh_queued.discard(name)
+            core = self.core
+            entry = self.entries.get(name)
+            if core is None or entry is None or entry.input is None or name in self.in_flight:
+                continue
+            if self._monotonic() - entry.last_write < refresh:
+                continue
+            p = entry.input
+            others = ChainMap(self._planned, self.inputs) if _needs_assignment(p) else None
+            decision = core.decide(name, p, self.now_ms(), others)
+            self.metrics.decisions.inc()
+            if decision.status is None:
+                continue
+            self.in_flight.add(name)
+            await self._write(entry, decision, self._term)
+
+    async def close(self) -> None:
+        """Stop the loop and every write and event post in flight."""
+        self.deactivate("closing")
+        self._closed = True
+        self._wake.set()
+        for task in self._workers:
+            task.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+
+    # -- writes -----------------------------------------------------------------------------
+
+    async def _write(
+        self, entry: Entry, decision: Decision, term: int, *, material: bool = False
+    ) -> None:
+        name = entry.name
+        try:
+            await self._write_until_settled(entry, decision, term)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            self.metrics.write_errors.inc(status="network")
+            log.warning("status write failed", partition=name, error=repr(exc))
+        finally:
+            self.in_flight.discard(name)
+            self._planned.pop(name, None)
+            if name in self.dirty:
+                # Something came up while the write was out: decide it now.
+                self._wake.set()
+            if material:
+                self._material -= 1
+                if self._material == 0:
+                    self._material_idle.set()
+
+    async def _write_until_settled(self, entry: Entry, decision: Decision, term: int) -> None:
+        name = entry.name
+        for _ in range(MAX_CONFLICT_RETRIES + 1):
+            if term != self._term or decision.status is None:
+                return
+            if decision.resource_version is None:
+                return
+            status = decision.status.model_dump(mode="json", by_alias=True)
+            try:
+                written = await self.kube.replace_status(
+                    entry.body, status, decision.resource_version
+                )
+            except ConflictError:
+                self.metrics.conflicts.inc()
+                log.info(
+                    "status write conflict; deciding again",
+                    partition=name,
+                    resourceVersion=decision.resource_version,
+                )
+                fresh = await self.kube.get_partition(entry.namespace, name)
+                if fresh is None:
+                    self.forget(entry.namespace, name, entry.uid)
+                    return
+                self.observe(fresh, mark=False)
+                core = self.core
+                current = self.entries.get(name)
+                if term != self._term or core is None or current is None or current.input is None:
+                    return
+                decided_from, entry = entry.input, current
+                p = current.input
+                if decided_from is not None and _same_state(decided_from, p):
+                    # Only metadata changed (kopf's annotations, labels): the inputs are
+                    # the ones decided on, and so is the decision. Deciding again could
+                    # place a new Partition elsewhere, from a picture of the load that
+                    # already counts this decision's placement.
+                    decision = replace(decision, resource_version=p.resource_version)
+                    continue
+                others = ChainMap(self._planned, self.inputs) if _needs_assignment(p) else None
+                decision = core.decide(name, p, self.now_ms(), others)
+                self.metrics.decisions.inc()
+                if decision.status is not None and not decision.material:
+                    # Someone else just wrote: a refresh can wait for the next sweep.
+                    return
+                continue
+            except NotFoundError:
+                self.forget(entry.namespace, name, entry.uid)
+                return
+            except KubeApiError as exc:
+                self.metrics.write_errors.inc(status=str(exc.status))
+                log.error(
+                    "status write refused",
+                    partition=name,
+                    status=exc.status,
+                    reason=exc.reason,
+                    message=exc.message,
+                )
+                return
+            self._written(entry, decision, written)
+            return
+        # Still conflicting: the next sweep decides it again.
+        self.dirty.add(name)
+
+    def _written(self, entry: Entry, decision: Decision, written: Obj) -> None:
+        status = decision.status
+        assert status is not None
+        entry.last_write = self._monotonic()
+        self.observe(written, mark=False)
+        kind = "material" if decision.material else "refresh"
+        self.metrics.status_writes.inc(kind=kind)
+        if decision.material:
+            ready = status.condition(ConditionType.READY)
+            log.info(
+                "status written",
+                partition=entry.name,
+                leader=status.leader,
+                leaderEpoch=status.leader_epoch,
+                partitionEpoch=status.partition_epoch,
+                isr=list(status.isr),
+                replicas=list(status.replicas),
+                highWatermark=status.high_watermark,
+                ready=ready.reason if ready is not None else None,
+            )
+        for event in decision.events:
+            self._record_event(entry, written, status, event)
+
+    def _record_event(
+        self, entry: Entry, written: Obj, status: PartitionStatus, event: Event
+    ) -> None:
+        counted = _EVENT_METRICS.get(event.reason)
+        if counted is not None:
+            family, labels = counted
+            getattr(self.metrics, family).inc(**labels)
+        log.info(
+            str(event.reason),
+            partition=entry.name,
+            leader=status.leader,
+            leaderEpoch=status.leader_epoch,
+            partitionEpoch=status.partition_epoch,
+            message=event.message,
+        )
+        try:
+            self._events.put_nowait((written, event))
+        except asyncio.QueueFull:
+            log.warning("event dropped: too many queued", reason=str(event.reason))
+
+    async def _event_poster(self) -> None:
+        while True:
+            obj, event = await self._events.get()
+            # Status first: Events of a burst wait until its writes are done.
+            await self._material_idle.wait()
+            await self._post_event(obj, event)
+
+    async def _post_event(self, obj: Obj, event: Event) -> None:
+        try:
+            await self.kube.post_event(
+                obj,
+                type_=str(event.type),
+                reason=str(event.reason),
+                message=event.message,
+                instance=self.settings.identity,
+            )
+        except (KubeApiError, aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("event not posted", reason=str(event.reason), error=repr(exc))
+            return
+        self.metrics.events_posted.inc(reason=str(event.reason))

@@ -1,0 +1,255 @@
+"""The operator's settings: every knob, its environment variable, its flag and its default.
+
+A setting comes from its command-line flag, else from its environment variable,
+else from the default below. The table is the documentation (`epochlog operator
+--help` prints it, the README repeats it):
+
+| flag                          | environment                          | default  |
+|-------------------------------|--------------------------------------|----------|
+| --heartbeat-interval-ms       | EPOCHLOG_HEARTBEAT_INTERVAL_MS       | 500      |
+| --broker-session-timeout-ms   | EPOCHLOG_BROKER_SESSION_TIMEOUT_MS   | 3000     |
+| --status-refresh-interval-ms  | EPOCHLOG_STATUS_REFRESH_INTERVAL_MS  | 5000     |
+| --reconcile-interval-ms       | EPOCHLOG_RECONCILE_INTERVAL_MS       | 500      |
+| --namespace NS (repeatable)   | EPOCHLOG_NAMESPACES (comma list)     | all      |
+| --listen-address              | EPOCHLOG_LISTEN_ADDRESS              | 0.0.0.0  |
+| --listen-port                 | EPOCHLOG_LISTEN_PORT                 | 8081     |
+| --kubeconfig                  | KUBECONFIG                           | (1)      |
+| --peering NAME                | EPOCHLOG_PEERING                     | default  |
+| --standalone                  | EPOCHLOG_STANDALONE (true/false)     | false    |
+| --priority N                  | EPOCHLOG_PEERING_PRIORITY            | (2)      |
+| --peering-lifetime-s          | EPOCHLOG_PEERING_LIFETIME_S          | 15       |
+| --write-concurrency           | EPOCHLOG_WRITE_CONCURRENCY           | 8        |
+| --identity                    | POD_NAME                             | (3)      |
+
+(1) the pod's service account, else ~/.kube/config. (2) falls with the start
+time, so the longest-running replica acts. (3) user@host/start-time/random.
+
+No kopf or aiohttp here: the `epochlog` command builds its parser from this
+module without the operator's dependencies installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import secrets
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from epochlog.errors import InvalidRequestError
+
+DEFAULT_STATUS_REFRESH_INTERVAL_MS: Final = 5000
+DEFAULT_RECONCILE_INTERVAL_MS: Final = 500
+DEFAULT_LISTEN_PORT: Final = 8081
+DEFAULT_PEERING_LIFETIME_S: Final = 15
+DEFAULT_WRITE_CONCURRENCY: Final = 8
+
+# Priorities fall with the start time, so that the replica that has run longest
+# keeps leading: a restarted replica comes back passive instead of taking over
+# and making everyone wait through a fresh grace period. Microseconds keep two
+# replicas started in the same second apart, and the value stays below 2**53
+# (exact in JSON) until long after any clock this runs on.
+_PRIORITY_BASE: Final = 4_000_000_000_000_000
+
+
+class SettingsError(InvalidRequestError):
+    """A setting is malformed or inconsistent with another; the message names it."""
+
+
+def default_priority(now_s: float | None = None) -> int:
+    started_us = int((time.time() if now_s is None else now_s) * 1_000_000)
+    return _PRIORITY_BASE - started_us
+
+
+def default_identity() -> str:
+    pod = os.environ.get("POD_NAME")
+    if pod:
+        return pod
+    stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime())
+    return f"{getpass.getuser()}@{socket.gethostname()}/{stamp}/{secrets.token_hex(2)}"
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorSettings:
+    heartbeat_interval_ms: int = 500
+    """How often brokers are expected to heartbeat; the session timeout must cover two."""
+    broker_session_timeout_ms: int = 3000
+    """A broker silent for this long is fenced."""
+    status_refresh_interval_ms: int = DEFAULT_STATUS_REFRESH_INTERVAL_MS
+    """At most one write per partition per interval for HW, log end and lag refreshes."""
+    reconcile_interval_ms: int = DEFAULT_RECONCILE_INTERVAL_MS
+    """How often every Partition is decided again (lag clocks, refreshes)."""
+    namespaces: tuple[str, ...] = ()
+    """Namespaces to serve; empty: all namespaces."""
+    listen_address: str = "0.0.0.0"
+    listen_port: int = DEFAULT_LISTEN_PORT
+    """Heartbeats (POST /v1/heartbeat), /metrics, /healthz and /readyz on one port."""
+    kubeconfig: str | None = None
+    peering_name: str = "default"
+    standalone: bool = False
+    """No peering: this replica acts whatever other replicas do (one replica only)."""
+    priority: int = field(default_factory=default_priority)
+    peering_lifetime_s: int = DEFAULT_PEERING_LIFETIME_S
+    """How long a replica that stopped without saying so still counts as running."""
+    write_concurrency: int = DEFAULT_WRITE_CONCURRENCY
+    """Status writes in flight at once."""
+    identity: str = field(default_factory=default_identity)
+
+    def __post_init__(self) -> None:
+        for name in (
+            "heartbeat_interval_ms",
+            "broker_session_timeout_ms",
+            "status_refresh_interval_ms",
+            "reconcile_interval_ms",
+            "peering_lifetime_s",
+            "write_concurrency",
+        ):
+            value = getattr(self, name)
+            if value <= 0:
+                raise SettingsError(f"{_flag(name)} must be positive, not {value}")
+        if not 0 <= self.listen_port <= 65535:
+            raise SettingsError(f"--listen-port must be a port number, not {self.listen_port}")
+        # A session must survive one lost heartbeat, or a single dropped packet
+        # fences a healthy broker.
+        if self.broker_session_timeout_ms < 2 * self.heartbeat_interval_ms:
+            raise SettingsError(
+                f"--broker-session-timeout-ms ({self.broker_session_timeout_ms}) must be at "
+                f"least twice --heartbeat-interval-ms ({self.heartbeat_interval_ms})"
+            )
+
+    @property
+    def clusterwide(self) -> bool:
+        return not self.namespaces
+
+    @classmethod
+    def from_args(
+        cls, args: argparse.Namespace, env: Mapping[str, str] | None = None
+    ) -> OperatorSettings:
+        """Flags first, then the environment (`os.environ` unless given), then defaults."""
+        env = os.environ if env is None else env
+        values: dict[str, object] = {}
+        for name, (var, kind) in _ENV.items():
+            flag_value = getattr(args, name, None)
+            if flag_value is not None and flag_value != ():
+                values[name] = flag_value
+            elif env.get(var):
+                values[name] = _parse(var, env[var], kind)
+        if not values.get("namespaces"):
+            values.pop("namespaces", None)
+        if "namespaces" in values:
+            values["namespaces"] = tuple(str(ns) for ns in values["namespaces"])  # type: ignore[attr-defined]
+        return cls(**values)  # type: ignore[arg-type]
+
+
+# Setting -> (environment variable, type). The flag is the setting's name with dashes.
+_ENV: Final[dict[str, tuple[str, str]]] = {
+    "heartbeat_interval_ms": ("EPOCHLOG_HEARTBEAT_INTERVAL_MS", "int"),
+    "broker_session_timeout_ms": ("EPOCHLOG_BROKER_SESSION_TIMEOUT_MS", "int"),
+    "status_refresh_interval_ms": ("EPOCHLOG_STATUS_REFRESH_INTERVAL_MS", "int"),
+    "reconcile_interval_ms": ("EPOCHLOG_RECONCILE_INTERVAL_MS", "int"),
+    "namespaces": ("EPOCHLOG_NAMESPACES", "list"),
+    "listen_address": ("EPOCHLOG_LISTEN_ADDRESS", "str"),
+    "listen_port": ("EPOCHLOG_LISTEN_PORT", "int"),
+    "kubeconfig": ("KUBECONFIG", "str"),
+    "peering_name": ("EPOCHLOG_PEERING", "str"),
+    "standalone": ("EPOCHLOG_STANDALONE", "bool"),
+    "priority": ("EPOCHLOG_PEERING_PRIORITY", "int"),
+    "peering_lifetime_s": ("EPOCHLOG_PEERING_LIFETIME_S", "int"),
+    "write_concurrency": ("EPOCHLOG_WRITE_CONCURRENCY", "int"),
+    "identity": ("POD_NAME", "str"),
+}
+
+
+_FLAG_NAMES: Final = {"namespaces": "--namespace", "peering_name": "--peering"}
+
+
+def _flag(name: str) -> str:
+    return _FLAG_NAMES.get(name, "--" + name.replace("_", "-"))
+
+
+def _parse(var: str, raw: str, kind: str) -> object:
+    if kind == "int":
+        try:
+            return int(raw)
+        except ValueError as exc:
+            raise SettingsError(f"{var} must be an integer, not {raw!r}") from exc
+    if kind == "bool":
+        lowered = raw.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off", ""):
+            return False
+        raise SettingsError(f"{var} must be true or false, not {raw!r}")
+    if kind == "list":
+        return tuple(part.strip() for part in raw.split(",") if part.strip())
+    return raw
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The operator's flags; unset flags stay None so the environment can fill them."""
+    group = parser.add_argument_group(
+        "operator settings", "each flag falls back to its environment variable, then its default"
+    )
+
+    def add(name: str, help_: str, **kw: object) -> None:
+        var = _ENV[name][0]
+        group.add_argument(_flag(name), dest=name, default=None, help=f"{help_} [{var}]", **kw)  # type: ignore[arg-type]
+
+    add("heartbeat_interval_ms", "broker heartbeat interval in ms (default 500)", type=int)
+    add(
+        "broker_session_timeout_ms",
+        "fence a broker silent this long, in ms (default 3000)",
+        type=int,
+    )
+    add(
+        "status_refresh_interval_ms",
+        f"at most one HW/lag refresh write per partition per interval, in ms "
+        f"(default {DEFAULT_STATUS_REFRESH_INTERVAL_MS})",
+        type=int,
+    )
+    add(
+        "reconcile_interval_ms",
+        f"decide every Partition again this often, in ms (default {DEFAULT_RECONCILE_INTERVAL_MS})",
+        type=int,
+    )
+    add(
+        "namespaces",
+        "serve this namespace (repeatable; default: all namespaces)",
+        action="append",
+        metavar="NS",
+    )
+    add("listen_address", "address of the heartbeat/metrics endpoint (default 0.0.0.0)")
+    add(
+        "listen_port",
+        f"port of the heartbeat/metrics endpoint (default {DEFAULT_LISTEN_PORT})",
+        type=int,
+    )
+    add("kubeconfig", "kubeconfig file (default: in-cluster service account, else ~/.kube/config)")
+    add("peering_name", "name of the kopf peering object (default 'default')")
+    add(
+        "standalone",
+        "run without peering; only safe with a single replica",
+        action="store_const",
+        const=True,
+    )
+    add(
+        "priority",
+        "peering priority; the highest live one acts (default: older is higher)",
+        type=int,
+    )
+    add(
+        "peering_lifetime_s",
+        "seconds a vanished replica still counts as running "
+        f"(default {DEFAULT_PEERING_LIFETIME_S})",
+        type=int,
+    )
+    add(
+        "write_concurrency",
+        f"status writes in flight at once (default {DEFAULT_WRITE_CONCURRENCY})",
+        type=int,
+    )
+    add("identity", "this replica's name in the peering object (default user@host/time)")

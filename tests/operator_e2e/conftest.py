@@ -1,0 +1,338 @@
+"""Fixtures: the API emulator, real operator processes, a status watch and scripted brokers.
+
+Every test gets its own emulator (in this process) and starts operator
+processes (`python -m epochlog_operator`) against it with short timeouts:
+heartbeats every 100 ms, sessions of 1 s. An operator's log is printed when
+a test fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from epochlog.devcluster.apiserver import ApiServer
+from epochlog.resources import PartitionStatus
+from tests.operator_e2e.brokers import Cluster
+
+REPO = Path(__file__).resolve().parents[2]
+CRDS = REPO / "crds"
+NAMESPACE = "default"
+PARTITIONS = f"/apis/epochlog.dev/v1alpha1/namespaces/{NAMESPACE}/partitions"
+EVENTS = f"/api/v1/namespaces/{NAMESPACE}/events"
+
+HEARTBEAT_MS = 100
+SESSION_MS = 1000
+TIMINGS = {
+    "--heartbeat-interval-ms": str(HEARTBEAT_MS),
+    "--broker-session-timeout-ms": str(SESSION_MS),
+    "--reconcile-interval-ms": "200",
+    "--status-refresh-interval-ms": "500",
+    "--peering-lifetime-s": "3",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def partition_body(name: str, **spec: Any) -> dict[str, Any]:
+    topic, _, index = name.rpartition("-")
+    return {
+        "apiVersion": "epochlog.dev/v1alpha1",
+        "kind": "Partition",
+        "metadata": {"name": name},
+        "spec": {"topic": topic, "partition": int(index), **spec},
+    }
+
+
+async def until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll `check` until it holds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+@dataclass
+class Api:
+    """HTTP calls to the emulator."""
+
+    session: aiohttp.ClientSession
+
+    async def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        async with self.session.request(method, path, json=body) as rsp:
+            return rsp.status, await rsp.json(content_type=None)
+
+    async def ok(self, method: str, path: str, body: Any = None) -> Any:
+        status, data = await self.call(method, path, body)
+        assert status < 300, (status, data)
+        return data
+
+    async def create(self, name: str, **spec: Any) -> dict[str, Any]:
+        obj: dict[str, Any] = await self.ok("POST", PARTITIONS, partition_body(name, **spec))
+        return obj
+
+    async def patch_spec(self, name: str, **spec: Any) -> dict[str, Any]:
+        async with self.session.patch(
+            f"{PARTITIONS}/{name}",
+            json={"spec": spec},
+            headers={"Content-Type": "application/merge-patch+json"},
+        ) as rsp:
+            body: dict[str, Any] = await rsp.json()
+            assert rsp.status == 200, body
+            return body
+
+    async def get(self, name: str) -> dict[str, Any] | None:
+        status, data = await self.call("GET", f"{PARTITIONS}/{name}")
+        return data if status == 200 else None
+
+    async def status(self, name: str) -> PartitionStatus | None:
+        obj = await self.get(name)
+        if obj is None or not obj.get("status"):
+            return None
+        return PartitionStatus.model_validate(obj["status"])
+
+    async def delete(self, name: str) -> None:
+        await self.ok("DELETE", f"{PARTITIONS}/{name}")
+
+    async def events(self, name: str) -> list[dict[str, Any]]:
+        data = await self.ok("GET", f"{EVENTS}?fieldSelector=involvedObject.name={name}")
+        items: list[dict[str, Any]] = data["items"]
+        return items
+
+    async def wait_events(self, name: str, reasons: set[str], timeout: float = 5) -> list[str]:
+        """Until the Partition has Events with all these reasons (they are posted after writes)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            seen = [str(e["reason"]) for e in await self.events(name)]
+            if reasons <= set(seen):
+                return seen
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{name}: events {seen}, expected {sorted(reasons)}")
+            await asyncio.sleep(0.05)
+
+
+@dataclass
+class StatusWatch:
+    """Every status version of the Partitions, in order, from a watch on the emulator."""
+
+    versions: list[tuple[str, str, PartitionStatus]] = field(default_factory=list)
+    """(partition, resourceVersion, status)."""
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def of(self, name: str) -> list[PartitionStatus]:
+        return [s for n, _, s in self.versions if n == name]
+
+    def latest(self, name: str) -> PartitionStatus | None:
+        got = self.of(name)
+        return got[-1] if got else None
+
+    async def wait_for(
+        self,
+        name: str,
+        check: Callable[[PartitionStatus], bool],
+        timeout: float,
+        what: str = "condition",
+    ) -> PartitionStatus:
+        deadline = time.monotonic() + timeout
+        while True:
+            latest = self.latest(name)
+            if latest is not None and check(latest):
+                return latest
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"{name}: timed out waiting for {what}; last status {latest}")
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), left)
+
+    def assert_epochs_safe(self, name: str) -> None:
+        """leaderEpoch never goes back; each leaderEpoch has a single leader."""
+        leaders: dict[int, int] = {}
+        previous = 0
+        for s in self.of(name):
+            assert s.leader_epoch >= previous, f"{name}: leaderEpoch {previous} -> {s.leader_epoch}"
+            previous = s.leader_epoch
+            if s.leader is not None:
+                known = leaders.setdefault(s.leader_epoch, s.leader)
+                assert known == s.leader, (
+                    f"{name}: leaderEpoch {s.leader_epoch} had leaders {known} and {s.leader}"
+                )
+
+    async def run(self, session: aiohttp.ClientSession) -> None:
+        rv = ""
+        while True:
+            query = f"?watch=true&resourceVersion={rv}" if rv else "?watch=true"
+            async with session.get(PARTITIONS + query, timeout=aiohttp.ClientTimeout()) as rsp:
+                async for line in rsp.content:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    obj = event["object"]
+                    rv = obj["metadata"]["resourceVersion"]
+                    if event["type"] in ("ADDED", "MODIFIED") and obj.get("status"):
+                        status = PartitionStatus.model_validate(obj["status"])
+                        self.versions.append((obj["metadata"]["name"], rv, status))
+                        self.changed.set()
+
+
+class Operator:
+    """One operator process."""
+
+    def __init__(self, kubeconfig: Path, log: Path, args: list[str]) -> None:
+        self.port = free_port()
+        self.kubeconfig = kubeconfig
+        self.log = log
+        self.args = args
+        self.proc: asyncio.subprocess.Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    @property
+    def heartbeat_url(self) -> str:
+        return f"{self.url}/v1/heartbeat"
+
+    async def start(self) -> None:
+        argv = [
+            sys.executable,
+            "-m",
+            "epochlog_operator",
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--listen-address",
+            "127.0.0.1",
+            "--listen-port",
+            str(self.port),
+            *[x for kv in TIMINGS.items() for x in kv],
+            *self.args,
+        ]
+        out = self.log.open("ab")
+        self.proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "EPOCHLOG_LOG_LEVEL": "info", "PYTHONUNBUFFERED": "1"},
+            cwd=REPO,
+        )
+        out.close()
+
+    async def wait_ready(
+        self, session: aiohttp.ClientSession, timeout: float = 20, path: str = "/readyz"
+    ) -> None:
+        """Until this replica acts (GET /readyz answers 200), or with /healthz, until it runs."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.running, self.log.read_text()
+            with contextlib.suppress(aiohttp.ClientError):
+                async with session.get(self.url + path) as rsp:
+                    if rsp.status == 200:
+                        return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"operator not up in {timeout} s:\n{self.log.read_text()}")
+
+    async def get(self, session: aiohttp.ClientSession, path: str) -> tuple[int, str]:
+        async with session.get(self.url + path) as rsp:
+            return rsp.status, await rsp.text()
+
+    async def metric(self, session: aiohttp.ClientSession, name: str) -> float:
+        """The sum of a metric's samples."""
+        _, text = await self.get(session, "/metrics")
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    async def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is None or self.proc.returncode is not None:
+            return
+        self.proc.send_signal(sig)
+        try:
+            await asyncio.wait_for(self.proc.wait(), 15)
+        except TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+
+    async def kill(self) -> None:
+        await self.stop(signal.SIGKILL)
+
+
+@dataclass
+class Env:
+    api: Api
+    server: ApiServer
+    kubeconfig: Path
+    tmp: Path
+    session: aiohttp.ClientSession
+    watch: StatusWatch
+    operators: list[Operator] = field(default_factory=list)
+
+    async def operator(self, *args: str, ready: bool = True) -> Operator:
+        op = Operator(self.kubeconfig, self.tmp / f"operator-{len(self.operators)}.log", list(args))
+        self.operators.append(op)
+        await op.start()
+        await op.wait_ready(self.session, path="/readyz" if ready else "/healthz")
+        return op
+
+    def cluster(self, broker_ids: list[int]) -> Cluster:
+        """Scripted brokers heartbeating to every operator process that runs."""
+
+        def urls() -> list[str]:
+            return [op.heartbeat_url for op in self.operators if op.running]
+
+        return Cluster(urls, broker_ids, HEARTBEAT_MS)
+
+
+@pytest.fixture
+async def env(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Env]:
+    async with ApiServer(crds=CRDS) as server:
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        async with (
+            aiohttp.ClientSession(base_url=server.url) as api_session,
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session,
+        ):
+            watch = StatusWatch()
+            watcher = asyncio.create_task(watch.run(api_session))
+            e = Env(Api(api_session), server, kubeconfig, tmp_path, session, watch)
+            try:
+                yield e
+            finally:
+                await asyncio.gather(*(op.stop() for op in e.operators))
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError, aiohttp.ClientError):
+                    await watcher
+                report = getattr(request.node, "rep_call", None)
+                if report is not None and report.failed:
+                    for op in e.operators:
+                        print(f"==== {op.log.name} ====\n{op.log.read_text()[-20000:]}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, f"rep_{rep.when}", rep)

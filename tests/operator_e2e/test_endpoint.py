@@ -1,0 +1,142 @@
+"""The operator's HTTP endpoint: heartbeat validation, metrics, health; and kubectl describe."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from typing import Any
+
+from tests.devcluster.conftest import kubectl_binary
+from tests.operator_e2e.conftest import SESSION_MS, Env, Operator
+
+GOOD: dict[str, Any] = {
+    "brokerId": 7,
+    "brokerEpoch": 1,
+    "address": "broker-7.test:9092",
+    "timeMs": 1_700_000_000_000,
+    "partitions": [
+        {
+            "name": "orders-0",
+            "role": "follower",
+            "leaderEpoch": 0,
+            "logEndOffset": 0,
+            "highWatermark": 0,
+        }
+    ],
+}
+
+
+async def post(env: Env, op: Operator, body: bytes | str) -> tuple[int, Any]:
+    data = body.encode() if isinstance(body, str) else body
+    async with env.session.post(
+        op.heartbeat_url, data=data, headers={"Content-Type": "application/json"}
+    ) as rsp:
+        return rsp.status, await rsp.json(content_type=None)
+
+
+async def test_malformed_heartbeats_get_400_naming_the_problem(env: Env) -> None:
+    import json
+
+    op = await env.operator("--standalone")
+    status, body = await post(env, op, "{not json")
+    assert status == 400
+    assert body["error"]["code"] == "INVALID_REQUEST"
+    assert body["error"]["retriable"] is False
+    assert "not JSON" in body["error"]["message"]
+
+    status, body = await post(env, op, "[1, 2]")
+    assert status == 400
+    assert "must be a JSON object" in body["error"]["message"]
+
+    status, body = await post(env, op, json.dumps({**GOOD, "brokerId": "seven"}))
+    assert status == 400
+    assert body["error"]["message"].startswith("invalid heartbeat: brokerId: ")
+    assert body["error"]["errors"][0]["field"] == "brokerId"
+
+    bad_report = {**GOOD["partitions"][0], "leaderEpoch": -1}
+    status, body = await post(env, op, json.dumps({**GOOD, "partitions": [bad_report]}))
+    assert status == 400
+    assert body["error"]["errors"][0]["field"] == "partitions[0].leaderEpoch"
+
+    missing = {k: v for k, v in GOOD.items() if k != "brokerEpoch"}
+    status, body = await post(env, op, json.dumps(missing))
+    assert status == 400
+    assert [e["field"] for e in body["error"]["errors"]] == ["brokerEpoch"]
+    assert "Field required" in body["error"]["message"]
+
+    twice = {**GOOD, "partitions": GOOD["partitions"] * 2}
+    status, body = await post(env, op, json.dumps(twice))
+    assert status == 400
+    assert "reported more than once" in body["error"]["message"]
+
+    status, body = await post(env, op, json.dumps(GOOD))
+    assert status == 200, body
+    assert body["fenced"] is False
+    assert body["assignments"] == []
+    assert (
+        await op.metric(env.session, 'epochlog_operator_heartbeats_total{outcome="invalid"}') == 6
+    )
+
+
+async def test_metrics_health_and_readiness(env: Env) -> None:
+    op = await env.operator("--standalone")
+    async with env.cluster([1, 2, 3]):
+        await env.api.create("orders-0")
+        await env.watch.wait_for("orders-0", lambda s: s.leader is not None, 10, "a leader")
+        await asyncio.sleep(0.3)
+        status, text = await op.get(env.session, "/metrics")
+        assert status == 200
+        ages = re.findall(
+            r'epochlog_operator_broker_heartbeat_age_seconds\{broker="(\d)"\} (\S+)', text
+        )
+        assert sorted(b for b, _ in ages) == ["1", "2", "3"]
+        assert all(float(age) < SESSION_MS / 1000 for _, age in ages)
+        assert re.search(r'epochlog_operator_elections_total\{kind="clean"\} 1', text)
+        assert re.search(r'epochlog_operator_status_writes_total\{kind="material"\} \d', text)
+        assert "epochlog_operator_status_conflicts_total" in text
+        assert (await op.get(env.session, "/healthz"))[0] == 200
+        assert (await op.get(env.session, "/readyz"))[0] == 200
+
+
+async def test_kubectl_describe_shows_leader_epoch_isr_lag_and_events(env: Env) -> None:
+    await env.operator("--standalone")
+    async with env.cluster([1, 2, 3]) as cluster:
+        await env.api.create("orders-0", replicas=[1, 2, 3], replicaLagTimeMaxMs=1000)
+        first = await env.watch.wait_for("orders-0", lambda s: len(s.isr) == 3, 10, "3 in sync")
+        cluster.brokers[3].stall("orders-0")
+        await env.watch.wait_for("orders-0", lambda s: 3 not in s.isr, 4, "ISR shrink")
+        cluster.brokers[1].kill()
+        await env.watch.wait_for(
+            "orders-0", lambda s: s.leader_epoch > first.leader_epoch, 4, "a new leader"
+        )
+        await env.api.wait_events("orders-0", {"LeaderElected", "IsrShrunk", "BrokerFenced"})
+        # Let a refresh bring the lag figures in.
+        await asyncio.sleep(0.8)
+
+    proc = await asyncio.create_subprocess_exec(
+        str(kubectl_binary()),
+        "--kubeconfig",
+        str(env.kubeconfig),
+        "--cache-dir",
+        str(env.tmp / "kube-cache"),
+        "describe",
+        "partition",
+        "orders-0",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "HOME": str(env.tmp)},
+    )
+    out_b, err_b = await asyncio.wait_for(proc.communicate(), 30)
+    out = out_b.decode()
+    assert proc.returncode == 0, err_b.decode()
+    assert re.search(r"^\s+Leader:\s+2$", out, re.M), out
+    assert re.search(r"^\s+Leader Epoch:\s+2$", out, re.M), out
+    assert re.search(r"^\s+Isr:\s*\n\s+2\s*$", out, re.M), out
+    lag = out[out.index("Lag Ms:") :]
+    assert re.search(r"^\s+3:\s+\d+$", lag, re.M), lag
+    events = out[out.index("Events:") :]
+    for reason in ("LeaderElected", "IsrShrunk", "BrokerFenced"):
+        assert reason in events, events
+    assert "epochlog-operator" in events
+    assert "broker 2 elected leader in leaderEpoch 2" in events
