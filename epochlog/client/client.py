@@ -1,0 +1,305 @@
+"""The async client's shared core: brokers, leader cache, the three requests, and retries.
+
+`Client` owns one HTTP session and one leader cache (`Metadata`) that its
+producers and consumers share. It sends the three client requests to a
+partition's leader, always with the leader epoch it knows (`leaderEpoch`),
+and offers `list_offsets` with retries. Retriable failures (typed broker
+errors with `retriable`, unreachable brokers) are retried with exponential
+backoff and jitter until the caller's deadline; each failure first updates
+the leader cache from the error's hints.
+
+`list_offsets(..., "latest")` never returns less than a latest offset this
+client saw before for that partition: a leader that answers lower (which the
+broker's KIP-207 gate should prevent) is asked again until it catches up,
+and `OffsetsWentBackError` is raised if it does not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, TypeVar
+from urllib.parse import urlsplit
+
+import structlog
+
+from epochlog.client.errors import (
+    OffsetsWentBackError,
+    RetriesExhaustedError,
+    is_retriable,
+)
+from epochlog.client.metadata import Leader, Metadata
+from epochlog.client.records import (
+    BATCH_CONTENT_TYPE,
+    FetchAnswer,
+    OffsetAndEpoch,
+    parse_fetch_binary,
+    parse_fetch_json,
+    parse_offsets_answer,
+    parse_produce_answer,
+)
+from epochlog.client.transport import Transport
+
+log = structlog.get_logger("epochlog.client")
+
+T = TypeVar("T")
+
+EARLIEST: Final = "earliest"
+LATEST: Final = "latest"
+PARTITION_NAME: Final = re.compile(r"^[a-z0-9][a-z0-9.-]{0,252}$")
+ACKS: Final = ("all", "leader", "none")
+
+
+def check_partition_name(name: str) -> str:
+    if not isinstance(name, str) or not PARTITION_NAME.match(name):
+        raise ValueError(
+            f"invalid partition name {name!r}: lower-case letters, digits, '.' and '-', "
+            "starting with a letter or digit (e.g. orders-0)"
+        )
+    return name
+
+
+def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[str]:
+    """Broker base URLs from "URL[,URL...]" or a list; raises ValueError naming a bad one."""
+    items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
+    urls: list[str] = []
+    for raw in items:
+        item = raw.strip()
+        if not item:
+            continue
+        parts = urlsplit(item)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"bootstrap URL {item!r} is not http://HOST[:PORT]")
+        try:
+            _ = parts.port
+        except ValueError:
+            raise ValueError(f"bootstrap URL {item!r} has an invalid port") from None
+        if parts.query or parts.fragment:
+            raise ValueError(f"bootstrap URL {item!r} must not carry a query or fragment")
+        urls.append(item.rstrip("/"))
+    if not urls:
+        raise ValueError("no bootstrap broker URL given")
+    return urls
+
+
+def offset_spec(at: str | int) -> str:
+    """The `at` of ListOffsets: earliest, latest or a time in ms since the epoch."""
+    if at in (EARLIEST, LATEST):
+        return str(at)
+    if isinstance(at, int) and not isinstance(at, bool) and at >= 0:
+        return str(at)
+    if isinstance(at, str) and at.isdigit():
+        return at
+    raise ValueError(f"at must be earliest, latest or a time in ms since the epoch, got {at!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential backoff with full jitter over [initial/2, cap]."""
+
+    initial_s: float = 0.05
+    max_s: float = 1.0
+
+    def delay(self, attempt: int) -> float:
+        base = min(self.max_s, self.initial_s * (2 ** min(attempt, 30)))
+        return random.uniform(base / 2, base)
+
+
+class Client:
+    """Shared by producers and consumers of one application: use one, close it at the end.
+
+    `async with Client("http://broker-0:8080,http://broker-1:8080") as client: ...`
+    """
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 50,
+        retry_backoff_max_ms: int = 1000,
+        metadata_max_wait_ms: int = 5000,
+        probe_timeout_ms: int = 2000,
+    ) -> None:
+        if request_timeout_ms <= 0:
+            raise ValueError("request_timeout_ms must be > 0")
+        if retry_backoff_ms <= 0 or retry_backoff_max_ms < retry_backoff_ms:
+            raise ValueError("need 0 < retry_backoff_ms <= retry_backoff_max_ms")
+        self.bootstrap = parse_bootstrap(bootstrap)
+        self.request_timeout_s = request_timeout_ms / 1000
+        self.backoff = Backoff(retry_backoff_ms / 1000, retry_backoff_max_ms / 1000)
+        self.transport = Transport()
+        self.metadata = Metadata(
+            self.transport,
+            self.bootstrap,
+            probe_timeout_s=probe_timeout_ms / 1000,
+            metadata_max_wait_s=metadata_max_wait_ms / 1000,
+        )
+        self._latest_seen: dict[str, int] = {}
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.transport.close()
+
+    # -- retries ---------------------------------------------------------------------------
+
+    async def retrying(
+        self,
+        partition: str,
+        op: Callable[[Leader], Awaitable[T]],
+        *,
+        timeout_s: float,
+        what: str,
+    ) -> T:
+        """`op(leader)` until it succeeds, a non-retriable error, or `timeout_s` passes."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        attempt = 0
+        while True:
+            leader: Leader | None = None
+            try:
+                leader = await self.metadata.leader(partition)
+                return await op(leader)
+            except Exception as exc:
+                if not is_retriable(exc):
+                    raise
+                self.metadata.on_error(partition, leader, exc)
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise RetriesExhaustedError(
+                        f"{what} on {partition} failed for {timeout_s:.3g} s", exc
+                    ) from exc
+                log.debug("retrying", partition=partition, what=what, error=str(exc))
+                await asyncio.sleep(min(self.backoff.delay(attempt), remaining))
+                attempt += 1
+
+    # -- requests to a leader --------------------------------------------------------------
+
+    @staticmethod
+    def _epoch_param(leader: Leader) -> dict[str, str]:
+        return {} if leader.leader_epoch is None else {"leaderEpoch": str(leader.leader_epoch)}
+
+    async def produce_request(
+        self,
+        leader: Leader,
+        body: bytes,
+        content_type: str,
+        *,
+        acks: str,
+        timeout_ms: int,
+        params: Mapping[str, str],
+    ) -> tuple[int, int, int]:
+        """One produce request: (baseOffset, lastOffset, leaderEpoch)."""
+        path = f"/v1/partitions/{leader.partition}/records"
+        query = {"acks": acks, "timeoutMs": str(timeout_ms), **self._epoch_param(leader), **params}
+        answer, _ = await self.transport.request(
+            "POST",
+            leader.url,
+            path,
+            params=query,
+            body=body,
+            content_type=content_type,
+            # The broker answers by timeoutMs; the margin covers the trip and a busy disk.
+            timeout_s=timeout_ms / 1000 + min(5.0, self.request_timeout_s),
+        )
+        return parse_produce_answer(answer, leader.url + path)
+
+    async def fetch(
+        self,
+        leader: Leader,
+        offset: int,
+        *,
+        max_records: int,
+        max_bytes: int,
+        max_wait_ms: int,
+        binary: bool,
+    ) -> FetchAnswer:
+        path = f"/v1/partitions/{leader.partition}/records"
+        query = {
+            "offset": str(offset),
+            "maxRecords": str(max_records),
+            "maxBytes": str(max_bytes),
+            "maxWaitMs": str(max_wait_ms),
+            **self._epoch_param(leader),
+        }
+        if not binary:
+            query["encoding"] = "base64"
+        answer, ctype = await self.transport.request(
+            "GET",
+            leader.url,
+            path,
+            params=query,
+            accept=BATCH_CONTENT_TYPE if binary else "application/json",
+            timeout_s=max_wait_ms / 1000 + self.request_timeout_s,
+        )
+        where = leader.url + path
+        if ctype == BATCH_CONTENT_TYPE:
+            return parse_fetch_binary(leader.partition, answer, where)
+        return parse_fetch_json(leader.partition, answer, where)
+
+    async def list_offsets_once(self, leader: Leader, at: str) -> OffsetAndEpoch:
+        path = f"/v1/partitions/{leader.partition}/offsets"
+        answer, _ = await self.transport.request(
+            "GET",
+            leader.url,
+            path,
+            params={"at": at, **self._epoch_param(leader)},
+            timeout_s=self.request_timeout_s,
+        )
+        return parse_offsets_answer(answer, leader.url + path)
+
+    async def list_offsets(
+        self, partition: str, at: str | int = LATEST, *, timeout_ms: int | None = None
+    ) -> OffsetAndEpoch:
+        """(offset, leaderEpoch) for `earliest`, `latest` (the high watermark) or the first
+        record at or after a time in ms. Retries retriable errors (OFFSET_NOT_AVAILABLE
+        while a new leader catches up, leader changes) for up to `timeout_ms`."""
+        check_partition_name(partition)
+        spec = offset_spec(at)
+        timeout_s = (timeout_ms / 1000) if timeout_ms is not None else self.request_timeout_s
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        attempt = 0
+        while True:
+
+            async def once(leader: Leader) -> OffsetAndEpoch:
+                return await self.list_offsets_once(leader, spec)
+
+            answer = await self.retrying(
+                partition,
+                once,
+                timeout_s=max(0.0, deadline - loop.time()),
+                what=f"ListOffsets({spec})",
+            )
+            if spec != LATEST:
+                return answer
+            seen = self._latest_seen.get(partition, -1)
+            if answer.offset >= seen:
+                self._latest_seen[partition] = answer.offset
+                return answer
+            log.warning(
+                "latest_offset_behind",
+                partition=partition,
+                answered=answer.offset,
+                seen=seen,
+                leaderEpoch=answer.leader_epoch,
+            )
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise OffsetsWentBackError(
+                    f"{partition}: the leader answers latest offset {answer.offset}, below "
+                    f"{seen} seen before",
+                    seen=seen,
+                    answered=answer.offset,
+                )
+            self.metadata.invalidate(partition)
+            await asyncio.sleep(min(self.backoff.delay(attempt), remaining))
+            attempt += 1

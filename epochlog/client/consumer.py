@@ -1,0 +1,225 @@
+"""The async consumer of one partition: reads up to the high watermark, never goes back.
+
+`Consumer` tracks its position (the next offset to read). It starts at an
+offset, or at `earliest`/`latest` resolved with ListOffsets, and long-polls
+the leader (`maxWaitMs`) for records from its position; the broker only
+serves records below the high watermark, so everything it returns is
+committed. Leader changes are followed through the shared leader cache;
+retriable errors (OFFSET_NOT_AVAILABLE while a new leader's high watermark
+catches up, KIP-207; NOT_LEADER_OR_FOLLOWER; unreachable brokers) are retried
+with backoff for up to `retry_timeout_ms`, then `RetriesExhaustedError`.
+
+It never goes backwards: the position only moves forward past records it
+returned, records below the position are dropped (a binary batch may start
+earlier), and the high watermark it reports is the highest it saw. If a
+leader answers OFFSET_OUT_OF_RANGE for a position this consumer reached by
+reading (the leader holds less than was committed before), the consumer does
+not rewind or skip: it waits for the leader to catch up, up to
+`out_of_range_wait_ms`, and then raises `OffsetOutOfRangeError`. A start
+offset given by the caller that the log does not hold raises at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+
+import structlog
+
+from epochlog.client.client import EARLIEST, LATEST, Client, check_partition_name
+from epochlog.client.errors import RetriesExhaustedError, is_retriable
+from epochlog.client.metadata import Leader
+from epochlog.client.records import ConsumerRecord, FetchAnswer
+from epochlog.errors import OffsetOutOfRangeError
+
+log = structlog.get_logger("epochlog.client")
+
+
+class Consumer:
+    """`async for record in Consumer(bootstrap, "orders-0", start="earliest"): ...`
+
+    `bootstrap` is a `Client` to share, or broker URLs for a client of its own.
+    """
+
+    def __init__(
+        self,
+        bootstrap: Client | str | Sequence[str],
+        partition: str,
+        *,
+        start: int | str = EARLIEST,
+        max_records: int = 500,
+        max_bytes: int = 1 << 20,
+        max_wait_ms: int = 500,
+        binary: bool = False,
+        request_timeout_ms: int = 30_000,
+        retry_timeout_ms: int = 60_000,
+        out_of_range_wait_ms: int = 10_000,
+        retry_backoff_ms: int = 50,
+        retry_backoff_max_ms: int = 1000,
+    ) -> None:
+        check_partition_name(partition)
+        if isinstance(start, bool) or not (
+            start in (EARLIEST, LATEST) or (isinstance(start, int) and start >= 0)
+        ):
+            raise ValueError(f"start must be earliest, latest or an offset >= 0, got {start!r}")
+        if not 1 <= max_records <= 10_000:
+            raise ValueError("max_records must be in [1, 10000]")
+        if max_bytes <= 0 or max_wait_ms < 0:
+            raise ValueError("need max_bytes > 0 and max_wait_ms >= 0")
+        if isinstance(bootstrap, Client):
+            self.client = bootstrap
+            self._owns_client = False
+        else:
+            self.client = Client(
+                bootstrap,
+                request_timeout_ms=request_timeout_ms,
+                retry_backoff_ms=retry_backoff_ms,
+                retry_backoff_max_ms=retry_backoff_max_ms,
+            )
+            self._owns_client = True
+        self.partition = partition
+        self.start = start
+        self.max_records = max_records
+        self.max_bytes = max_bytes
+        self.max_wait_ms = max_wait_ms
+        self.binary = binary
+        self.retry_timeout_s = retry_timeout_ms / 1000
+        self.out_of_range_wait_s = out_of_range_wait_ms / 1000
+        self.position: int | None = start if isinstance(start, int) else None
+        """The next offset to read; None until `earliest`/`latest` is resolved."""
+        self.high_watermark = -1
+        """The highest high watermark seen (never decreases)."""
+        self.log_start_offset = 0
+        self._confirmed = False
+        """The position came from the broker (read past, or ListOffsets), not from the caller."""
+        self._buffer: deque[ConsumerRecord] = deque()
+
+    async def __aenter__(self) -> Consumer:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._owns_client:
+            await self.client.close()
+
+    @property
+    def caught_up(self) -> bool:
+        """The position has reached the highest high watermark seen."""
+        return self.position is not None and self.position >= self.high_watermark >= 0
+
+    async def seek(self, to: int | str) -> int:
+        """Move to an offset, or to `earliest`/`latest`; returns the new position. An explicit
+        move is the only way the position goes back."""
+        if to in (EARLIEST, LATEST):
+            answer = await self.client.list_offsets(
+                self.partition, str(to), timeout_ms=int(self.retry_timeout_s * 1000)
+            )
+            self.position = answer.offset
+            self._confirmed = True
+        elif isinstance(to, int) and not isinstance(to, bool) and to >= 0:
+            self.position = to
+            self._confirmed = False
+        else:
+            raise ValueError(f"seek to earliest, latest or an offset >= 0, got {to!r}")
+        self._buffer.clear()
+        return self.position
+
+    async def poll(self, max_wait_ms: int | None = None) -> list[ConsumerRecord]:
+        """The next records from the position (up to max_records); [] when none arrived
+        within `max_wait_ms` (the long poll)."""
+        if self._buffer:
+            out = list(self._buffer)
+            self._buffer.clear()
+            return out
+        position = self.position
+        if position is None:
+            position = await self.seek(self.start)
+        wait_ms = self.max_wait_ms if max_wait_ms is None else max_wait_ms
+        answer = await self._fetch(position, wait_ms)
+        if answer.high_watermark < self.high_watermark:
+            # The broker's KIP-207 gate should make this impossible; what it returned is
+            # still below its own HW, hence committed, so it is safe to hand out.
+            log.warning(
+                "high_watermark_behind",
+                partition=self.partition,
+                answered=answer.high_watermark,
+                seen=self.high_watermark,
+                leaderEpoch=answer.leader_epoch,
+            )
+        self.high_watermark = max(self.high_watermark, answer.high_watermark)
+        self.log_start_offset = answer.log_start_offset
+        records = [r for r in answer.records if position <= r.offset < answer.high_watermark]
+        if records:
+            if records[0].offset != position:
+                log.warning(
+                    "offset_gap",
+                    partition=self.partition,
+                    expected=position,
+                    got=records[0].offset,
+                )
+            self.position = records[-1].offset + 1
+            self._confirmed = True
+        return records
+
+    async def _fetch(self, position: int, wait_ms: int) -> FetchAnswer:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.retry_timeout_s
+        out_of_range_since: float | None = None
+        attempt = 0
+        while True:
+            leader: Leader | None = None
+            try:
+                leader = await self.client.metadata.leader(self.partition)
+                return await self.client.fetch(
+                    leader,
+                    position,
+                    max_records=self.max_records,
+                    max_bytes=self.max_bytes,
+                    max_wait_ms=wait_ms,
+                    binary=self.binary,
+                )
+            except OffsetOutOfRangeError as exc:
+                if not self._confirmed:
+                    raise
+                now = loop.time()
+                if out_of_range_since is None:
+                    out_of_range_since = now
+                log.warning(
+                    "leader_behind_position",
+                    partition=self.partition,
+                    position=position,
+                    error=exc.message,
+                )
+                if now - out_of_range_since >= self.out_of_range_wait_s:
+                    raise OffsetOutOfRangeError(
+                        f"{self.partition}: the leader still does not hold offset {position}, "
+                        f"which this consumer already reached ({exc.message}); not rewinding",
+                        position=position,
+                        **exc.details,
+                    ) from exc
+                # Perhaps a stale leader: look again.
+                self.client.metadata.invalidate(self.partition, leader)
+            except Exception as exc:
+                if not is_retriable(exc):
+                    raise
+                self.client.metadata.on_error(self.partition, leader, exc)
+                if loop.time() >= deadline:
+                    raise RetriesExhaustedError(
+                        f"reading {self.partition} at {position} failed for "
+                        f"{self.retry_timeout_s:.3g} s",
+                        exc,
+                    ) from exc
+                log.debug("read_retry", partition=self.partition, error=str(exc))
+            await asyncio.sleep(self.client.backoff.delay(attempt))
+            attempt += 1
+
+    async def __anext__(self) -> ConsumerRecord:
+        while not self._buffer:
+            self._buffer.extend(await self.poll())
+        return self._buffer.popleft()
+
+    def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
+        return self

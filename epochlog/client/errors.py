@@ -1,0 +1,147 @@
+"""Errors the client raises that are not a broker's protocol error, and the decoding of those.
+
+A broker's error body `{"error": {"code", "message", "retriable", ...}}` is
+turned back into the typed `EpochlogError` subclass of its code
+(`epochlog.errors.ERRORS_BY_CODE`), with every other field of the body
+(`leader`, `leaderAddress`, `leaderEpoch`, `highWatermark`, ...) in
+`details`. What is left is client-side: a broker that could not be reached,
+an answer that is not epochlog's, a delivery that ran out of time, a partition
+no broker hosts, offsets that went back.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from epochlog.errors import (
+    ERRORS_BY_CODE,
+    EpochlogError,
+    ErrorCode,
+    UnknownPartitionError,
+)
+
+
+class ClientError(Exception):
+    """Base of the client's own errors; `retriable` says whether trying again may help."""
+
+    retriable: bool = False
+
+
+class BrokerUnreachableError(ClientError):
+    """No answer: connection refused or reset, or the request timed out on the client side.
+
+    The request may or may not have been carried out.
+    """
+
+    retriable = True
+
+
+class UnexpectedResponseError(ClientError):
+    """An answer that is not the epochlog API's (another server, a proxy, a bug)."""
+
+    def __init__(self, message: str, *, status: int | None = None, retriable: bool = False):
+        super().__init__(message)
+        self.status = status
+        self.retriable = retriable
+
+
+class BrokerError(ClientError):
+    """A broker's error whose code this client does not know (INTERNAL_ERROR, newer codes)."""
+
+    def __init__(
+        self, code: str, message: str, *, status: int, retriable: bool, details: dict[str, Any]
+    ) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.status = status
+        self.retriable = retriable
+        self.details = details
+
+
+class NoSuchPartitionError(UnknownPartitionError):
+    """No broker reachable from the bootstrap list hosts the partition (it stayed so for the
+    client's metadata wait): a misspelt name, or a Partition that does not exist."""
+
+
+class DeliveryTimeoutError(ClientError):
+    """Records not acknowledged within the producer's delivery timeout.
+
+    When a request was sent, the records may still be in the log; they are in
+    it at most once (the producer is idempotent). `last_error` is the failure
+    of the last attempt.
+    """
+
+    def __init__(self, message: str, last_error: BaseException | None) -> None:
+        super().__init__(message if last_error is None else f"{message} (last error: {last_error})")
+        self.last_error = last_error
+
+
+class RetriesExhaustedError(ClientError):
+    """A read or ListOffsets kept failing with retriable errors for longer than allowed."""
+
+    def __init__(self, message: str, last_error: BaseException | None) -> None:
+        super().__init__(message if last_error is None else f"{message} (last error: {last_error})")
+        self.last_error = last_error
+
+
+class OffsetsWentBackError(ClientError):
+    """A leader stayed behind an offset or high watermark this client already saw.
+
+    The client neither rewinds nor skips: it waits for the leader to catch up,
+    and raises this when it does not within the allowed time (acknowledged data
+    may have been lost, e.g. after an unclean leader election).
+    """
+
+    def __init__(self, message: str, *, seen: int, answered: int) -> None:
+        super().__init__(message)
+        self.seen = seen
+        self.answered = answered
+
+
+class ProducerClosedError(ClientError):
+    """`send` after `close`, or records still queued when the producer was closed."""
+
+
+def is_retriable(exc: BaseException) -> bool:
+    if isinstance(exc, NoSuchPartitionError):
+        return False
+    if isinstance(exc, UnknownPartitionError):
+        # From a broker the leader cache pointed at: the partition moved. Looking it up
+        # again settles it (NoSuchPartitionError when nobody hosts it).
+        return True
+    if isinstance(exc, EpochlogError | ClientError):
+        return exc.retriable
+    return False
+
+
+def error_from_response(status: int, body: bytes, url: str) -> Exception:
+    """The typed error a non-200 answer stands for."""
+    try:
+        parsed = json.loads(body)
+        err = parsed["error"]
+        code = err["code"]
+        message = err.get("message", "")
+        if not isinstance(code, str) or not isinstance(message, str):
+            raise TypeError("code and message must be strings")
+    except (ValueError, KeyError, TypeError):
+        snippet = body[:200].decode(errors="replace").strip()
+        # A 5xx without epochlog's body is a proxy or a dying process: worth another try.
+        return UnexpectedResponseError(
+            f"{url}: HTTP {status}: {snippet or '(empty body)'}",
+            status=status,
+            retriable=status >= 500,
+        )
+    details = {k: v for k, v in err.items() if k not in ("code", "message", "retriable")}
+    try:
+        cls = ERRORS_BY_CODE[ErrorCode(code)]
+    except ValueError:
+        return BrokerError(
+            code,
+            message,
+            status=status,
+            retriable=bool(err.get("retriable", False)),
+            details=details,
+        )
+    return cls(message, **details)

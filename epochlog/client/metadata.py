@@ -1,0 +1,306 @@
+"""Where each partition's leader is: discovery from the bootstrap brokers, and the cache.
+
+A lookup asks every known broker `GET /v1/partitions` at once. The leader is
+the broker that reports the partition with role `leader` at the highest
+leader epoch; when followers already know of a newer epoch than any leader
+reports (the new leader has not answered, or is not in the bootstrap list),
+their hint (`leader` id and `leaderEpoch`) is followed. Broker ids are mapped
+to the URL the client reached them at, else to the address they advertise;
+when a follower is the only broker we can ask, its NOT_LEADER_OR_FOLLOWER
+answer names the leader's address. A bootstrap URL that reaches several
+brokers (a Service or load balancer) works too: a refusal from it is
+followed to the leader's advertised address.
+
+The cache holds (URL, leader epoch) per partition; requests send the epoch,
+so a broker that is no longer the leader, or the leader of a newer epoch,
+says so instead of answering. Error answers update the cache with their hints
+(`leader`, `leaderAddress`, `leaderEpoch`); anything else that points at a
+stale leader drops the entry, and the next request looks the leader up again.
+One lookup runs per partition at a time; concurrent callers share it.
+
+A partition that no reachable broker hosts is retriable for
+`metadata_max_wait_s` (brokers that just started have no assignments yet),
+then `NoSuchPartitionError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from epochlog.client.errors import (
+    BrokerUnreachableError,
+    ClientError,
+    NoSuchPartitionError,
+    UnexpectedResponseError,
+)
+from epochlog.client.records import parse_json
+from epochlog.client.transport import Transport
+from epochlog.errors import (
+    EpochlogError,
+    FencedLeaderEpochError,
+    LeaderNotAvailableError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    OffsetNotAvailableError,
+    RequestTimedOutError,
+    UnknownLeaderEpochError,
+)
+
+log = structlog.get_logger("epochlog.client")
+
+
+@dataclass(frozen=True, slots=True)
+class Leader:
+    partition: str
+    url: str
+    leader_epoch: int | None
+    broker_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """One broker's report of one partition."""
+
+    name: str
+    url: str
+    broker_id: int | None
+    role: str
+    leader: int | None
+    leader_epoch: int
+
+
+class Metadata:
+    def __init__(
+        self,
+        transport: Transport,
+        bootstrap: Sequence[str],
+        *,
+        probe_timeout_s: float = 2.0,
+        metadata_max_wait_s: float = 5.0,
+    ) -> None:
+        if not bootstrap:
+            raise ValueError("at least one bootstrap broker URL is needed")
+        self._transport = transport
+        self._urls: list[str] = []
+        for url in bootstrap:
+            self._add_url(url)
+        self._broker_urls: dict[int, str] = {}
+        """Broker id -> the URL it answered at (or, until then, the address it advertises)."""
+        self._reached: set[int] = set()
+        self._leaders: dict[str, Leader] = {}
+        self._lookups: dict[str, asyncio.Task[Leader]] = {}
+        self._unhosted_since: dict[str, float] = {}
+        self._probe_timeout_s = probe_timeout_s
+        self._metadata_max_wait_s = metadata_max_wait_s
+
+    @property
+    def urls(self) -> list[str]:
+        return list(self._urls)
+
+    def _add_url(self, url: str) -> None:
+        url = url.rstrip("/")
+        if url not in self._urls:
+            self._urls.append(url)
+
+    def cached(self, partition: str) -> Leader | None:
+        return self._leaders.get(partition)
+
+    async def leader(self, partition: str) -> Leader:
+        """The cached leader, or the result of a lookup (raises a typed error)."""
+        cached = self._leaders.get(partition)
+        if cached is not None:
+            return cached
+        task = self._lookups.get(partition)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._lookup(partition))
+            self._lookups[partition] = task
+            task.add_done_callback(lambda _t: self._lookups.pop(partition, None))
+        # Shielded: one caller giving up must not cancel the lookup the others wait for.
+        return await asyncio.shield(task)
+
+    def _set(self, leader: Leader, why: str) -> None:
+        old = self._leaders.get(leader.partition)
+        self._leaders[leader.partition] = leader
+        if old is None or (old.url, old.leader_epoch) != (leader.url, leader.leader_epoch):
+            event = log.info if old is not None and old.url != leader.url else log.debug
+            event(
+                "leader_found",
+                partition=leader.partition,
+                leader=leader.broker_id,
+                leaderEpoch=leader.leader_epoch,
+                url=leader.url,
+                why=why,
+            )
+
+    def invalidate(self, partition: str, leader: Leader | None = None) -> None:
+        """Forget the cached leader (only if it is still `leader`, when given)."""
+        current = self._leaders.get(partition)
+        if current is not None and (leader is None or current == leader):
+            del self._leaders[partition]
+
+    def on_error(self, partition: str, used: Leader | None, exc: BaseException) -> None:
+        """Learn from a failed request to `used`: follow the error's hint or forget."""
+        if not isinstance(exc, EpochlogError):
+            # Unreachable, or not epochlog's answer: look again.
+            if used is not None:
+                self.invalidate(partition, used)
+            return
+        details = exc.details
+        hint_id = details.get("leader")
+        hint_epoch = details.get("leaderEpoch")
+        hint_epoch = hint_epoch if type(hint_epoch) is int else None
+        if isinstance(exc, UnknownLeaderEpochError | RequestTimedOutError | NotEnoughReplicasError):
+            # Said by the leader we asked, which stays the leader: the epoch we sent is
+            # not known there yet, or the followers are slow. Nothing to look up again.
+            return
+        if isinstance(exc, OffsetNotAvailableError):
+            return
+        if isinstance(exc, NotLeaderOrFollowerError | FencedLeaderEpochError):
+            known = self._leaders.get(partition)
+            fresher = hint_epoch is not None and (
+                known is None or (known.leader_epoch or -1) <= hint_epoch
+            )
+            for url in self._urls_for(hint_id, details.get("leaderAddress")):
+                # A hint naming the URL that just refused (and not a newer epoch there)
+                # would send us round in a circle; that happens when one URL reaches
+                # several brokers (a load balancer): then the advertised address is next.
+                circular = (
+                    used is not None
+                    and url == used.url
+                    and isinstance(exc, NotLeaderOrFollowerError)
+                    and (hint_epoch or -1) <= (used.leader_epoch or -1)
+                )
+                if fresher and not circular:
+                    broker = hint_id if type(hint_id) is int else None
+                    self._set(Leader(partition, url, hint_epoch, broker), why=str(exc.code))
+                    return
+        if used is not None:
+            self.invalidate(partition, used)
+
+    def _urls_for(self, broker_id: Any, address: Any) -> list[str]:
+        """Where broker `broker_id` may be reached, best first: the URL it answered us at,
+        then the address a peer gave for it."""
+        urls: list[str] = []
+        if type(broker_id) is int and broker_id in self._broker_urls:
+            urls.append(self._broker_urls[broker_id])
+        if isinstance(address, str) and address:
+            address = address.rstrip("/")
+            if type(broker_id) is int:
+                self._broker_urls.setdefault(broker_id, address)
+            if address not in urls:
+                urls.append(address)
+        return urls
+
+    # -- lookup ----------------------------------------------------------------------------
+
+    async def describe(self, url: str) -> dict[str, Any]:
+        body, _ = await self._transport.request(
+            "GET", url, "/v1/partitions", timeout_s=self._probe_timeout_s
+        )
+        doc = parse_json(body, f"{url}/v1/partitions")
+        if not isinstance(doc.get("partitions"), list):
+            raise UnexpectedResponseError(f"{url}/v1/partitions: no partitions list")
+        return doc
+
+    async def _probe(self) -> tuple[list[_Seen], dict[str, str]]:
+        """Every known broker's reports, and the failure of each broker that did not answer."""
+        urls = list(self._urls)
+        answers = await asyncio.gather(*(self.describe(u) for u in urls), return_exceptions=True)
+        seen: list[_Seen] = []
+        failures: dict[str, str] = {}
+        for url, answer in zip(urls, answers, strict=True):
+            if isinstance(answer, BaseException):
+                if not isinstance(answer, ClientError | EpochlogError):
+                    raise answer
+                failures[url] = str(answer)
+                continue
+            broker_id = answer.get("brokerId")
+            broker_id = broker_id if type(broker_id) is int else None
+            # The URL we reached it at wins over what it advertises (which may be an
+            # address only other brokers can reach).
+            if broker_id is not None and broker_id not in self._reached:
+                self._broker_urls[broker_id] = url
+                self._reached.add(broker_id)
+            for p in answer["partitions"]:
+                if not isinstance(p, dict) or not isinstance(p.get("name"), str):
+                    continue
+                leader = p.get("leader")
+                epoch = p.get("leaderEpoch")
+                seen.append(
+                    _Seen(
+                        name=p["name"],
+                        url=url,
+                        broker_id=broker_id,
+                        role=str(p.get("role")),
+                        leader=leader if type(leader) is int else None,
+                        leader_epoch=epoch if type(epoch) is int else -1,
+                    )
+                )
+            address = answer.get("address")
+            if broker_id is not None and isinstance(address, str) and address:
+                self._broker_urls.setdefault(broker_id, address.rstrip("/"))
+        return seen, failures
+
+    async def _lookup(self, partition: str) -> Leader:
+        seen, failures = await self._probe()
+        mine = [s for s in seen if s.name == partition]
+        if not seen and failures and len(failures) == len(self._urls):
+            detail = "; ".join(f"{u}: {e}" for u, e in failures.items())
+            raise BrokerUnreachableError(f"no bootstrap broker answered: {detail}")
+        if not mine:
+            now = time.monotonic()
+            since = self._unhosted_since.setdefault(partition, now)
+            if now - since >= self._metadata_max_wait_s and not failures:
+                self._unhosted_since.pop(partition, None)
+                raise NoSuchPartitionError(
+                    f"no broker hosts partition {partition!r} (asked {', '.join(self._urls)})"
+                )
+            raise LeaderNotAvailableError(
+                f"no reachable broker hosts {partition!r} yet"
+                + (f" ({len(failures)} did not answer)" if failures else "")
+            )
+        self._unhosted_since.pop(partition, None)
+        leaders = [s for s in mine if s.role == "leader"]
+        best = max(leaders, key=lambda s: s.leader_epoch, default=None)
+        hints = [s for s in mine if s.leader is not None]
+        newest = max(hints, key=lambda s: s.leader_epoch, default=None)
+        if best is not None and (newest is None or newest.leader_epoch <= best.leader_epoch):
+            leader = Leader(partition, best.url, best.leader_epoch, best.broker_id)
+            self._set(leader, why="lookup")
+            return leader
+        if newest is not None and newest.leader is not None:
+            url = self._broker_urls.get(newest.leader)
+            if url is None:
+                url = await self._ask_for_leader_address(partition, newest)
+            if url is not None:
+                self._add_url(url)
+                broker = newest.broker_id if url == newest.url else newest.leader
+                leader = Leader(partition, url, newest.leader_epoch, broker)
+                self._set(leader, why="follower hint")
+                return leader
+        raise LeaderNotAvailableError(f"{partition}: no leader known yet")
+
+    async def _ask_for_leader_address(self, partition: str, follower: _Seen) -> str | None:
+        """The leader's URL as `follower` knows it: its NOT_LEADER_OR_FOLLOWER answer names
+        it (`leaderAddress`) when the leader is not among the brokers we can ask."""
+        try:
+            await self._transport.request(
+                "GET",
+                follower.url,
+                f"/v1/partitions/{partition}/offsets",
+                params={"at": "latest"},
+                timeout_s=self._probe_timeout_s,
+            )
+        except NotLeaderOrFollowerError as exc:
+            urls = self._urls_for(exc.details.get("leader"), exc.details.get("leaderAddress"))
+            return urls[0] if urls else None
+        except (ClientError, EpochlogError):
+            return None
+        # It answered as the leader: it became one since it described itself.
+        return follower.url

@@ -1,0 +1,483 @@
+"""The async producer: batching with linger, acks, retries, and idempotence.
+
+`await producer.send(partition, value, key=..., headers=...)` queues a record
+and returns a future that resolves to its `RecordMetadata(partition, offset,
+leaderEpoch)` once acknowledged at the producer's `acks` level, or fails with
+a typed error. Each partition has one sender: it waits up to `linger_ms` for
+a batch to fill to `batch_size` bytes (not at all once it is full, or while
+`flush()`/`close()` wait), and sends one batch at a time, so records reach
+the log in the order they were sent, also across retries.
+
+Retries: retriable failures (leader changes, NOT_ENOUGH_REPLICAS, timeouts,
+unreachable brokers) are retried with exponential backoff until the
+records' delivery timeout (`delivery_timeout_ms` from `send`), after which
+they fail with `DeliveryTimeoutError`. Non-retriable errors (a record too
+large, an invalid request, an unknown partition) fail the batch at once.
+
+Idempotence (on by default): the producer has a random 62-bit producer id;
+each partition has a producer epoch and numbers its records with consecutive
+sequence numbers. A retried batch keeps its sequence, so a broker that
+already holds it (the first attempt was written but its answer lost) answers
+with the first copy's offsets instead of writing it again. When a batch's
+outcome stays unknown (it failed after a send that may have been written),
+or the broker answers OUT_OF_ORDER_SEQUENCE (it lacks an earlier batch, e.g.
+one acknowledged with acks=leader and lost with its leader), the partition's
+producer epoch is bumped and its sequences start again at 0, which the broker
+accepts as a fresh start: the batch that got OUT_OF_ORDER_SEQUENCE was not
+written (the check precedes the append), so it is sent again under the new
+epoch. A batch rejected outright gives its sequence numbers back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+import structlog
+
+from epochlog.client.client import ACKS, Client, check_partition_name
+from epochlog.client.errors import (
+    DeliveryTimeoutError,
+    ProducerClosedError,
+    UnexpectedResponseError,
+    is_retriable,
+)
+from epochlog.client.metadata import Leader
+from epochlog.client.records import (
+    OutgoingRecord,
+    ProducerIdentity,
+    RecordMetadata,
+    make_record,
+    produce_body,
+)
+from epochlog.errors import OutOfOrderSequenceError
+
+log = structlog.get_logger("epochlog.client")
+
+MAX_SEQUENCE: Final = (1 << 31) - 1
+MAX_PRODUCER_EPOCH: Final = (1 << 15) - 1
+MAX_EPOCH_BUMPS_PER_BATCH: Final = 3
+"""OUT_OF_ORDER_SEQUENCE again right after a bump means something else is wrong."""
+
+
+def new_producer_id() -> int:
+    return secrets.randbits(62)
+
+
+@dataclass(slots=True)
+class _Queued:
+    record: OutgoingRecord
+    future: asyncio.Future[RecordMetadata]
+    deadline: float
+    enqueued: float
+
+
+@dataclass
+class _Sender:
+    """One partition's queue, its idempotence state and the task that sends its batches."""
+
+    name: str
+    producer_id: int
+    producer_epoch: int = 0
+    next_sequence: int = 0
+    queue: deque[_Queued] = field(default_factory=deque)
+    queued_bytes: int = 0
+    in_flight: list[_Queued] = field(default_factory=list)
+    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+
+class Producer:
+    """`async with Producer("http://broker:8080") as p: await (await p.send("orders-0", "v"))`
+
+    `bootstrap` is a `Client` to share, or broker URLs ("URL[,URL]" or a list)
+    for a client of its own (closed with the producer).
+    """
+
+    def __init__(
+        self,
+        bootstrap: Client | str | Sequence[str],
+        *,
+        acks: str = "all",
+        linger_ms: float = 5,
+        batch_size: int = 128 * 1024,
+        buffer_memory: int = 32 * 1024 * 1024,
+        delivery_timeout_ms: int = 120_000,
+        request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 50,
+        retry_backoff_max_ms: int = 1000,
+        idempotent: bool = True,
+        binary: bool = False,
+        producer_id: int | None = None,
+    ) -> None:
+        if acks not in ACKS:
+            raise ValueError(f"acks must be one of {', '.join(ACKS)}, got {acks!r}")
+        if linger_ms < 0:
+            raise ValueError("linger_ms must be >= 0")
+        if batch_size <= 0 or buffer_memory < batch_size:
+            raise ValueError("need 0 < batch_size <= buffer_memory")
+        if delivery_timeout_ms <= 0:
+            raise ValueError("delivery_timeout_ms must be > 0")
+        if producer_id is not None and not 0 <= producer_id < (1 << 63):
+            raise ValueError("producer_id must be in [0, 2**63)")
+        if isinstance(bootstrap, Client):
+            self.client = bootstrap
+            self._owns_client = False
+        else:
+            self.client = Client(
+                bootstrap,
+                request_timeout_ms=request_timeout_ms,
+                retry_backoff_ms=retry_backoff_ms,
+                retry_backoff_max_ms=retry_backoff_max_ms,
+            )
+            self._owns_client = True
+        self.acks = acks
+        self.linger_s = linger_ms / 1000
+        self.batch_size = batch_size
+        self.buffer_memory = buffer_memory
+        self.delivery_timeout_s = delivery_timeout_ms / 1000
+        self.idempotent = idempotent
+        self.binary = binary
+        self.producer_id = producer_id if producer_id is not None else new_producer_id()
+        self._senders: dict[str, _Sender] = {}
+        self._buffered = 0
+        self._space_waiters: deque[tuple[asyncio.Future[None], int]] = deque()
+        self._flushing = 0
+        self._closing = False
+        self._closed = False
+
+    async def __aenter__(self) -> Producer:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    # -- sending ---------------------------------------------------------------------------
+
+    async def send(
+        self,
+        partition: str,
+        value: str | bytes,
+        *,
+        key: str | bytes | None = None,
+        headers: Mapping[str, str | bytes] | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue one record; waits only while the buffer is full. The future resolves when
+        the record is acknowledged."""
+        if self._closing:
+            raise ProducerClosedError("the producer is closed")
+        if partition not in self._senders:
+            check_partition_name(partition)
+        record = make_record(value, key, headers)
+        await self._reserve(record.size)
+        if self._closing:
+            self._release(record.size)
+            raise ProducerClosedError("the producer was closed while send waited for space")
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        future: asyncio.Future[RecordMetadata] = loop.create_future()
+        s = self._sender(partition)
+        was_empty = not s.queue
+        s.queue.append(_Queued(record, future, now + self.delivery_timeout_s, now))
+        s.queued_bytes += record.size
+        if was_empty or s.queued_bytes >= self.batch_size or self._flushing:
+            s.wakeup.set()
+        return future
+
+    async def send_and_wait(
+        self,
+        partition: str,
+        value: str | bytes,
+        *,
+        key: str | bytes | None = None,
+        headers: Mapping[str, str | bytes] | None = None,
+    ) -> RecordMetadata:
+        return await (await self.send(partition, value, key=key, headers=headers))
+
+    async def flush(self) -> None:
+        """Send everything queued now at once and wait until each record is acknowledged or
+        failed."""
+        futures = [q.future for s in self._senders.values() for q in (*s.in_flight, *s.queue)]
+        if not futures:
+            return
+        self._flushing += 1
+        for s in self._senders.values():
+            s.wakeup.set()
+        try:
+            await asyncio.gather(*futures, return_exceptions=True)
+        finally:
+            self._flushing -= 1
+
+    async def close(self, timeout_s: float | None = None) -> None:
+        """Deliver what is queued (for up to `timeout_s`; the rest fails with
+        ProducerClosedError), stop the senders, close an owned client."""
+        if self._closed:
+            return
+        self._closing = True
+        for waiter, _ in self._space_waiters:
+            if not waiter.done():
+                waiter.set_exception(
+                    ProducerClosedError("the producer was closed while send waited for space")
+                )
+        tasks = [s.task for s in self._senders.values() if s.task is not None]
+        for s in self._senders.values():
+            s.wakeup.set()
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self._closed = True
+        if self._owns_client:
+            await self.client.close()
+
+    # -- buffer ----------------------------------------------------------------------------
+
+    async def _reserve(self, size: int) -> None:
+        # FIFO: a record never overtakes one that is waiting for space (order per partition).
+        if not self._space_waiters and (
+            self._buffered + size <= self.buffer_memory or self._buffered == 0
+        ):
+            self._buffered += size
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._space_waiters.append((waiter, size))
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                # Space was granted just as we were interrupted: hand it back.
+                self._buffered -= size
+            else:
+                waiter.cancel()
+            self._wake_space_waiters()
+            raise
+
+    def _release(self, size: int) -> None:
+        self._buffered -= size
+        self._wake_space_waiters()
+
+    def _wake_space_waiters(self) -> None:
+        while self._space_waiters:
+            waiter, size = self._space_waiters[0]
+            if waiter.done():
+                self._space_waiters.popleft()
+                continue
+            if self._buffered + size > self.buffer_memory and self._buffered > 0:
+                return
+            self._space_waiters.popleft()
+            self._buffered += size
+            waiter.set_result(None)
+
+    # -- senders ---------------------------------------------------------------------------
+
+    def _sender(self, partition: str) -> _Sender:
+        s = self._senders.get(partition)
+        if s is None:
+            s = self._senders[partition] = _Sender(partition, self.producer_id)
+            s.task = asyncio.get_running_loop().create_task(
+                self._run(s), name=f"epochlog-producer-{partition}"
+            )
+        return s
+
+    async def _run(self, s: _Sender) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                if not s.queue:
+                    if self._closing:
+                        return
+                    s.wakeup.clear()
+                    await s.wakeup.wait()
+                    continue
+                hurry = s.queued_bytes >= self.batch_size or self._flushing or self._closing
+                wait_s = s.queue[0].enqueued + self.linger_s - loop.time()
+                if not hurry and wait_s > 0:
+                    s.wakeup.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(s.wakeup.wait(), wait_s)
+                    continue
+                batch = self._take(s, loop.time())
+                if batch:
+                    s.in_flight = batch
+                    try:
+                        await self._deliver(s, batch)
+                    except Exception as exc:
+                        # A record the encoder refuses, or a bug: fail this batch, keep the
+                        # sender alive for the next, and do not rely on its sequences.
+                        log.exception("produce_failed", partition=s.name, records=len(batch))
+                        self._fail(s, batch, exc)
+                        self._bump(s, f"{type(exc).__name__}: {exc}")
+                    finally:
+                        s.in_flight = []
+        except asyncio.CancelledError:
+            closed = ProducerClosedError("the producer was closed before the record was sent")
+            self._fail(s, s.in_flight, closed)
+            self._fail(s, list(s.queue), closed)
+            s.queue.clear()
+            s.queued_bytes = 0
+            raise
+
+    def _take(self, s: _Sender, now: float) -> list[_Queued]:
+        """The next batch: up to batch_size bytes (at least one record); expired records
+        are failed here."""
+        batch: list[_Queued] = []
+        size = 0
+        while s.queue:
+            q = s.queue[0]
+            if q.deadline <= now:
+                s.queue.popleft()
+                s.queued_bytes -= q.record.size
+                self._fail(
+                    s,
+                    [q],
+                    DeliveryTimeoutError(
+                        f"{s.name}: record waited {self.delivery_timeout_s:.3g} s without "
+                        "being sent",
+                        None,
+                    ),
+                )
+                continue
+            if batch and size + q.record.size > self.batch_size:
+                break
+            s.queue.popleft()
+            s.queued_bytes -= q.record.size
+            size += q.record.size
+            batch.append(q)
+        return batch
+
+    def _fail(self, s: _Sender, batch: Sequence[_Queued], exc: BaseException) -> None:
+        for q in batch:
+            if not q.future.done():
+                q.future.set_exception(exc)
+        self._release(sum(q.record.size for q in batch))
+
+    def _bump(self, s: _Sender, why: str) -> None:
+        """A fresh producer epoch for this partition: sequences start again at 0."""
+        if s.producer_epoch >= MAX_PRODUCER_EPOCH:
+            s.producer_id = new_producer_id()
+            s.producer_epoch = 0
+        else:
+            s.producer_epoch += 1
+        s.next_sequence = 0
+        log.warning(
+            "producer_epoch_bumped",
+            partition=s.name,
+            producerId=s.producer_id,
+            producerEpoch=s.producer_epoch,
+            why=why,
+        )
+
+    def _identity(self, s: _Sender, count: int) -> ProducerIdentity | None:
+        if not self.idempotent:
+            return None
+        if s.next_sequence + count - 1 > MAX_SEQUENCE:
+            self._bump(s, "sequence numbers ran out")
+        identity = ProducerIdentity(s.producer_id, s.producer_epoch, s.next_sequence)
+        s.next_sequence += count
+        return identity
+
+    async def _deliver(self, s: _Sender, batch: list[_Queued]) -> None:
+        loop = asyncio.get_running_loop()
+        records = [q.record for q in batch]
+        count = len(records)
+        identity = self._identity(s, count)
+        body, ctype, params = produce_body(records, identity, binary=self.binary)
+        deadline = batch[0].deadline
+        maybe_written = False  # some attempt may have been written (outcome unknown)
+        attempt = bumps = 0
+        last: BaseException | None = None
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                self._fail(
+                    s,
+                    batch,
+                    DeliveryTimeoutError(
+                        f"{s.name}: {count} records not acknowledged within "
+                        f"{self.delivery_timeout_s:.3g} s"
+                        + ("; they may be in the log (at most once)" if maybe_written else ""),
+                        last,
+                    ),
+                )
+                self._give_back(s, identity, count, maybe_written, "delivery timed out")
+                return
+            leader: Leader | None = None
+            sending = False
+            try:
+                leader = await asyncio.wait_for(self.client.metadata.leader(s.name), remaining)
+                timeout_ms = max(1, int(min(self.client.request_timeout_s, remaining) * 1000))
+                sending = True
+                base, last_offset, epoch = await self.client.produce_request(
+                    leader, body, ctype, acks=self.acks, timeout_ms=timeout_ms, params=params
+                )
+            except OutOfOrderSequenceError as exc:
+                # Checked before the append: this batch is not in the log.
+                last = exc
+                if identity is None or bumps >= MAX_EPOCH_BUMPS_PER_BATCH:
+                    self._fail(s, batch, exc)
+                    self._give_back(s, identity, count, True, "out of order sequence")
+                    return
+                bumps += 1
+                self._bump(s, f"OUT_OF_ORDER_SEQUENCE: {exc.message}")
+                identity = self._identity(s, count)
+                body, ctype, params = produce_body(records, identity, binary=self.binary)
+                continue
+            except Exception as exc:
+                if not is_retriable(exc) and not isinstance(exc, TimeoutError):
+                    self._fail(s, batch, exc)
+                    self._give_back(s, identity, count, maybe_written, str(exc))
+                    return
+                last = exc
+                maybe_written = maybe_written or sending
+                self.client.metadata.on_error(s.name, leader, exc)
+                event = log.info if attempt == 0 else log.debug
+                event(
+                    "produce_retry",
+                    partition=s.name,
+                    records=count,
+                    attempt=attempt + 1,
+                    error=str(exc),
+                )
+                await asyncio.sleep(min(self.client.backoff.delay(attempt), max(0.0, remaining)))
+                attempt += 1
+                continue
+            if last_offset - base + 1 != count:
+                exc2 = UnexpectedResponseError(
+                    f"{s.name}: {count} records acknowledged as offsets {base}..{last_offset}"
+                )
+                self._fail(s, batch, exc2)
+                self._give_back(s, identity, count, True, str(exc2))
+                return
+            for i, q in enumerate(batch):
+                if not q.future.done():
+                    q.future.set_result(RecordMetadata(s.name, base + i, epoch))
+            self._release(sum(r.size for r in records))
+            return
+
+    def _give_back(
+        self,
+        s: _Sender,
+        identity: ProducerIdentity | None,
+        count: int,
+        maybe_written: bool,
+        why: str,
+    ) -> None:
+        """After a failed batch: reuse its sequence numbers if it surely was not written,
+        else start a new producer epoch (the next batch must not depend on it)."""
+        if identity is None:
+            return
+        current = (
+            identity.producer_id == s.producer_id
+            and identity.producer_epoch == s.producer_epoch
+            and s.next_sequence == identity.base_sequence + count
+        )
+        if current and not maybe_written:
+            s.next_sequence = identity.base_sequence
+        else:
+            self._bump(s, why)

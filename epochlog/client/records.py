@@ -1,0 +1,280 @@
+"""What the client hands out and takes in, and how records travel: JSON or binary batches.
+
+Produce bodies are JSON (`{"records": [...], "producerId", "producerEpoch",
+"baseSequence"}`, UTF-8 text, or base64 with `encoding=base64` when a key,
+value or header is not valid UTF-8) or one record batch in the log's own
+format (`application/vnd.epochlog.batch`, encoded here exactly as the broker
+stores it, which is what makes that path cheap for the broker). Reads ask for
+base64 JSON, so keys, values and headers come back as the exact bytes, or for
+framed binary batches. Either way the caller gets `ConsumerRecord`s.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, NamedTuple
+
+from epochlog.client.errors import UnexpectedResponseError
+from epochlog.errors import EpochlogError
+from epochlog_broker.framing import BATCH_CONTENT_TYPE, unframe
+from epochlog_broker.log.batch import NO_PRODUCER_ID, Record, encode_batch
+
+__all__ = [
+    "BATCH_CONTENT_TYPE",
+    "ConsumerRecord",
+    "FetchAnswer",
+    "OffsetAndEpoch",
+    "OutgoingRecord",
+    "RecordMetadata",
+]
+
+RECORD_OVERHEAD: Final = 24
+"""Bytes a record costs beyond its key, value and headers (binary framing, JSON quoting)."""
+
+
+class RecordMetadata(NamedTuple):
+    """Where an acknowledged record is: its partition, offset and the leader epoch that
+    acknowledged it."""
+
+    partition: str
+    offset: int
+    leader_epoch: int
+
+
+class OffsetAndEpoch(NamedTuple):
+    offset: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    partition: str
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: Mapping[str, bytes]
+    leader_epoch: int
+
+    def text(self) -> str | None:
+        """The value as text (invalid UTF-8 shown as U+FFFD)."""
+        return None if self.value is None else self.value.decode(errors="replace")
+
+
+def as_bytes(data: str | bytes | bytearray | memoryview) -> bytes:
+    return data.encode() if isinstance(data, str) else bytes(data)
+
+
+@dataclass(slots=True)
+class OutgoingRecord:
+    key: bytes | None
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...]
+    timestamp_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+
+    @property
+    def size(self) -> int:
+        return (
+            RECORD_OVERHEAD
+            + len(self.value)
+            + (len(self.key) if self.key is not None else 0)
+            + sum(len(k) + len(v) + 8 for k, v in self.headers)
+        )
+
+
+def make_record(
+    value: str | bytes,
+    key: str | bytes | None = None,
+    headers: Mapping[str, str | bytes] | None = None,
+) -> OutgoingRecord:
+    if not isinstance(value, str | bytes | bytearray | memoryview):
+        raise TypeError(f"value must be str or bytes, got {type(value).__name__}")
+    if key is not None and not isinstance(key, str | bytes | bytearray | memoryview):
+        raise TypeError(f"key must be str, bytes or None, got {type(key).__name__}")
+    hs: tuple[tuple[str, bytes], ...] = ()
+    if headers:
+        for name in headers:
+            if not isinstance(name, str):
+                raise TypeError(f"header names must be str, got {type(name).__name__}")
+        hs = tuple((k, as_bytes(v)) for k, v in headers.items())
+    return OutgoingRecord(None if key is None else as_bytes(key), as_bytes(value), hs)
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdentity:
+    """The idempotent producer's fields for one batch: id, epoch, sequence of its first
+    record."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+
+
+# -- produce bodies ----------------------------------------------------------------------
+
+
+def _utf8(records: Sequence[OutgoingRecord]) -> bool:
+    try:
+        for r in records:
+            r.value.decode()
+            if r.key is not None:
+                r.key.decode()
+            for _, v in r.headers:
+                v.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def produce_body(
+    records: Sequence[OutgoingRecord], identity: ProducerIdentity | None, *, binary: bool
+) -> tuple[bytes, str, dict[str, str]]:
+    """(body, content type, extra query parameters) of a produce request."""
+    if binary:
+        body = encode_batch(
+            [Record(r.value, r.key, r.headers, r.timestamp_ms) for r in records],
+            base_offset=0,
+            leader_epoch=0,
+            timestamp=records[0].timestamp_ms,
+            producer_id=identity.producer_id if identity else NO_PRODUCER_ID,
+            producer_epoch=identity.producer_epoch if identity else -1,
+            base_sequence=identity.base_sequence if identity else -1,
+        )
+        return bytes(body), BATCH_CONTENT_TYPE, {}
+    text = _utf8(records)
+
+    def enc(data: bytes) -> str:
+        return data.decode() if text else base64.b64encode(data).decode()
+
+    doc: dict[str, Any] = {
+        "records": [
+            {
+                "key": None if r.key is None else enc(r.key),
+                "value": enc(r.value),
+                **({"headers": {k: enc(v) for k, v in r.headers}} if r.headers else {}),
+            }
+            for r in records
+        ]
+    }
+    if identity is not None:
+        doc["producerId"] = identity.producer_id
+        doc["producerEpoch"] = identity.producer_epoch
+        doc["baseSequence"] = identity.base_sequence
+    params = {} if text else {"encoding": "base64"}
+    return json.dumps(doc, separators=(",", ":")).encode(), "application/json", params
+
+
+# -- answers -----------------------------------------------------------------------------
+
+
+def _int(doc: Mapping[str, Any], name: str, where: str) -> int:
+    value = doc.get(name)
+    if type(value) is not int:
+        raise UnexpectedResponseError(f"{where}: {name} is not an integer: {value!r}")
+    return value
+
+
+def parse_json(body: bytes, where: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(body)
+    except ValueError as exc:
+        raise UnexpectedResponseError(f"{where}: answer is not JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise UnexpectedResponseError(f"{where}: answer is not a JSON object")
+    return doc
+
+
+def parse_produce_answer(body: bytes, where: str) -> tuple[int, int, int]:
+    """(baseOffset, lastOffset, leaderEpoch)."""
+    doc = parse_json(body, where)
+    return (
+        _int(doc, "baseOffset", where),
+        _int(doc, "lastOffset", where),
+        _int(doc, "leaderEpoch", where),
+    )
+
+
+def parse_offsets_answer(body: bytes, where: str) -> OffsetAndEpoch:
+    doc = parse_json(body, where)
+    return OffsetAndEpoch(_int(doc, "offset", where), _int(doc, "leaderEpoch", where))
+
+
+@dataclass(frozen=True, slots=True)
+class FetchAnswer:
+    records: list[ConsumerRecord]
+    high_watermark: int
+    log_start_offset: int
+    leader_epoch: int
+
+
+def _b64(value: Any, where: str) -> bytes:
+    if not isinstance(value, str):
+        raise UnexpectedResponseError(f"{where}: expected a base64 string, got {value!r}")
+    try:
+        return base64.b64decode(value, validate=True)
+    except ValueError as exc:
+        raise UnexpectedResponseError(f"{where}: not base64 ({exc})") from None
+
+
+def parse_fetch_json(partition: str, body: bytes, where: str) -> FetchAnswer:
+    """A read answer asked with `encoding=base64`."""
+    doc = parse_json(body, where)
+    raw = doc.get("records")
+    if not isinstance(raw, list):
+        raise UnexpectedResponseError(f"{where}: records is not a list")
+    out: list[ConsumerRecord] = []
+    for r in raw:
+        if not isinstance(r, dict):
+            raise UnexpectedResponseError(f"{where}: a record is not an object")
+        headers = r.get("headers") or {}
+        if not isinstance(headers, dict):
+            raise UnexpectedResponseError(f"{where}: headers is not an object")
+        key, value = r.get("key"), r.get("value")
+        out.append(
+            ConsumerRecord(
+                partition=partition,
+                offset=_int(r, "offset", where),
+                timestamp=_int(r, "timestamp", where),
+                key=None if key is None else _b64(key, where),
+                value=None if value is None else _b64(value, where),
+                headers={str(k): _b64(v, where) for k, v in headers.items()},
+                leader_epoch=_int(r, "leaderEpoch", where),
+            )
+        )
+    return FetchAnswer(
+        out,
+        _int(doc, "highWatermark", where),
+        _int(doc, "logStartOffset", where),
+        _int(doc, "leaderEpoch", where),
+    )
+
+
+def parse_fetch_binary(partition: str, body: bytes, where: str) -> FetchAnswer:
+    """A read answer in the framed batch format; every batch's CRC is checked."""
+    try:
+        header, batches = unframe(body)
+    except EpochlogError as exc:
+        raise UnexpectedResponseError(f"{where}: {exc.message}") from None
+    out = [
+        ConsumerRecord(
+            partition=partition,
+            offset=r.offset,
+            timestamp=r.timestamp,
+            key=r.key,
+            value=r.value,
+            headers=dict(r.headers),
+            leader_epoch=r.leader_epoch,
+        )
+        for b in batches
+        for r in b.records()
+    ]
+    return FetchAnswer(
+        out,
+        _int(header, "highWatermark", where),
+        _int(header, "logStartOffset", where),
+        _int(header, "leaderEpoch", where),
+    )

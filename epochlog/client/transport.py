@@ -1,0 +1,87 @@
+"""HTTP to brokers: one aiohttp session, and every failure turned into a typed error.
+
+`Transport.request` returns the body of a 200 answer. Anything else raises:
+the broker's typed error for an error body (`error_from_response`), and
+`BrokerUnreachableError` when no answer came (refused, reset, timed out on
+our side), in which case the request may or may not have been carried out.
+The session is created on first use, inside the event loop that uses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+import aiohttp
+
+from epochlog.client.errors import BrokerUnreachableError, error_from_response
+
+
+class Transport:
+    def __init__(self, *, connect_timeout_s: float = 5.0) -> None:
+        self._connect_timeout_s = connect_timeout_s
+        self._session: aiohttp.ClientSession | None = None
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
+                # A fresh session per client; no cookies or proxies from the environment
+                # must change where records go.
+                cookie_jar=aiohttp.DummyCookieJar(),
+            )
+        return self._session
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: bytes | None = None,
+        content_type: str | None = None,
+        accept: str | None = None,
+        timeout_s: float,
+    ) -> tuple[bytes, str]:
+        """(body, content type) of a 200 answer; raises a typed error otherwise."""
+        headers: dict[str, str] = {}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        if accept is not None:
+            headers["Accept"] = accept
+        target = url.rstrip("/") + path
+        timeout = aiohttp.ClientTimeout(
+            total=max(timeout_s, 0.001), connect=min(self._connect_timeout_s, timeout_s)
+        )
+        try:
+            async with self._get_session().request(
+                method,
+                target,
+                params=dict(params or {}),
+                data=body,
+                headers=headers,
+                timeout=timeout,
+                allow_redirects=False,
+            ) as resp:
+                data = await resp.read()
+                status = resp.status
+                ctype = resp.content_type
+        except (aiohttp.ClientError, OSError) as exc:
+            raise BrokerUnreachableError(
+                f"{method} {target}: {type(exc).__name__}: {exc or 'no answer'}"
+            ) from exc
+        except TimeoutError as exc:
+            raise BrokerUnreachableError(
+                f"{method} {target}: no answer within {timeout_s:.3g} s"
+            ) from exc
+        if status != 200:
+            raise error_from_response(status, data, target)
+        return data, ctype
+
+    async def close(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+            # Let the connector's transports close before the loop may end.
+            await asyncio.sleep(0)

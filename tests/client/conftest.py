@@ -1,0 +1,38 @@
+"""One cluster of three real broker processes (RF3) shared by the client tests of this
+package that do not kill brokers; each test uses partitions of its own."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from epochlog.client import Client
+from tests.broker.cluster import Cluster
+from tests.broker.controller import spec
+
+TOPICS = ("orders", "dedup", "plain", "seq", "errors", "offsets", "sync", "cli", "poll", "hint")
+MAX_RECORD = 64 * 1024
+
+
+@pytest_asyncio.fixture(loop_scope="package", scope="package")
+async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Cluster]:
+    specs = [spec(t, 0) for t in TOPICS] + [spec("orders", 1)]
+    c = await Cluster(
+        tmp_path_factory.mktemp("client"),
+        specs,
+        extra_args=["--max-record-bytes", str(MAX_RECORD)],
+    ).start()
+    try:
+        for s in specs:
+            await c.wait_leader(s.name)
+        yield c
+    finally:
+        await c.stop()
+
+
+@pytest_asyncio.fixture(loop_scope="package")
+async def client(cluster: Cluster) -> AsyncIterator[Client]:
+    async with Client([p.url for p in cluster.brokers.values()]) as c:
+        yield c

@@ -1,0 +1,103 @@
+"""Helpers for the client tests: a proxy that loses answers, and reading a whole log back.
+
+`AnswerDroppingProxy` stands between the client and one broker (or several,
+in turn, as a load balancer would) and forwards every request; for the next
+`drop` produce requests it lets the broker carry the request out and then
+closes the client's connection instead of passing the answer on, which is
+what a network failure after the write looks like to a producer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from epochlog.client import Client, Consumer, ConsumerRecord
+
+_HOP_HEADERS = frozenset(
+    {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "content-encoding"}
+)
+
+
+@dataclass
+class AnswerDroppingProxy:
+    target: str | list[str]
+    """One broker, or several taken in turn (a load balancer)."""
+    drop: int = 0
+    dropped: int = 0
+    forwarded: int = 0
+    produce_requests: int = 0
+    port: int = 0
+    _runner: web.AppRunner | None = field(default=None, init=False)
+    _session: aiohttp.ClientSession | None = field(default=None, init=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> AnswerDroppingProxy:
+        self._session = aiohttp.ClientSession()
+        app = web.Application(client_max_size=64 << 20)
+        app.router.add_route("*", "/{path:.*}", self._forward)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
+        assert self._session is not None
+        body = await request.read()
+        headers: Mapping[str, str] = {
+            k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS
+        }
+        if isinstance(self.target, str):
+            target = self.target
+        else:
+            target = self.target[self.forwarded % len(self.target)]
+        async with self._session.request(
+            request.method,
+            target + request.rel_url.path_qs,
+            data=body,
+            headers=headers,
+        ) as resp:
+            answer = await resp.read()
+            status = resp.status
+            ctype = resp.headers.get("Content-Type", "application/octet-stream")
+        self.forwarded += 1
+        if request.method == "POST" and request.path.endswith("/records"):
+            self.produce_requests += 1
+            if self.drop > 0:
+                self.drop -= 1
+                self.dropped += 1
+                # The broker has carried the request out; the client never hears of it.
+                assert request.transport is not None
+                request.transport.close()
+                raise ConnectionResetError("answer dropped by the test proxy")
+        return web.Response(body=answer, status=status, headers={"Content-Type": ctype})
+
+
+async def read_all(client: Client, partition: str, **options: Any) -> list[ConsumerRecord]:
+    """Every committed record of `partition`, from the earliest offset to the HW."""
+    consumer = Consumer(client, partition, start="earliest", max_wait_ms=0, **options)
+    out: list[ConsumerRecord] = []
+    while True:
+        records = await consumer.poll()
+        out.extend(records)
+        if consumer.caught_up:
+            return out
+
+
+def values(records: list[ConsumerRecord]) -> list[str]:
+    return [r.value.decode() if r.value is not None else "" for r in records]

@@ -1,0 +1,174 @@
+"""`epochlog produce`, `consume` and `offsets` as subprocesses against real brokers, and
+their answers to bad arguments."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from typing import Any
+
+import pytest
+
+from epochlog.cli import main
+from tests.broker.cluster import Cluster
+
+pytestmark = pytest.mark.asyncio(loop_scope="package")
+
+
+async def run(
+    *args: str, stdin: bytes | None = None, timeout_s: float = 30
+) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "epochlog.cli",
+        *args,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "EPOCHLOG_LOG_LEVEL": "warning"},
+    )
+    out, err = await asyncio.wait_for(proc.communicate(stdin), timeout_s)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+def lines(out: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def bootstrap(cluster: Cluster) -> str:
+    return ",".join(p.url for p in cluster.brokers.values())
+
+
+async def test_produce_consume_and_offsets(cluster: Cluster) -> None:
+    boot = bootstrap(cluster)
+    rc, out, err = await run("produce", "--bootstrap", boot, "--partition", "cli-0", "a", "b")
+    assert rc == 0, err
+    acked = lines(out)
+    assert [(r["partition"], r["offset"]) for r in acked] == [("cli-0", 0), ("cli-0", 1)]
+    assert all(r["leaderEpoch"] >= 1 for r in acked)
+    assert "2 of 2 records acknowledged (offsets 0..1)" in err
+
+    rc, out, err = await run(
+        "produce",
+        "--bootstrap",
+        boot,
+        "--partition",
+        "cli-0",
+        "--key",
+        "k",
+        "--header",
+        "h=1",
+        "--binary",
+        stdin=b"c\nd\n\ne",
+    )
+    assert rc == 0, err
+    assert [r["offset"] for r in lines(out)] == [2, 3, 4, 5]
+
+    rc, out, err = await run("consume", "--bootstrap", boot, "--partition", "cli-0")
+    assert rc == 0, err
+    records = lines(out)
+    assert [(r["offset"], r["value"]) for r in records] == [
+        (0, "a"),
+        (1, "b"),
+        (2, "c"),
+        (3, "d"),
+        (4, ""),
+        (5, "e"),
+    ]
+    assert records[2]["key"] == "k"
+    assert records[2]["headers"] == {"h": "1"}
+    assert records[0]["key"] is None
+    assert "6 records (offsets 0..5)" in err
+
+    rc, out, err = await run(
+        "consume", "--bootstrap", boot, "--partition", "cli-0", "--from", "2", "--max", "2"
+    )
+    assert rc == 0, err
+    assert [r["value"] for r in lines(out)] == ["c", "d"]
+
+    for at, expected in (("earliest", 0), ("latest", 6)):
+        rc, out, err = await run("offsets", "--bootstrap", boot, "--partition", "cli-0", "--at", at)
+        assert rc == 0, err
+        assert lines(out)[0]["offset"] == expected
+
+
+async def test_consume_follow_waits_for_new_records(cluster: Cluster) -> None:
+    boot = bootstrap(cluster)
+    env_boot = ["--bootstrap", boot, "--partition", "cli-0"]
+    rc, out, _ = await run("offsets", *env_boot, "--at", "earliest")
+    assert lines(out)[0]["offset"] == 0
+    rc, out, _ = await run("offsets", *env_boot)
+    latest = lines(out)[0]["offset"]
+    follower = asyncio.create_task(
+        run("consume", *env_boot, "--from", "latest", "--follow", "--max", "2", "-q")
+    )
+    # The consumer starts and waits at the end of the log.
+    await asyncio.sleep(1.0)
+    assert not follower.done()
+    rc, _, err = await run("produce", *env_boot, "f1", "f2")
+    assert rc == 0, err
+    rc, out, err = await asyncio.wait_for(follower, 20)
+    assert rc == 0, err
+    assert [(r["offset"], r["value"]) for r in lines(out)] == [(latest, "f1"), (latest + 1, "f2")]
+    assert err == ""
+
+
+async def test_a_partition_nobody_hosts_is_a_clear_error(cluster: Cluster) -> None:
+    rc, out, err = await run(
+        "offsets",
+        "--bootstrap",
+        bootstrap(cluster),
+        "--partition",
+        "nosuch-0",
+        "--timeout-ms",
+        "800",
+    )
+    assert rc == 2
+    assert out == ""
+    assert "no broker hosts partition 'nosuch-0'" in err
+
+
+async def test_unreachable_brokers_are_a_clear_error() -> None:
+    rc, _, err = await run(
+        "produce",
+        "--bootstrap",
+        "http://127.0.0.1:1",
+        "--partition",
+        "cli-0",
+        "--timeout-ms",
+        "300",
+        "x",
+    )
+    assert rc == 1
+    assert "not acknowledged within" in err
+    assert "Cannot connect" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["produce", "--partition", "a-0", "v"], "arguments are required: --bootstrap"),
+        (["produce", "--bootstrap", "broker:80", "--partition", "a-0"], "is not http://HOST"),
+        (["consume", "--bootstrap", "http://h:1", "--partition", "A_0"], "invalid partition name"),
+        (["consume", "--bootstrap", "http://h:1", "--partition", "a-0", "--from", "-3"], "--from"),
+        (["consume", "--bootstrap", "http://h:1", "--partition", "a-0", "--max", "0"], "> 0"),
+        (["offsets", "--bootstrap", "http://h:1", "--partition", "a-0", "--at", "noon"], "--at"),
+        (["produce", "--bootstrap", "http://h:1", "--partition", "a-0", "--acks", "2"], "--acks"),
+        (["produce", "--bootstrap", "http://h:1", "--partition", "a-0", "--header", "x"], "NAME="),
+    ],
+)
+async def test_bad_arguments(
+    args: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("EPOCHLOG_BOOTSTRAP", raising=False)
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,309 @@
+"""The client library against three real broker processes (RF3, acks=all by default).
+
+Round trips with batching in both body formats, acks levels, the idempotent
+producer (a lost answer is retried without a second copy; OUT_OF_ORDER_SEQUENCE
+and PRODUCER_FENCED), typed errors, ListOffsets, the consumer's long poll and
+its refusal to go back, leader discovery from a follower, and the blocking
+wrappers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from typing import Any
+
+import pytest
+
+from epochlog.client import (
+    Client,
+    Consumer,
+    DeliveryTimeoutError,
+    NoSuchPartitionError,
+    Producer,
+    SyncClient,
+    SyncProducer,
+)
+from epochlog.client.errors import BrokerUnreachableError, RetriesExhaustedError
+from epochlog.errors import (
+    OffsetOutOfRangeError,
+    ProducerFencedError,
+    RecordTooLargeError,
+    UnknownPartitionError,
+)
+from tests.broker.cluster import Cluster
+from tests.client.conftest import MAX_RECORD
+from tests.client.helpers import AnswerDroppingProxy, read_all, values
+
+pytestmark = pytest.mark.asyncio(loop_scope="package")
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+async def test_round_trip_with_batching_json_and_binary(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    requests = 0
+    produce_request = client.produce_request
+
+    async def counting(*args: Any, **kwargs: Any) -> tuple[int, int, int]:
+        nonlocal requests
+        requests += 1
+        return await produce_request(*args, **kwargs)
+
+    monkeypatch.setattr(client, "produce_request", counting)
+    sent: dict[str, list[tuple[str, bytes, dict[str, bytes]]]] = {"orders-0": [], "orders-1": []}
+    futures = []
+    for binary in (False, True):
+        async with Producer(client, linger_ms=20, batch_size=4096, binary=binary) as producer:
+            for i in range(300):
+                name = f"orders-{i % 2}"
+                # Every tenth value is not UTF-8: JSON bodies switch to base64 for it.
+                value = bytes([0xFF, i % 256]) if i % 10 == 0 else f"{binary}-{i}".encode()
+                headers = {"n": str(i).encode()} if i % 3 == 0 else {}
+                future = await producer.send(name, value, key=f"k{i}", headers=headers)
+                futures.append((name, future))
+                sent[name].append((f"k{i}", value, headers))
+            await producer.flush()
+    metas = [(name, await f) for name, f in futures]
+    # Batched: far fewer requests than records.
+    assert requests < len(metas) / 10, requests
+    for name in sent:
+        offsets = [m.offset for n, m in metas if n == name]
+        assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))
+        assert all(m.partition == name and m.leader_epoch >= 1 for n, m in metas if n == name)
+        for binary in (False, True):
+            got = await read_all(client, name, binary=binary)
+            assert [(r.key, r.value, dict(r.headers)) for r in got[offsets[0] :]] == [
+                (k.encode(), v, h) for k, v, h in sent[name]
+            ]
+            assert [r.offset for r in got] == list(range(len(got)))
+
+
+async def test_acks_leader_and_none(client: Client) -> None:
+    for acks in ("leader", "none"):
+        async with Producer(client, acks=acks) as producer:
+            meta = await producer.send_and_wait("plain-0", f"acks-{acks}")
+        assert meta.partition == "plain-0"
+
+    deadline = time.monotonic() + 10
+    # acks=none answers before the write is committed: wait for the HW to pass it.
+    while (got := values(await read_all(client, "plain-0")))[-2:] != ["acks-leader", "acks-none"]:
+        assert time.monotonic() < deadline, got
+        await asyncio.sleep(0.05)
+
+
+async def test_a_retried_batch_whose_answer_was_lost_is_written_once(cluster: Cluster) -> None:
+    leader = await cluster.wait_leader("dedup-0")
+    proxy = await AnswerDroppingProxy(cluster.brokers[leader].url, drop=2).start()
+    try:
+        async with Producer(proxy.url, linger_ms=50, retry_backoff_ms=10) as producer:
+            futures = [await producer.send("dedup-0", f"once-{i}") for i in range(10)]
+            metas = await asyncio.gather(*futures)
+        # The first two attempts were written, and their answers lost; the third was
+        # answered with the first copy's offsets.
+        assert (proxy.dropped, proxy.produce_requests) == (2, 3)
+        async with Client(proxy.url) as client:
+            got = await read_all(client, "dedup-0")
+        assert values(got) == [f"once-{i}" for i in range(10)]
+        assert [m.offset for m in metas] == [r.offset for r in got]
+    finally:
+        await proxy.stop()
+
+
+async def test_without_idempotence_the_same_loss_writes_a_duplicate(cluster: Cluster) -> None:
+    """The control for the test above: the retry really reaches the log."""
+    leader = await cluster.wait_leader("plain-0")
+    proxy = await AnswerDroppingProxy(cluster.brokers[leader].url, drop=1).start()
+    try:
+        async with Client(proxy.url) as client:
+            before = (await client.list_offsets("plain-0")).offset
+            async with Producer(client, idempotent=False, retry_backoff_ms=10) as producer:
+                meta = await producer.send_and_wait("plain-0", "twice")
+            got = (await read_all(client, "plain-0"))[before:]
+        assert values(got) == ["twice", "twice"]
+        assert meta.offset == before + 1
+    finally:
+        await proxy.stop()
+
+
+async def test_out_of_order_sequence_bumps_the_epoch_and_an_older_epoch_is_fenced(
+    client: Client,
+) -> None:
+    producer_id = 12345
+    first = Producer(client, producer_id=producer_id)
+    second = Producer(client, producer_id=producer_id)
+    try:
+        for v in ("a0", "a1", "a2"):
+            await first.send("seq-0", v)
+        await first.flush()
+        # Same id and epoch 0, sequence 0 with another count: OUT_OF_ORDER_SEQUENCE, after
+        # which `second` starts epoch 1 and its batch is written.
+        b = [await second.send("seq-0", v) for v in ("b0", "b1")]
+        await asyncio.gather(*b)
+        assert second._senders["seq-0"].producer_epoch == 1
+        # `first` still writes with epoch 0: fenced, and nothing of it is written.
+        with pytest.raises(ProducerFencedError):
+            await first.send_and_wait("seq-0", "zombie")
+    finally:
+        await first.close()
+        await second.close()
+    assert values(await read_all(client, "seq-0")) == ["a0", "a1", "a2", "b0", "b1"]
+
+
+async def test_broker_errors_come_back_typed(client: Client, cluster: Cluster) -> None:
+    async with Producer(client, linger_ms=0) as producer:
+        ok1 = await producer.send_and_wait("errors-0", "before")
+        with pytest.raises(RecordTooLargeError, match="limit"):
+            await producer.send_and_wait("errors-0", "x" * (MAX_RECORD + 1))
+        # The rejected batch gave its sequence numbers back: the next one is accepted.
+        ok2 = await producer.send_and_wait("errors-0", "after")
+    assert ok2.offset == ok1.offset + 1
+
+    quick = Client([p.url for p in cluster.brokers.values()], metadata_max_wait_ms=300)
+    try:
+        with pytest.raises(NoSuchPartitionError, match="no broker hosts"):
+            await quick.list_offsets("nosuch-0")
+        async with Producer(quick) as producer:
+            with pytest.raises(UnknownPartitionError):
+                await producer.send_and_wait("nosuch-0", "lost")
+    finally:
+        await quick.close()
+
+    nowhere = f"http://127.0.0.1:{closed_port()}"
+    async with Producer(nowhere, delivery_timeout_ms=400, retry_backoff_ms=20) as producer:
+        with pytest.raises(DeliveryTimeoutError) as info:
+            await producer.send_and_wait("errors-0", "nowhere")
+        assert isinstance(info.value.last_error, BrokerUnreachableError)
+    async with Client(nowhere) as dead:
+        with pytest.raises(RetriesExhaustedError, match="no bootstrap broker answered"):
+            await dead.list_offsets("errors-0", timeout_ms=300)
+
+
+async def test_bad_arguments_are_refused_before_anything_is_sent() -> None:
+    with pytest.raises(ValueError, match="acks"):
+        Producer("http://127.0.0.1:1", acks="some")
+    with pytest.raises(ValueError, match="not http"):
+        Client("broker-0:8080")
+    with pytest.raises(ValueError, match="no bootstrap"):
+        Client(" , ")
+    with pytest.raises(ValueError, match="invalid partition name"):
+        Consumer("http://127.0.0.1:1", "Orders_0")
+    with pytest.raises(ValueError, match="start"):
+        Consumer("http://127.0.0.1:1", "orders-0", start=-1)
+    with pytest.raises(ValueError, match="batch_size"):
+        Producer("http://127.0.0.1:1", batch_size=0)
+
+
+async def test_send_rejects_bad_records(client: Client) -> None:
+    async with Producer(client) as producer:
+        with pytest.raises(ValueError, match="invalid partition name"):
+            await producer.send("Bad Name", "v")
+        with pytest.raises(TypeError, match="value must be"):
+            await producer.send("errors-0", 42)  # type: ignore[arg-type]
+
+
+async def test_list_offsets(client: Client) -> None:
+    assert (await client.list_offsets("offsets-0", "earliest")).offset == 0
+    assert (await client.list_offsets("offsets-0", "latest")).offset == 0
+    metas = []
+    async with Producer(client, linger_ms=0) as producer:
+        for i in range(5):
+            metas.append(await producer.send_and_wait("offsets-0", f"t{i}"))
+            await asyncio.sleep(0.005)
+    latest = await client.list_offsets("offsets-0", "latest")
+    assert latest.offset == 5
+    assert latest.leader_epoch == metas[-1].leader_epoch
+    got = await read_all(client, "offsets-0")
+    assert (await client.list_offsets("offsets-0", got[3].timestamp)).offset <= 3
+    assert (await client.list_offsets("offsets-0", str(got[4].timestamp + 1))).offset == 5
+    assert (await client.list_offsets("offsets-0", 0)).offset == 0
+    with pytest.raises(ValueError, match="at must be"):
+        await client.list_offsets("offsets-0", "yesterday")
+
+
+async def test_consumer_long_polls_and_never_goes_back(client: Client) -> None:
+    consumer = Consumer(client, "poll-0", start="latest", max_wait_ms=5000)
+    assert await consumer.poll(max_wait_ms=0) == []
+    start = consumer.position
+    assert start is not None
+
+    async def later() -> None:
+        await asyncio.sleep(0.3)
+        async with Producer(client) as producer:
+            await producer.send_and_wait("poll-0", "late")
+
+    task = asyncio.create_task(later())
+    began = time.monotonic()
+    got = await consumer.poll()
+    await task
+    assert values(got) == ["late"]
+    assert time.monotonic() - began < 4
+    assert consumer.position == start + 1 == consumer.high_watermark
+
+    # A start offset the log does not hold is an error, not a silent jump.
+    beyond = Consumer(client, "poll-0", start=start + 100)
+    with pytest.raises(OffsetOutOfRangeError):
+        await beyond.poll()
+    # Iteration goes on from the position.
+    async with Producer(client) as producer:
+        await producer.send_and_wait("poll-0", "next")
+    record = await anext(consumer)
+    assert (record.offset, record.value) == (start + 1, b"next")
+
+
+async def test_leader_found_through_a_follower_only_bootstrap(cluster: Cluster) -> None:
+    leader = await cluster.wait_leader("hint-0")
+    follower = next(b for b in cluster.brokers if b != leader)
+    async with Client(cluster.brokers[follower].url) as client:
+        async with Producer(client) as producer:
+            meta = await producer.send_and_wait("hint-0", "via-follower")
+        found = client.metadata.cached("hint-0")
+        assert found is not None
+        assert found.url == cluster.brokers[leader].url
+        assert values(await read_all(client, "hint-0"))[meta.offset] == "via-follower"
+
+
+async def test_a_bootstrap_url_that_reaches_any_broker(cluster: Cluster) -> None:
+    """Behind a round-robin balancer, refusals lead the client to the leader's address."""
+    leader = await cluster.wait_leader("hint-0")
+    balancer = await AnswerDroppingProxy([p.url for p in cluster.brokers.values()]).start()
+    try:
+        async with Client(balancer.url) as client:
+            async with Producer(client) as producer:
+                metas = [await producer.send_and_wait("hint-0", f"lb-{i}") for i in range(3)]
+            found = client.metadata.cached("hint-0")
+            assert found is not None
+            assert found.url == cluster.brokers[leader].url
+            got = await read_all(client, "hint-0")
+        assert [got[m.offset].value for m in metas] == [b"lb-0", b"lb-1", b"lb-2"]
+    finally:
+        await balancer.stop()
+
+
+async def test_sync_wrappers(cluster: Cluster) -> None:
+    urls = ",".join(p.url for p in cluster.brokers.values())
+
+    def script() -> tuple[list[int], list[str], int]:
+        with SyncProducer(urls, linger_ms=10) as producer:
+            futures = [producer.send("sync-0", f"s{i}", key="k") for i in range(20)]
+            offsets = [f.result(timeout=20).offset for f in futures]
+        with SyncClient(urls) as client:
+            latest = client.list_offsets("sync-0").offset
+            with client.consumer("sync-0", start="earliest") as consumer:
+                got: list[str] = []
+                while len(got) < 20:
+                    got += [r.text() or "" for r in consumer.poll()]
+        return offsets, got, latest
+
+    # The cluster's controller runs on this loop: block a thread, not the loop.
+    offsets, got, latest = await asyncio.to_thread(script)
+    assert offsets == list(range(20))
+    assert got == [f"s{i}" for i in range(20)]
+    assert latest == 20
