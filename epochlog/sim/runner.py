@@ -189,7 +189,7 @@ class _Nemesis:
                 f = rng.choice(followers)
                 sim.kill(f)
                 self._later(300, 2000, lambda: self._restart_if_down(f))
-                self._watch_isr(name, f, 400)
+                self._watch_isr(name, f, 2000)
         elif kind == "all-crash":
             down = [x for x, br in sim.brokers.items() if br.alive]
             for x in down:
@@ -218,14 +218,27 @@ class _Nemesis:
         # Strike the new leader as soon as it leads, while its followers may still lag.
         self._at(sim.config.session_timeout_ms + self.rng.randint(0, 1500), second)
 
-    def _watch_isr(self, name: str, member: int, checks_left: int) -> None:
+    def _watch_isr(self, name: str, member: int, checks_left: int, left: bool = False) -> None:
+        """Wait for `member` to leave the ISR and come back, then strike."""
         sim = self.sim
         leader = sim.leader(name)
-        if member in sim.isr(name) and leader is not None and sim.brokers[leader].alive:
+        in_isr = member in sim.isr(name)
+        if left and in_isr and leader is not None and sim.brokers[leader].alive:
             others = [m for m in sim.isr(name) if m != member]
-            self._at(self.rng.randint(0, 300), lambda: self._kill_restart(*others))
+            # The new member stops hearing from the leader and the others die before
+            # the leader hears of the change: whatever the leader acknowledged in
+            # between must already count the new member (KIP-497), since it is now
+            # the only one left to elect. late-maximal-isr gets this window wrong.
+            stall = self.rng.random() < 0.5
+            if stall:
+                sim.cut(leader, member)
+            delay = self.rng.randint(0, 400)
+            self._at(delay, lambda: self._kill_restart(*others))
+            if stall:
+                self._at(delay + 1, lambda: self._uncut([(leader, member)]))
         elif checks_left > 0:
-            self._at(50, lambda: self._watch_isr(name, member, checks_left - 1))
+            gone = left or not in_isr
+            self._at(10, lambda: self._watch_isr(name, member, checks_left - 1, gone))
 
     def _kill_restart(self, *brokers: int) -> None:
         for b in brokers:

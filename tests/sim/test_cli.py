@@ -43,9 +43,11 @@ LEGACY_RUNS = {
         ["--legacy", "drop-hw-checkpoint", "--legacy", "truncate-to-hw"],
         60,
     ),
-    "no-offset-gate": (["--legacy", "no-offset-gate"], 60),
+    # Records arrive a few per second per partition, so a new leader's HW is behind the
+    # old one's only in a minority of failovers.
+    "no-offset-gate": (["--legacy", "no-offset-gate", "--faults", "power-loss"], 100),
     "count-lag": (["--legacy", "count-lag"], 60),
-    "late-maximal-isr": (["--legacy", "late-maximal-isr", "--faults", "kill-on-isr-change"], 80),
+    "late-maximal-isr": (["--legacy", "late-maximal-isr", "--faults", "kill-on-isr-change"], 40),
 }
 
 
