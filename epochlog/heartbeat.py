@@ -22,6 +22,7 @@ Naming and wire conventions are those of `epochlog.wire`.
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from typing import Annotated, Final, Self
 
 from pydantic import Field, model_validator
@@ -101,17 +102,22 @@ class BrokerHeartbeat(WireModel):
 
     @model_validator(mode="after")
     def _one_report_per_partition(self) -> Self:
-        names = [p.name for p in self.partitions]
-        repeated = sorted({n for n in names if names.count(n) > 1})
+        counts = Counter(p.name for p in self.partitions)
+        repeated = sorted(n for n, c in counts.items() if c > 1)
         if repeated:
             raise ValueError(f"partitions {repeated} are reported more than once")
         return self
 
     def partition(self, name: str) -> PartitionReport | None:
-        for p in self.partitions:
-            if p.name == name:
-                return p
-        return None
+        # The controller looks reports up per partition per decision: a broker hosting
+        # hundreds of partitions makes a linear scan quadratic. The index is keyed by
+        # the tuple it was built from, because model_copy() carries it over.
+        cached = self.__dict__.get("_index")
+        if cached is None or cached[0] is not self.partitions:
+            cached = (self.partitions, {p.name: p for p in self.partitions})
+            self.__dict__["_index"] = cached
+        index: dict[str, PartitionReport] = cached[1]
+        return index.get(name)
 
 
 class PartitionAssignment(WireModel):
