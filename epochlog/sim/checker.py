@@ -31,6 +31,13 @@ Checks:
   liveness bound.
 - not-replicated: after healing and settling, a live replica lacks an
   acknowledged record.
+
+`check_observations` runs the subset that needs no simulator ground truth, for
+runs on real processes (`epochlog.devcluster.nemesis`): everything above except
+two-leaders (which process appended as leader in which epoch is known only
+inside the simulator; diverged covers its consequence), the two ISR checks
+(they need every follower fetch with the leader's log end at that moment) and
+no-leader (the real-process runner judges liveness itself, by waiting).
 """
 
 from __future__ import annotations
@@ -152,7 +159,10 @@ class Checker:
             key = (partition, f, status.leader_epoch)
             if key in self._reported_stuck or not self._reporting(leader, since, now):
                 continue  # a silent leader is a matter for fencing, not for ISR lag
-            reports = [x for x in self.h.heartbeats_in.get(leader, []) if x > since + lag_max]
+            # A heartbeat is built up to one network delay before it is received, and
+            # the leader measures lag from its build time.
+            built_after = since + lag_max + self.net.max_delay_ms
+            reports = [x for x in self.h.heartbeats_in.get(leader, []) if x > built_after]
             if not reports or now <= reports[0] + write:
                 continue
             self._reported_stuck.add(key)
@@ -198,6 +208,35 @@ class Checker:
         healed_at: int | None,
         liveness_bound_ms: int,
     ) -> list[Violation]:
+        self._check_observed(end, logs, statuses)
+        self._check_isr_removals()
+        if healed_at is not None:
+            self._check_liveness(healed_at, liveness_bound_ms, logs, statuses)
+            self._check_replicated(end, logs)
+        return sorted(self.violations, key=lambda v: v.time)
+
+    def observed(
+        self,
+        *,
+        end: int,
+        logs: Mapping[str, Mapping[int, ReplicaLog]],
+        statuses: Mapping[str, PartitionStatus | None],
+        settled: bool = True,
+    ) -> list[Violation]:
+        """The checks that need no simulator ground truth: what clients saw, the status
+        versions recorded, and the replicas' logs at the end. With `settled`, every replica
+        in `logs` is expected to hold every acknowledged record (not-replicated)."""
+        self._check_observed(end, logs, statuses)
+        if settled:
+            self._check_replicated(end, logs)
+        return sorted(self.violations, key=lambda v: v.time)
+
+    def _check_observed(
+        self,
+        end: int,
+        logs: Mapping[str, Mapping[int, ReplicaLog]],
+        statuses: Mapping[str, PartitionStatus | None],
+    ) -> None:
         for partition, replicas in logs.items():
             self._check_agreement(end, partition, replicas)
             for broker, (records, _hw) in replicas.items():
@@ -205,10 +244,6 @@ class Checker:
         self._check_epochs()
         self._check_acks_and_reads(end, logs, statuses)
         self._check_client_offsets()
-        self._check_isr_removals()
-        if healed_at is not None:
-            self._check_liveness(healed_at, liveness_bound_ms, logs, statuses, end)
-        return sorted(self.violations, key=lambda v: v.time)
 
     def _check_log_contents(
         self, end: int, partition: str, broker: int, records: list[tuple[int, int, str]]
@@ -411,7 +446,6 @@ class Checker:
         bound_ms: int,
         logs: Mapping[str, Mapping[int, ReplicaLog]],
         statuses: Mapping[str, PartitionStatus | None],
-        end: int,
     ) -> None:
         for partition in logs:
             # The first moment from the heal on at which the status in effect names a leader.
@@ -438,6 +472,8 @@ class Checker:
                     f"faults healed at t={healed_at}; a leader was recorded {when} "
                     f"(bound {bound_ms} ms)",
                 )
+
+    def _check_replicated(self, end: int, logs: Mapping[str, Mapping[int, ReplicaLog]]) -> None:
         acked: dict[str, dict[int, str]] = {}
         for a in self.h.acks:
             acked.setdefault(a.partition, {})[a.offset] = a.value
@@ -459,3 +495,16 @@ class Checker:
 
 def _rec(r: tuple[int, int, str]) -> str:
     return f"{r[2]!r} (leaderEpoch {r[1]})"
+
+
+def check_observations(
+    history: History,
+    *,
+    end: int,
+    logs: Mapping[str, Mapping[int, ReplicaLog]],
+    statuses: Mapping[str, PartitionStatus | None],
+    settled: bool = True,
+) -> list[Violation]:
+    """`Checker.observed` for a history recorded from real clients and processes."""
+    checker = Checker(history, SimConfig(), NetworkConfig(), {})
+    return checker.observed(end=end, logs=logs, statuses=statuses, settled=settled)
