@@ -40,8 +40,8 @@ FAULTS: Final = {
     "lossy-network": "drop and duplicate 2% of messages for the whole run",
     "double-kill": "kill the leader, then the newly elected leader",
     "all-crash": "power loss of every broker at once; they return one by one",
-    "kill-on-isr-change": "kill a follower; moments after it is back in the ISR, kill the "
-    "other members (the leader included)",
+    "kill-on-isr-change": "kill a follower; moments after it is back in the ISR (at times "
+    "cut off from the leader), kill the other members, the leader included",
 }
 
 LIVENESS_BOUND_MS: Final = 10_000
