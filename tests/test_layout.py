@@ -44,3 +44,26 @@ def test_console_script_runs() -> None:
     exe = Path(sys.executable).parent / "epochlog"
     out = subprocess.run([str(exe), "--version"], capture_output=True, text=True, check=True)
     assert out.stdout.startswith("epochlog ")
+
+
+def test_legacy_behaviours_live_only_in_the_simulator() -> None:
+    """The old behaviours the checker must catch cannot be switched on in a broker or an
+    operator: neither package refers to the simulator, and neither command offers them."""
+    from epochlog.sim.legacy import LEGACY
+
+    for package in (
+        ROOT / "broker_image" / "epochlog_broker",
+        ROOT / "operator" / "epochlog_operator",
+    ):
+        for source in package.rglob("*.py"):
+            text = source.read_text()
+            assert "epochlog.sim" not in text, source
+            for name in LEGACY:
+                assert name not in text, (source, name)
+                assert name.replace("-", "_") not in text, (source, name)
+    exe = Path(sys.executable).parent / "epochlog"
+    for command in ("broker", "operator"):
+        out = subprocess.run([str(exe), command, "--help"], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        for name in LEGACY:
+            assert name not in out.stdout
