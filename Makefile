@@ -32,6 +32,7 @@ bench: venv
 	$(BIN)/python -m benchmarks.log_bench
 	$(BIN)/python -m benchmarks.broker_bench
 	$(BIN)/python -m benchmarks.operator_bench
+	$(BIN)/python -m benchmarks.failover_bench
 
 soak: venv
 	HYPOTHESIS_PROFILE=soak $(BIN)/pytest -q -p no:cacheprovider --timeout 3600

@@ -61,7 +61,7 @@ def test_log_dump_prints_records_from_an_offset(
     ]
 
 
-def test_demo_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--state-dir", str(tmp_path)]) == 0
+def test_storage_demo_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--storage", "--state-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "every one survived" in out

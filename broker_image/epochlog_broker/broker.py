@@ -128,6 +128,8 @@ class _Partition:
     """Follower: the leader's HW in its last fetch answer."""
     failures: int = 0
     """Follower: failed requests to the leader in a row (backoff)."""
+    failing_leader: tuple[int, int] | None = None
+    """Follower: (leader id, leader epoch) the counted failures were requests to."""
 
 
 def _sync_logs(core: BrokerCore, names: Sequence[str]) -> list[tuple[str, int | EpochlogError]]:
@@ -445,7 +447,12 @@ class Broker:
         core = self.core
         if core is None or self._stopping or self._fetchers is None:
             return
-        failures = self._part(e.partition).failures
+        part = self._part(e.partition)
+        # The backoff is for the leader that failed: the first request to a new leader
+        # (the usual case right after a failover) goes at once, not up to a second later.
+        if part.failures and part.failing_leader != (e.leader_id, e.request.leader_epoch):
+            part.failures = 0
+        failures = part.failures
         cfg = self.config
         delay_ms = (
             0
@@ -500,6 +507,7 @@ class Broker:
         failure: str,
     ) -> list[Effect]:
         part.failures += 1
+        part.failing_leader = (e.leader_id, e.request.leader_epoch)
         result = str(error.code) if error is not None else "unreachable"
         self.metrics.replica_requests.labels(e.partition, result).inc()
         # The first failure in a row is worth a warning, unless it is the usual race of

@@ -1,0 +1,169 @@
+"""Failover on the embedded cluster: from a leader's SIGKILL to the first acks=all write on the
+new leader.
+
+Starts the embedded cluster (`epochlog.devcluster.local`: API emulator,
+operator, three brokers as real processes) with the dev default timings and
+one Partition with replicationFactor 3, then repeats: a steady acks=all
+producer (the real client, idempotent) writes to it; the leader is SIGKILLed;
+the run measures the time from the kill to the first write acknowledged in a
+newer leader epoch, and the time to the election in the Partition's status;
+the killed broker is restarted and the next run waits until it is back in the
+ISR. At the end every partition is read back: no acknowledged record may be
+missing or doubled.
+
+Goal: median failover <= session timeout + 1 s. The figures and whether the
+goal was met are printed; the exit status is 1 only when an acknowledged
+record was lost or doubled.
+
+Run with `make bench` or `python -m benchmarks.failover_bench [--runs N] [--rate R]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from epochlog.client import Client
+from epochlog.devcluster.local import DevSettings, LocalCluster, partition_manifest
+from epochlog.devcluster.local_workload import SteadyProducer, read_back, verify
+from epochlog.logs import configure
+
+TOPIC = "failover"
+NAME = f"{TOPIC}-0"
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+async def _wait_in_isr(cluster: LocalCluster, broker: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        status = await cluster.wait_leader(NAME)
+        if broker in status.get("isr", []) and len(status["isr"]) == 3:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"broker {broker} did not rejoin the ISR of {NAME}: {status}")
+        await asyncio.sleep(0.1)
+
+
+async def bench(args: argparse.Namespace) -> int:
+    settings = DevSettings()
+    root = Path(tempfile.mkdtemp(prefix="epochlog-failover-bench-"))
+    cluster = LocalCluster(root, brokers=3, settings=settings)
+    print("failover benchmark on the embedded cluster (3 brokers, RF3, minInsyncReplicas 2)")
+    print(
+        "timings (dev defaults): "
+        + ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(settings).items())
+    )
+    print(
+        f"workload: {args.rate:.0f} records/s with acks=all (idempotent producer, client "
+        "retry backoff 20..200 ms), leader SIGKILLed after "
+        f"{args.steady_s:.1f} s of steady writes, {args.runs} runs"
+    )
+    failovers: list[float] = []
+    elections: list[float] = []
+    try:
+        await cluster.up(example_partitions=False)
+        await cluster.apply(
+            partition_manifest(TOPIC, 0, replica_lag_time_max_ms=settings.replica_lag_time_max_ms)
+        )
+        status = await cluster.wait_leader(NAME)
+        await cluster.wait_serving(NAME, status)
+        client = Client(
+            cluster.bootstrap,
+            request_timeout_ms=5000,
+            retry_backoff_ms=20,
+            retry_backoff_max_ms=200,
+        )
+        producer = await SteadyProducer(client, [NAME], rate=args.rate, prefix="b").start()
+        try:
+            print(
+                f"\n{'run':>3}  {'killed':>6}  {'epoch':>9}  {'new':>3}  {'elected':>8}  "
+                f"{'first ack':>9}"
+            )
+            for run in range(1, args.runs + 1):
+                await asyncio.sleep(args.steady_s)
+                status = await cluster.wait_leader(NAME)
+                old, epoch = int(status["leader"]), int(status["leaderEpoch"])
+                killed_at = time.monotonic()
+                cluster.kill(f"broker-{old}")
+                new = await cluster.wait_leader(
+                    NAME, not_in={old}, min_leader_epoch=epoch + 1, timeout=60
+                )
+                elected = time.monotonic() - killed_at
+                ack = await producer.wait_ack(
+                    NAME, min_epoch=epoch + 1, after=killed_at, timeout=60
+                )
+                failover = ack.at - killed_at
+                failovers.append(failover)
+                elections.append(elected)
+                epochs = f"{epoch}->{new['leaderEpoch']}"
+                print(
+                    f"{run:>3}  {'b' + str(old):>6}  {epochs:>9}  {'b' + str(new['leader']):>3}  "
+                    f"{elected:>7.2f}s  {failover:>8.2f}s",
+                    flush=True,
+                )
+                await cluster.restart(f"broker-{old}")
+                await _wait_in_isr(cluster, old)
+            await producer.stop()
+            logs = {NAME: await read_back(client, NAME)}
+        finally:
+            await client.close()
+    finally:
+        await cluster.down()
+        shutil.rmtree(root, ignore_errors=True)
+
+    verdict = verify(producer.acks, logs)
+    session_s = settings.session_timeout_ms / 1000
+    goal = session_s + 1
+    median = statistics.median(failovers)
+    print(
+        f"\nkill -> first acks=all write on the new leader: median {median:.2f} s, "
+        f"p90 {_percentile(failovers, 0.9):.2f} s, max {max(failovers):.2f} s"
+    )
+    print(
+        f"kill -> new leader in the Partition status:     median "
+        f"{statistics.median(elections):.2f} s, p90 {_percentile(elections, 0.9):.2f} s, "
+        f"max {max(elections):.2f} s"
+    )
+    print(
+        f"session timeout {session_s:.1f} s; goal: median <= {goal:.1f} s: "
+        + ("met" if median <= goal else "NOT met")
+    )
+    print(
+        f"records: {verdict.acknowledged} acknowledged, {verdict.read} read back, "
+        f"{len(verdict.missing)} acknowledged but missing, {len(verdict.duplicated)} doubled, "
+        f"{len(producer.failed)} not acknowledged"
+    )
+    if not verdict.ok:
+        print("FAILED: acknowledged records were lost or doubled")
+        return 1
+    print("no acknowledged record lost")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.failover_bench")
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--rate", type=float, default=200.0, help="records per second")
+    parser.add_argument(
+        "--steady-s", type=float, default=2.0, help="seconds of steady writes before each kill"
+    )
+    parser.add_argument("--log-level", default="warning", help="of this process's own logs")
+    args = parser.parse_args(argv)
+    configure(args.log_level)
+    return asyncio.run(bench(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
