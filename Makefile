@@ -37,6 +37,7 @@ bench: venv
 soak: venv
 	HYPOTHESIS_PROFILE=soak $(BIN)/pytest -q -p no:cacheprovider --timeout 3600
 	$(BIN)/epochlog --log-level critical sim --seeds 20000
+	EPOCHLOG_NEMESIS_SECONDS=600 $(BIN)/pytest -q -p no:cacheprovider tests/e2e/test_nemesis.py
 
 sim: venv
 	$(BIN)/epochlog --log-level critical sim --seeds $(or $(SEEDS),1000)

@@ -6,6 +6,10 @@ ground truth only a simulator can see: which broker appended as leader in
 which epoch, every status the controller wrote, every follower fetch the
 leader served with the leader's log end at that moment, process lifetimes and
 the faults injected. Times are simulated ms.
+
+Runs on real processes (`epochlog.devcluster.nemesis`) fill in the client
+observations, the status versions (from a watch) and the faults, with times in
+ms since the run started; the ground-truth fields stay empty there.
 """
 
 from __future__ import annotations
