@@ -554,3 +554,31 @@ def test_io_error_in_close_raises_storage_error_and_releases_the_log(
     fs.crash()
     plog = open_log(fs)
     assert [r.value for r in read_all(plog)] == [r.value for r in records(3)]
+
+
+@pytest.mark.parametrize("config", [LogConfig(), SMALL], ids=["one-segment", "small-segments"])
+def test_reads_of_recent_appends_match_reads_from_disk(
+    fs: FaultyFileSystem, config: LogConfig
+) -> None:
+    """Recent batches are served from memory; every read must equal the same read from disk."""
+    plog = open_log(fs, config)
+    for n in (3, 1, 4, 2, 5, 1, 3):
+        plog.append_records(records(n), leader_epoch=1, timestamp=TS)
+    plog.truncate_to(15)
+    for n in (2, 3):
+        plog.append_records(records(n), leader_epoch=2, timestamp=TS)
+    end = plog.log_end_offset
+
+    def reads(log: PartitionLog) -> list[list[tuple[int, bytes]]]:
+        out = []
+        for offset in range(end + 1):
+            for max_bytes in (1, 200, 1 << 20):
+                for bound in (None, offset + 1, end - 1):
+                    batches = log.read_batches(offset, max_bytes, bound)
+                    out.append([(b.base_offset, b.raw) for b in batches])
+        return out
+
+    from_memory = reads(plog)
+    plog.flush()
+    plog.close()
+    assert reads(open_log(fs, config)) == from_memory

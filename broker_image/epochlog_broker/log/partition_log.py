@@ -238,6 +238,7 @@ class PartitionLog:
         # A torn tail: only unsynced bytes of the last segment can be here.
         dropped = seg.size - failure.position
         batches = sum(1 for _ in _frames(seg, failure.position)) or 1
+        seg.drop_cache()
         seg.file.truncate(failure.position)
         seg.file.sync()
         seg.size = failure.position
@@ -424,6 +425,7 @@ class PartitionLog:
         old.file.sync()
         self.persisted_log_end_offset = old.next_offset
         old.write_index()
+        old.drop_cache()
         self.segments.append(self._create_segment(old.next_offset))
         log.info(
             "segment_rolled",

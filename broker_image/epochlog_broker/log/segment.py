@@ -9,6 +9,7 @@ crash in the middle can neither lose the kept records nor leave a torn batch.
 
 from __future__ import annotations
 
+import bisect
 import posixpath
 import struct
 import zlib
@@ -39,6 +40,8 @@ _LEN = struct.Struct(">I")
 _REDO_HEAD = struct.Struct(">4sq")
 _CRC = struct.Struct(">I")
 _CHUNK = 1 << 20
+TAIL_CACHE_BYTES = 4 << 20
+"""Bytes of the most recent appends a segment keeps in memory for reads of its tail."""
 
 
 def segment_name(base_offset: int, suffix: str = LOG_SUFFIX) -> str:
@@ -130,6 +133,15 @@ class Segment:
         self.index = OffsetIndex(base_offset)
         self.bytes_since_index = 0
         self.max_timestamp = -1
+        # The batches appended since the segment was opened (or last cut), newest last,
+        # as written: a contiguous suffix of the file. Readers near the end (followers,
+        # tailing consumers) get them without a read and a CRC pass over the disk.
+        self._tail: list[RecordBatch] = []
+        self._tail_next: list[int] = []
+        """next_offset of each batch in `_tail`, for bisect."""
+        self._tail_head = 0
+        """Index of the oldest batch still cached."""
+        self._tail_bytes = 0
 
     @property
     def log_path(self) -> str:
@@ -163,6 +175,25 @@ class Segment:
         self.bytes_since_index += len(raw)
         self.next_offset = h.next_offset
         self.max_timestamp = max(self.max_timestamp, h.max_timestamp)
+        self._cache(RecordBatch(h, raw if isinstance(raw, bytes) else bytes(raw)))
+
+    def _cache(self, batch: RecordBatch) -> None:
+        self._tail.append(batch)
+        self._tail_next.append(batch.next_offset)
+        self._tail_bytes += batch.size
+        while self._tail_bytes > TAIL_CACHE_BYTES and self._tail_head < len(self._tail) - 1:
+            self._tail_bytes -= self._tail[self._tail_head].size
+            self._tail_head += 1
+        if self._tail_head > 64 and self._tail_head * 2 > len(self._tail):
+            del self._tail[: self._tail_head]
+            del self._tail_next[: self._tail_head]
+            self._tail_head = 0
+
+    def drop_cache(self) -> None:
+        self._tail.clear()
+        self._tail_next.clear()
+        self._tail_head = 0
+        self._tail_bytes = 0
 
     def note_scanned(self, position: int, h: BatchHeader, interval: int) -> None:
         """Account for a batch found on disk (recovery) as if it had been appended."""
@@ -194,6 +225,9 @@ class Segment:
         Returns at least one batch if any qualifies, even when it is larger than
         `max_bytes`, so that a reader always makes progress.
         """
+        head = self._tail_head
+        if head < len(self._tail) and offset >= self._tail[head].base_offset:
+            return self._read_cached(offset, max_bytes, upper_bound)
         _, pos = self.index.lookup(offset)
         out: list[RecordBatch] = []
         total = 0
@@ -231,6 +265,25 @@ class Segment:
                 break
         return out
 
+    def _read_cached(
+        self, offset: int, max_bytes: int, upper_bound: int | None
+    ) -> list[RecordBatch]:
+        """`read` served from the cached tail (offset is at or after its first batch)."""
+        tail = self._tail
+        out: list[RecordBatch] = []
+        total = 0
+        for i in range(bisect.bisect_right(self._tail_next, offset, self._tail_head), len(tail)):
+            b = tail[i]
+            if upper_bound is not None and b.base_offset >= upper_bound:
+                break
+            if out and total + b.size > max_bytes:
+                break
+            out.append(b)
+            total += b.size
+            if total >= max_bytes:
+                break
+        return out
+
     # -- truncation -------------------------------------------------------------------
 
     def locate(self, offset: int) -> tuple[int, BatchHeader] | None:
@@ -248,6 +301,7 @@ class Segment:
         """Keep offsets below `offset`; durable when this returns."""
         if offset >= self.next_offset:
             return
+        self.drop_cache()
         kept: bytes | bytearray = b""
         if offset <= self.base_offset:
             cut = 0
@@ -290,6 +344,7 @@ class Segment:
         """Finish a mid-batch truncation interrupted by a crash; True if one was applied."""
         if not self.fs.exists(self.redo_path):
             return False
+        self.drop_cache()
         raw = read_all(self.fs, self.redo_path)
         valid = (
             len(raw) > _REDO_HEAD.size + _CRC.size
@@ -307,4 +362,5 @@ class Segment:
         return valid
 
     def close(self) -> None:
+        self.drop_cache()
         self.file.close()
