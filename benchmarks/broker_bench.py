@@ -271,7 +271,10 @@ async def run(args: argparse.Namespace) -> int:
     third = raw / 3
 
     print()
-    print("Broker produce, RF3 acks=all, fsync on every replica (3 brokers on this machine):")
+    print(
+        "Broker produce, RF3 acks=all, fsync on every replica (3 brokers on this machine), "
+        f"{args.concurrency} requests of {REQUEST_BYTES // 1024} KiB in flight:"
+    )
     runs = ", ".join(f"{r:.0f}" for r in raws)
     print(f"  raw write + fdatasync      {raw:8.1f} MiB/s (runs: {runs})")
     print(f"  raw / 3                    {third:8.1f} MiB/s")
@@ -312,7 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dir", default=".state/broker-bench", help="directory on the disk to use")
     parser.add_argument("--seconds", type=float, default=4.0, help="length of each run")
-    parser.add_argument("--concurrency", type=int, default=8, help="produce requests in flight")
+    parser.add_argument(
+        "--concurrency", type=int, default=16, help="produce requests of 256 KiB in flight"
+    )
     parser.add_argument("--raw-mib", type=int, default=128, help="MiB per raw baseline run")
     args = parser.parse_args(argv)
     configure("warning")

@@ -154,8 +154,8 @@ class PreparedBatch(Protocol):
     @property
     def record_count(self) -> int: ...
 
-    def stamp(self, base_offset: int, leader_epoch: int) -> bytes | bytearray:
-        """The batch's bytes with `base_offset` and `leader_epoch` set (CRC updated)."""
+    def stamp(self, base_offset: int, leader_epoch: int) -> RecordBatch:
+        """The batch with `base_offset` and `leader_epoch` set (CRC updated)."""
         ...
 
 
@@ -459,7 +459,7 @@ class BrokerCore:
             )
         else:
             # The caller checked that the batch's producer fields are `producer`'s.
-            result = host.log.append_batch(records.stamp(host.log.log_end_offset, epoch))
+            result = host.log.append_checked(records.stamp(host.log.log_end_offset, epoch))
         host.producers.record(
             p.producer_id,
             p.producer_epoch,
@@ -623,7 +623,7 @@ class BrokerCore:
             FetchData(
                 answer.leader_epoch,
                 answer.high_watermark,
-                tuple(Batch(b.base_offset, b.last_offset, b.leader_epoch, b.raw) for b in batches),
+                tuple(Batch(b.base_offset, b.last_offset, b.leader_epoch, b) for b in batches),
             ),
             effects,
         )
@@ -679,10 +679,15 @@ class BrokerCore:
                     host.rebuild_producers()
             elif isinstance(a, Append):
                 for b in a.batches:
-                    if not isinstance(b.payload, bytes | bytearray):
+                    # The replica wire hands over batches it checked while unframing them.
+                    if isinstance(b.payload, RecordBatch):
+                        host.log.append_checked(b.payload)
+                        h = b.payload.header
+                    elif isinstance(b.payload, bytes | bytearray):
+                        host.log.append_batch(b.payload)
+                        h = BatchHeader._make(HEADER.unpack_from(b.payload))
+                    else:
                         raise InvalidRequestError(f"{host.log.name}: batch without bytes")
-                    host.log.append_batch(b.payload)
-                    h = BatchHeader._make(HEADER.unpack_from(b.payload))
                     host.producers.record(
                         h.producer_id,
                         h.producer_epoch,

@@ -23,6 +23,7 @@ from pydantic import Field, ValidationError
 from epochlog.errors import ERRORS_BY_CODE, EpochlogError, ErrorCode, InvalidRequestError
 from epochlog.wire import BrokerId, NonNegativeInt, PositiveInt, WireModel
 from epochlog_broker.framing import BATCH_CONTENT_TYPE, StoredBatch, frame, unframe
+from epochlog_broker.log.batch import RecordBatch
 from epochlog_broker.replication.messages import (
     Batch,
     DivergingEpoch,
@@ -110,9 +111,10 @@ def encode_fetch_answer(answer: FetchData | DivergingEpoch) -> bytes:
         )
     batches: list[StoredBatch] = []
     for b in answer.batches:
-        if not isinstance(b.payload, bytes):
-            raise TypeError("fetch answers carry the stored bytes of each batch")
-        batches.append((b.base_offset, b.last_offset, b.leader_epoch, b.payload))
+        raw = b.payload.raw if isinstance(b.payload, RecordBatch) else b.payload
+        if not isinstance(raw, bytes):
+            raise TypeError("fetch answers carry the stored batches")
+        batches.append((b.base_offset, b.last_offset, b.leader_epoch, raw))
     header = {
         "type": "data",
         "leaderEpoch": answer.leader_epoch,
@@ -147,7 +149,7 @@ def decode_fetch_answer(body: bytes) -> FetchData | DivergingEpoch:
     return FetchData(
         ints["leaderEpoch"],
         ints["highWatermark"],
-        tuple(Batch(b.base_offset, b.last_offset, b.leader_epoch, b.raw) for b in batches),
+        tuple(Batch(b.base_offset, b.last_offset, b.leader_epoch, b) for b in batches),
     )
 
 

@@ -64,8 +64,9 @@ def test_client_batch_is_stamped_with_offset_epoch_and_a_new_crc() -> None:
     cb = ClientBatch.parse(batch(b"a", b"bb", b"ccc"), max_record_bytes=100)
     assert cb.record_count == 3
     assert cb.producer is None
-    raw = cb.stamp(41, 7)
-    stamped = RecordBatch.from_bytes(bytes(raw), deep=True)
+    handed = cb.stamp(41, 7)
+    stamped = RecordBatch.from_bytes(handed.raw, deep=True)
+    assert handed.header == stamped.header  # what the log trusts is what the bytes say
     assert (stamped.base_offset, stamped.last_offset, stamped.leader_epoch) == (41, 43, 7)
     assert [r.value for r in stamped.records()] == [b"a", b"bb", b"ccc"]
     assert [r.timestamp for r in stamped.records()] == [100, 101, 102]
@@ -126,6 +127,38 @@ def test_client_batch_rejects_an_oversized_record() -> None:
         ClientBatch.parse(bytes(batch(b"a", b"x" * 200)), max_record_bytes=100)
 
 
+def test_client_batch_of_records_under_the_limit_is_accepted_whatever_its_total() -> None:
+    values = [b"x" * 85, b"y" * 91, b"z" * 85]
+    cb = ClientBatch.parse(bytes(batch(*values)), max_record_bytes=100)
+    # key "k" (1), header "h"/"x" (6 bytes framing + 2) and the value, per record
+    assert cb.value_bytes == sum(1 + 6 + 2 + len(v) for v in values)
+    with pytest.raises(RecordTooLargeError, match="record 1 of the batch holds 100 bytes"):
+        ClientBatch.parse(bytes(batch(*values)), max_record_bytes=99)
+
+
+@pytest.mark.parametrize(
+    ("at", "fmt", "value", "message"),
+    [
+        (8, ">i", -2, "negative length"),  # key length
+        (12, ">i", -7, "negative length"),  # value length
+    ],
+)
+def test_client_batch_rejects_lengths_below_minus_one(at, fmt, value, message) -> None:
+    buf = batch(b"abc", b"de")
+    struct.pack_into(fmt, buf, 57 + at, value)
+    with pytest.raises(InvalidRequestError, match=f"record 0 is malformed.*{message}"):
+        ClientBatch.parse(bytes(_recrc(buf)), max_record_bytes=100)
+
+
+def test_client_batch_rejects_a_header_name_that_is_not_utf8() -> None:
+    buf = batch(b"abc")
+    name_at = 57 + 18 + len(b"k") + len(b"abc") + 6  # batch header, record header, key, value
+    assert buf[name_at : name_at + 2] == b"hx"
+    buf[name_at] = 0xFF
+    with pytest.raises(InvalidRequestError, match="record 0 is malformed"):
+        ClientBatch.parse(bytes(_recrc(buf)), max_record_bytes=100)
+
+
 # -- framing and the replica wire --------------------------------------------------------
 
 
@@ -151,7 +184,7 @@ def test_framed_batches_round_trip_and_are_checked() -> None:
 
 def test_fetch_answers_round_trip() -> None:
     b = RecordBatch.from_bytes(bytes(batch(b"a", base_offset=4, leader_epoch=3)))
-    data = FetchData(3, 5, (Batch(4, 4, 3, b.raw),))
+    data = FetchData(3, 5, (Batch(4, 4, 3, b),))
     assert decode_fetch_answer(encode_fetch_answer(data)) == data
     div = DivergingEpoch(3, 5, 2, 10)
     assert decode_fetch_answer(encode_fetch_answer(div)) == div

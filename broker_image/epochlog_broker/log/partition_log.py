@@ -384,15 +384,23 @@ class PartitionLog:
         """Append a batch exactly as another replica stored it (the follower's path)."""
         self._check_usable()
         try:
-            h = RecordBatch.from_bytes(raw).header
+            batch = RecordBatch.from_bytes(raw)
         except BatchFormatError as exc:
             raise InvalidRequestError(f"invalid batch: {exc}", partition=self.name) from exc
+        return self.append_checked(batch)
+
+    def append_checked(self, batch: RecordBatch) -> AppendResult:
+        """`append_batch` of a batch whose framing and CRC were checked when it was built
+        (`RecordBatch.from_bytes`, or a producer's batch checked and then stamped), so
+        that a batch's CRC is computed once per replica, not once per layer."""
+        self._check_usable()
+        h = batch.header
         if h.base_offset != self.log_end_offset:
             raise InvalidRequestError(
                 f"batch starts at offset {h.base_offset}, log end is {self.log_end_offset}",
                 partition=self.name,
             )
-        return self._append(h, raw)
+        return self._append(h, batch.raw)
 
     def _append(self, h: BatchHeader, raw: bytes | bytearray) -> AppendResult:
         if len(raw) > self.config.max_batch_bytes:

@@ -3,7 +3,8 @@
 Everything here is an immutable value. The shell turns requests and answers into
 HTTP bodies and back; the core never sees bytes. Record batches travel as
 `Batch`: the offsets and leader epoch the rules need plus an opaque `payload`
-(the stored batch bytes) that the shell appends verbatim.
+(the stored batch, checked when it was read or unframed) that the shell appends
+verbatim.
 """
 
 from __future__ import annotations
