@@ -3,12 +3,16 @@
 The API server evaluates each rule with `self` bound to the value at the schema
 node that carries it. As in Kubernetes, null-valued object fields are absent
 for CEL, so `has(self.field)` is false for them. Rules are compiled once, when a
-CRD is registered; a rule that does not compile makes the CRD invalid.
+CRD is registered; a rule that does not compile makes the CRD invalid. Results
+are remembered per rule and value, since evaluating is the emulator's largest
+cost per write.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import celpy
@@ -17,6 +21,8 @@ from celpy.adapter import json_to_cel
 from celpy.evaluation import CELEvalError
 
 _ENV: Final = celpy.Environment()
+RESULTS_KEPT: Final = 4096
+"""Results remembered per rule (least recently used first out)."""
 
 
 class CelCompileError(Exception):
@@ -29,9 +35,29 @@ class CelRule:
     message: str
     field_path: str | None
     program: celpy.Runner
+    _results: OrderedDict[str, str | None] = field(
+        default_factory=OrderedDict, compare=False, repr=False
+    )
 
     def check(self, value: Any) -> str | None:
         """None if the rule holds for `value`, else the message to report."""
+        # A rule is a pure function of its value, and cel-python's tree walk costs about
+        # a millisecond: a status write leaves the spec as it was, so its spec rules are
+        # answered from the last results.
+        try:
+            key = json.dumps(value, sort_keys=True, separators=(",", ":"))
+        except (TypeError, ValueError):
+            return self._evaluate(value)
+        cache = self._results
+        if key in cache:
+            cache.move_to_end(key)
+            return cache[key]
+        result = cache[key] = self._evaluate(value)
+        if len(cache) > RESULTS_KEPT:
+            cache.popitem(last=False)
+        return result
+
+    def _evaluate(self, value: Any) -> str | None:
         try:
             result = self.program.evaluate({"self": json_to_cel(_without_nulls(value))})
         except Exception as exc:  # cel-python raises its own errors, and some Python ones

@@ -214,3 +214,22 @@ def test_validation_names_the_field() -> None:
     (error,) = schema.validate(obj)
     assert error.path == "spec.minInsyncReplicas"
     assert "minInsyncReplicas must not exceed replicationFactor" in str(error)
+
+
+def test_rule_results_remembered_per_value_match_fresh_evaluations() -> None:
+    """The emulator remembers CEL results per rule and value: an answer never leaks
+    from one value to another, nor from one rule to another."""
+    remembering = _schema()
+    spec = {"topic": "t", "partition": 0, "replicationFactor": 3, "replicas": [1, 2, 3]}
+    values = [
+        {**spec, "minInsyncReplicas": 2},
+        {**spec, "minInsyncReplicas": 4},
+        {**spec, "minInsyncReplicas": 2, "replicas": [1, 2]},
+        {**spec, "minInsyncReplicas": 3},
+    ]
+    objects = [
+        {"apiVersion": "epochlog.dev/v1alpha1", "kind": "Partition", "spec": v} for v in values
+    ]
+    for obj in objects * 3:
+        assert remembering.validate(obj) == _schema().validate(obj)
+    assert [bool(_schema().validate(o)) for o in objects] == [False, True, True, False]
