@@ -56,7 +56,7 @@ from epochlog.heartbeat import (
     PartitionReport,
     PartitionRole,
 )
-from epochlog_broker.log.batch import HEADER, BatchHeader, LogRecord, Record, RecordBatch
+from epochlog_broker.log.batch import LogRecord, Record, RecordBatch
 from epochlog_broker.log.checkpoints import HighWatermarkCheckpoint
 from epochlog_broker.log.config import LogConfig
 from epochlog_broker.log.fs import FileSystem, ensure_dir
@@ -679,15 +679,12 @@ class BrokerCore:
                     host.rebuild_producers()
             elif isinstance(a, Append):
                 for b in a.batches:
-                    # The replica wire hands over batches it checked while unframing them.
-                    if isinstance(b.payload, RecordBatch):
-                        host.log.append_checked(b.payload)
-                        h = b.payload.header
-                    elif isinstance(b.payload, bytes | bytearray):
-                        host.log.append_batch(b.payload)
-                        h = BatchHeader._make(HEADER.unpack_from(b.payload))
-                    else:
+                    # Batches come as the leader's log read them or as the replica wire
+                    # unframed them: checked once there, not again here.
+                    if not isinstance(b.payload, RecordBatch):
                         raise InvalidRequestError(f"{host.log.name}: batch without bytes")
+                    host.log.append_checked(b.payload)
+                    h = b.payload.header
                     host.producers.record(
                         h.producer_id,
                         h.producer_epoch,

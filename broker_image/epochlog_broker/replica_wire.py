@@ -111,10 +111,9 @@ def encode_fetch_answer(answer: FetchData | DivergingEpoch) -> bytes:
         )
     batches: list[StoredBatch] = []
     for b in answer.batches:
-        raw = b.payload.raw if isinstance(b.payload, RecordBatch) else b.payload
-        if not isinstance(raw, bytes):
+        if not isinstance(b.payload, RecordBatch):
             raise TypeError("fetch answers carry the stored batches")
-        batches.append((b.base_offset, b.last_offset, b.leader_epoch, raw))
+        batches.append((b.base_offset, b.last_offset, b.leader_epoch, b.payload.raw))
     header = {
         "type": "data",
         "leaderEpoch": answer.leader_epoch,
