@@ -3,6 +3,7 @@
 Subcommands so far:
   epochlog log check DIR      verify every batch of a partition directory (read-only)
   epochlog log dump DIR       print records (or batch headers) from an offset
+  epochlog log repair DIR     cut a damaged log at the damage (stopped broker; asks first)
   epochlog demo               end to end: a leader SIGKILLed under acks=all, nothing lost
   epochlog demo --storage     storage walkthrough: appends, a power loss, recovery
   epochlog sim                random fault schedules in the deterministic simulator
@@ -109,6 +110,57 @@ def _cmd_log_dump(args: argparse.Namespace) -> int:
                     return 0
         finally:
             f.close()
+    return 0
+
+
+def _repair_targets(root: str, partition: str | None) -> tuple[str, list[str]]:
+    """(data directory, partition directories) that `log repair` looks at."""
+    from epochlog_broker.log.segment import parse_segment_name
+
+    root = os.path.abspath(root)
+    if partition is not None:
+        return root, [os.path.join(root, partition)]
+    if any(parse_segment_name(n) is not None for n in os.listdir(root)):
+        return os.path.dirname(root), [root]
+    dirs = sorted(os.path.join(root, n) for n in os.listdir(root))
+    return root, [d for d in dirs if os.path.isdir(d)]
+
+
+def _confirmed(args: argparse.Namespace) -> bool:
+    if args.yes:
+        return True
+    if not sys.stdin.isatty():
+        print("not repaired: run again with --yes to confirm", file=sys.stderr)
+        return False
+    return input("discard this data? [y/N] ").strip().lower() in ("y", "yes")
+
+
+def _cmd_log_repair(args: argparse.Namespace) -> int:
+    from epochlog_broker.identity import in_use
+    from epochlog_broker.log.fs import OsFileSystem
+    from epochlog_broker.log.repair import apply_repair, plan_repair
+
+    data_dir, dirs = _repair_targets(args.dir, args.partition)
+    if in_use(data_dir):
+        print(f"{data_dir} is in use by a running broker: stop it first", file=sys.stderr)
+        return 2
+    fs = OsFileSystem()
+    plans = [p for p in (plan_repair(fs, d) for d in dirs) if p is not None]
+    if not plans:
+        print("nothing to repair: no damaged segment found")
+        return 0
+    for plan in plans:
+        print(f"will discard: {plan.describe()}")
+    print(
+        "the replica fetches the discarded records again from its leader when the broker "
+        "starts; records no other replica holds are lost"
+    )
+    if not _confirmed(args):
+        print("nothing changed")
+        return 1
+    for plan in plans:
+        apply_repair(fs, plan)
+        print(f"repaired {plan.directory}: log end offset is now {plan.first_offset}")
     return 0
 
 
@@ -398,6 +450,17 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--max", type=int, default=100, help="at most this many lines")
     dump.add_argument("--batches", action="store_true", help="print batch headers, not records")
     dump.set_defaults(func=_cmd_log_dump)
+    repair = log_sub.add_parser(
+        "repair",
+        help="discard a damaged log from the damage on (on a stopped broker's data directory)",
+        description="Cut the log of each damaged partition at its first damaged byte, so "
+        "that the broker starts the replica again and fetches the rest from the leader. "
+        "Prints what it discards (file, offsets, record count) and asks first.",
+    )
+    repair.add_argument("dir", help="a broker's data directory, or one partition directory")
+    repair.add_argument("--partition", default=None, help="only this partition of DIR")
+    repair.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    repair.set_defaults(func=_cmd_log_repair)
 
     from epochlog.devcluster.local_cli import add_dev_commands, add_timing_arguments
 

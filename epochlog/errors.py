@@ -21,6 +21,7 @@ class ErrorCode(enum.StrEnum):
     RECORD_TOO_LARGE = "RECORD_TOO_LARGE"
     OFFSET_OUT_OF_RANGE = "OFFSET_OUT_OF_RANGE"
     NOT_ENOUGH_REPLICAS = "NOT_ENOUGH_REPLICAS"
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
     OFFSET_NOT_AVAILABLE = "OFFSET_NOT_AVAILABLE"
     LEADER_NOT_AVAILABLE = "LEADER_NOT_AVAILABLE"
     REQUEST_TIMED_OUT = "REQUEST_TIMED_OUT"
@@ -94,7 +95,19 @@ class OffsetOutOfRangeError(EpochlogError):
 
 
 class NotEnoughReplicasError(EpochlogError):
+    """acks=all refused before its records were appended: the ISR is below minimum."""
+
     code = ErrorCode.NOT_ENOUGH_REPLICAS
+    http_status = 503
+    retriable = True
+
+
+class NotEnoughReplicasAfterAppendError(EpochlogError):
+    """acks=all records were appended, but the ISR fell below minInsyncReplicas before the
+    high watermark reached them: they may or may not end up committed (outcome unknown),
+    so a client retries the same batch idempotently instead of counting it as failed."""
+
+    code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
     http_status = 503
     retriable = True
 
@@ -145,6 +158,14 @@ class StorageError(EpochlogError):
     http_status = 500
 
 
+class ReplicaOfflineError(StorageError):
+    """This broker's replica of the partition is offline after a storage error (disk full,
+    an I/O error, damaged data); another replica takes its leadership over, so a client
+    retries after finding the leader again (as Kafka's KAFKA_STORAGE_ERROR)."""
+
+    retriable = True
+
+
 ERRORS_BY_CODE: dict[ErrorCode, type[EpochlogError]] = {
     cls.code: cls
     for cls in (
@@ -156,6 +177,7 @@ ERRORS_BY_CODE: dict[ErrorCode, type[EpochlogError]] = {
         RecordTooLargeError,
         OffsetOutOfRangeError,
         NotEnoughReplicasError,
+        NotEnoughReplicasAfterAppendError,
         OffsetNotAvailableError,
         LeaderNotAvailableError,
         RequestTimedOutError,

@@ -8,6 +8,17 @@ its high watermark. A leader adds what it knows of its followers
 it proposes to add to the ISR. The answer, a `HeartbeatResponse`, carries the
 broker's current assignments as the controller has persisted them.
 
+Every report also carries the state the broker holds apart from the resource,
+so that a controller that lost the Partition status (deleted and re-created, a
+restored backup, status wiped) can restore it: the last assignment the broker
+was given (`assignment`), and, kept apart from it, what its log says
+(`lastEpoch`: the leaderEpoch of the last batch on disk; `logEndOffset`). An
+epoch a broker merely heard of in an assignment never ranks its log. The
+heartbeat names the broker's data directory (`storageId`, a UUID written when
+the directory was formatted): a new storageId under the same broker id is a
+replica whose disk was lost. A replica taken offline by a storage error says
+so in `storageError`.
+
 Times a broker reports (`timeMs`, `lastCaughtUpTime`) are on the broker's clock.
 `timeMs` is the broker's clock when it built the heartbeat, so the controller
 can read the other times relative to it and never compare two clocks directly.
@@ -64,17 +75,36 @@ class IsrProposal(WireModel):
     """The leader's number for this proposal; a refusal names it."""
 
 
+class HeldAssignment(WireModel):
+    """The last assignment a broker holds for a partition, as the controller handed it out."""
+
+    leader: BrokerId | None
+    leader_epoch: NonNegativeInt
+    partition_epoch: NonNegativeInt
+    isr: tuple[BrokerId, ...]
+    replicas: tuple[BrokerId, ...]
+    isr_storage_ids: dict[BrokerKey, str] = Field(default_factory=dict)
+
+
 class PartitionReport(WireModel):
     """One hosted partition as the reporting broker has it."""
 
     name: Annotated[str, Field(min_length=1)]
     role: PartitionRole
     leader_epoch: NonNegativeInt
-    """The newest leaderEpoch this replica knows (0: none yet)."""
+    """The newest leaderEpoch this replica knows, from its log or an assignment (0: none)."""
     partition_epoch: NonNegativeInt = 0
     log_end_offset: NonNegativeInt
     """Log end offset on disk (fsynced); data above it is not counted anywhere."""
+    last_epoch: NonNegativeInt = 0
+    """leaderEpoch of the last batch below logEndOffset (0: empty log). Ranks logs."""
     high_watermark: NonNegativeInt
+    assignment: HeldAssignment | None = None
+    """The last assignment this broker holds for the partition (None: none since it started
+    and none on disk)."""
+    storage_error: str | None = None
+    """Set while the replica is offline after a storage error (disk full, I/O error, a
+    damaged segment): it neither leads nor counts as in sync."""
     epoch_start_offset: NonNegativeInt | None = None
     """Leaders: the log end offset recorded when this broker became leader of leader_epoch."""
     followers: tuple[FollowerProgress, ...] = ()
@@ -97,6 +127,8 @@ class BrokerHeartbeat(WireModel):
     broker_id: BrokerId
     broker_epoch: NonNegativeInt
     address: Annotated[str, Field(min_length=1)]
+    storage_id: str | None = None
+    """The data directory's storage id (a UUID); None from brokers that do not report one."""
     time_ms: NonNegativeInt
     partitions: tuple[PartitionReport, ...] = ()
 
@@ -129,6 +161,7 @@ class PartitionAssignment(WireModel):
     partition_epoch: NonNegativeInt
     isr: tuple[BrokerId, ...]
     replicas: tuple[BrokerId, ...]
+    isr_storage_ids: dict[BrokerKey, str] = Field(default_factory=dict)
     min_insync_replicas: PositiveInt = DEFAULT_MIN_INSYNC_REPLICAS
     replica_lag_time_max_ms: PositiveInt = DEFAULT_REPLICA_LAG_TIME_MAX_MS
 
@@ -151,6 +184,7 @@ class PartitionAssignment(WireModel):
             partition_epoch=status.partition_epoch,
             isr=status.isr,
             replicas=status.replicas,
+            isr_storage_ids=status.isr_storage_ids,
             **extra,
         )
 

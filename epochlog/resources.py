@@ -156,6 +156,9 @@ class PartitionStatus(WireModel):
     isr: tuple[BrokerId, ...] = ()
     isr_broker_epochs: dict[BrokerKey, NonNegativeInt] = Field(default_factory=dict)
     """The brokerEpoch each ISR member had when it was last known to be in sync."""
+    isr_storage_ids: dict[BrokerKey, str] = Field(default_factory=dict)
+    """The storageId of each ISR member's data directory when it was last known in sync: a
+    member that comes back with another storageId lost its disk and leaves the ISR."""
     replicas: tuple[BrokerId, ...] = ()
     high_watermark: NonNegativeInt = 0
     log_end_offsets: dict[BrokerKey, NonNegativeInt] = Field(default_factory=dict)

@@ -16,6 +16,10 @@ simulated world:
   request to the leader, whose answer (or failure, after a backoff) goes back
   to the core;
 - produce timeouts (`tick`) and the HW checkpoint on timers;
+- storage faults: a replica taken offline by a storage error (disk full, I/O
+  error, damaged data) is retried every `RECOVERY_INTERVAL_MS`; the core says
+  which ones are due and whether each came back, the attempt itself (repair,
+  reopen, probe) runs in a worker thread under the state lock;
 - long polls: consumer reads wait for the high watermark to pass their offset,
   and a caught-up follower's fetch waits at the leader for the next append.
 
@@ -54,6 +58,7 @@ from epochlog.errors import (
 from epochlog.heartbeat import HeartbeatResponse
 from epochlog_broker.config import BrokerConfig
 from epochlog_broker.core import (
+    RECOVERY_INTERVAL_MS,
     BatchReadResult,
     BrokerCore,
     Effect,
@@ -187,6 +192,7 @@ class Broker:
             asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
             asyncio.create_task(self._tick_loop(), name="tick"),
             asyncio.create_task(self._checkpoint_loop(), name="checkpoint"),
+            asyncio.create_task(self._recovery_loop(), name="recovery"),
         ]
         self._flusher = asyncio.create_task(self._flush_loop(), name="flush")
 
@@ -295,6 +301,14 @@ class Broker:
         core = self.core
         if core is not None and core.dirty:
             self._dirty.set()
+
+    def run_deferred(self) -> None:
+        """Carry out effects of faults found by core calls that raised."""
+        core = self.core
+        if core is not None:
+            effects = core.take_deferred()
+            if effects:
+                self.run(effects)
 
     def _part(self, name: str) -> _Partition:
         part = self._parts.get(name)
@@ -557,6 +571,7 @@ class Broker:
             for name, persisted in results:
                 if isinstance(persisted, EpochlogError):
                     log.error("flush_failed", partition=name, error=str(persisted))
+                    effects += core.on_storage_error(name, persisted)
                     continue
                 effects += core.end_flush(name, persisted)
         return effects, names
@@ -583,6 +598,34 @@ class Broker:
                         await asyncio.to_thread(core.checkpoint_high_watermarks)
             except (EpochlogError, OSError, ValueError) as exc:
                 log.error("hw_checkpoint_failed", broker=self.config.broker_id, error=str(exc))
+
+    async def _recovery_loop(self) -> None:
+        interval = RECOVERY_INTERVAL_MS / 1000
+        while True:
+            await asyncio.sleep(interval)
+            self.run_deferred()
+            core = self.core
+            if core is None or not core.offline_replicas():
+                continue
+            try:
+                await self._recover_once(core)
+            except Exception:
+                log.exception("recovery_crashed", broker=self.config.broker_id)
+
+    async def _recover_once(self, core: BrokerCore) -> None:
+        """Try to bring back the offline replicas that are due (one at a time)."""
+        async with self._state:
+            if core is not self.core:
+                return
+            async with self._disk:
+                attempts = core.begin_recovery(now_ms())
+            for attempt in attempts:
+                outcome = await asyncio.to_thread(core.attempt_recovery, attempt)
+                async with self._disk:
+                    effects = core.end_recovery(attempt, outcome, now_ms())
+                self.run(effects)
+            if attempts:
+                self._notify_all()
 
     async def _heartbeat_loop(self) -> None:
         interval = self.config.heartbeat_interval_ms / 1000
@@ -667,7 +710,10 @@ class Broker:
             return False, ["broker is starting, restarting or stopping"]
         if not self.heartbeat_applied:
             return False, ["no answer from the controller yet"]
-        waiting = []
+        waiting = [
+            f"{name}: offline after a storage error ({reason})"
+            for name, reason in core.offline_replicas().items()
+        ]
         for name, host in sorted(core.partitions.items()):
             if not isinstance(host.replica.role, Follower):
                 continue
@@ -703,6 +749,7 @@ class Broker:
                     "logStartOffset": plog.log_start_offset,
                     "logEndOffset": plog.log_end_offset,
                     "persistedLogEndOffset": plog.persisted_log_end_offset,
+                    "storageError": core.storage_error_of(name),
                 }
                 if isinstance(role, Follower):
                     entry["followerState"] = role.state.value

@@ -27,23 +27,38 @@ Protocol with the shell:
   `begin_flush()`, `sync_log(name)` for each log (in a worker thread, while
   nothing truncates or closes that log), `end_flush(name, persisted)`.
 - `checkpoint_high_watermarks()` periodically and in `close()`.
+- Storage faults stay inside the partition: an I/O error, a full disk or damaged
+  data of one log (at open or later) takes only that replica offline
+  (`Hosted.fault`; `storage_error_of(name)` for the heartbeat). Its requests
+  answer the retriable ReplicaOfflineError (STORAGE_ERROR), a leader resigns
+  (its waiting produces fail). After a call that raised, run
+  `take_deferred()`'s effects. Every few seconds (`RECOVERY_INTERVAL_MS`) the
+  shell tries to bring offline replicas back, in three steps like a flush:
+  `begin_recovery(now_ms)` on the event loop, `attempt_recovery(attempt)` in a
+  worker thread (repair if allowed, reopen, probe the directory),
+  `end_recovery(attempt, outcome, now_ms)` back on the loop; or `recover(now_ms)`
+  in one go. A replica back from a fault starts over as a follower of its last
+  assignment and never leads again an epoch it led before the fault.
 """
 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import structlog
 
 from epochlog.errors import (
+    CorruptRecordError,
     EpochlogError,
     FencedLeaderEpochError,
     InvalidRequestError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
+    ReplicaOfflineError,
+    StorageError,
     UnknownLeaderEpochError,
     UnknownPartitionError,
 )
@@ -51,16 +66,20 @@ from epochlog.heartbeat import (
     BrokerHeartbeat,
     FollowerProgress,
     HeartbeatResponse,
+    HeldAssignment,
     IsrProposal,
     PartitionAssignment,
     PartitionReport,
     PartitionRole,
 )
+from epochlog_broker.held_assignment import read_held, write_held
 from epochlog_broker.log.batch import LogRecord, Record, RecordBatch
 from epochlog_broker.log.checkpoints import HighWatermarkCheckpoint
 from epochlog_broker.log.config import LogConfig
 from epochlog_broker.log.fs import FileSystem, ensure_dir
 from epochlog_broker.log.partition_log import PartitionLog, RecoveryReport
+from epochlog_broker.log.repair import RepairPlan, apply_repair, plan_repair, probe_space
+from epochlog_broker.log.storage_id import load_or_format, new_storage_id
 from epochlog_broker.replication.follower import (
     Append,
     Follower,
@@ -91,15 +110,39 @@ from epochlog_broker.replication.producers import NO_PRODUCER, ProducerStates
 from epochlog_broker.replication.replica import (
     Assignment,
     LogFacts,
+    Offline,
     PartitionConfig,
     Replica,
     TransitionKind,
+)
+from epochlog_broker.storage_faults import (
+    FaultKind,
+    StorageFault,
+    kind_of,
+    retry_delay_ms,
+    wants_attempt,
 )
 
 log = structlog.get_logger("epochlog.broker")
 
 EARLIEST = "earliest"
 LATEST = "latest"
+RECOVERY_INTERVAL_MS = 500
+"""How often the shell calls `begin_recovery` while a replica is offline."""
+_DISK_ERRORS = (StorageError, CorruptRecordError, OSError)
+
+
+def _held(a: Assignment | None) -> HeldAssignment | None:
+    if a is None:
+        return None
+    return HeldAssignment(
+        leader=a.leader,
+        leader_epoch=a.leader_epoch,
+        partition_epoch=a.partition_epoch,
+        isr=tuple(sorted(a.isr)),
+        replicas=a.replicas,
+        isr_storage_ids=dict(a.isr_storage_ids),
+    )
 
 
 # -- effects -----------------------------------------------------------------------------
@@ -177,19 +220,68 @@ class Hosted:
     dirty: bool = False
     recovery: RecoveryReport | None = None
     producers: ProducerStates = field(default_factory=ProducerStates)
+    fault: StorageFault | None = None
+    """Set while the replica is offline after a storage error."""
+    heard: PartitionAssignment | None = None
+    """The newest assignment the controller sent for this partition."""
+    held: HeldAssignment | None = None
+    """The last assignment taken, as on disk (`assignment-checkpoint`): reported even
+    before this process has heard from the controller."""
+    lead_barrier: int = -1
+    """The newest leader epoch this replica led or was to lead when a fault hit it: it
+    leads only a newer one (data of that epoch may be gone from its disk)."""
 
     def rebuild_producers(self) -> None:
-        self.producers = ProducerStates.rebuild(
-            (
-                h.producer_id,
-                h.producer_epoch,
-                h.base_sequence,
-                h.record_count,
-                h.base_offset,
-                h.leader_epoch,
-            )
-            for h in self.log.batch_headers()
+        self.producers = producers_of(self.log)
+
+
+def producers_of(plog: PartitionLog) -> ProducerStates:
+    """Idempotent producers' state, from every batch header of the log (a full scan)."""
+    return ProducerStates.rebuild(
+        (
+            h.producer_id,
+            h.producer_epoch,
+            h.base_sequence,
+            h.record_count,
+            h.base_offset,
+            h.leader_epoch,
         )
+        for h in plog.batch_headers()
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryAttempt:
+    """One try to bring an offline replica back (`begin_recovery` to `end_recovery`)."""
+
+    partition: str
+    fault: StorageFault
+    repair: bool
+    """Discard damaged data first (allowed by `storage_faults.may_repair`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """A recovery attempt that worked: the reopened log and what a repair discarded."""
+
+    log: PartitionLog
+    repair: RepairPlan | None
+    producers: ProducerStates
+
+
+def _log_repair(name: str, plan: RepairPlan, how: str) -> None:
+    log.warning(
+        "replica_repair",
+        partition=name,
+        how=how,
+        segment=plan.segment,
+        position=plan.position,
+        firstOffset=plan.first_offset,
+        logEndOffset=plan.log_end_offset,
+        records=plan.records,
+        removedSegments=list(plan.removed_segments),
+        reason=plan.reason,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,16 +306,35 @@ class BrokerCore:
 
     # A test bed substitutes variants of the replica rules through this attribute.
     replica_class: type[Replica] = field(default=Replica, repr=False)
+    # Where a freshly formatted data directory's storage id comes from (the simulator
+    # draws it from its seeded random source).
+    make_storage_id: Callable[[], str] = field(default=new_storage_id, repr=False)
+    storage_id: str = ""
+
+    storage_retry_ms: int = 1_000
+    """First wait before bringing back a replica after a storage fault (then doubling)."""
+    storage_retry_max_ms: int = 10_000
 
     def __post_init__(self) -> None:
+        self._deferred: list[Effect] = []
         self._pending: dict[int, _Pending] = {}
         self._hw_checkpoint: HighWatermarkCheckpoint | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def open(self) -> list[RecoveryReport]:
-        """Recover every partition log on disk and load the HW checkpoint."""
+        """Recover every partition log on disk and load the HW checkpoint.
+
+        Reads the data directory's storage id, or formats it with a new one; a damaged
+        id file raises `CheckpointError` naming it.
+        """
         ensure_dir(self.fs, self.data_dir)
+        self.storage_id, formatted = load_or_format(self.fs, self.data_dir, self.make_storage_id)
+        log.info(
+            "data_dir_formatted" if formatted else "data_dir_opened",
+            broker=self.broker_id,
+            storageId=self.storage_id,
+        )
         self._hw_checkpoint = HighWatermarkCheckpoint.load(self.fs, self.data_dir)
         if self._hw_checkpoint.load_error is not None:
             log.warning(
@@ -254,8 +365,6 @@ class BrokerCore:
         host = self.partitions.get(name)
         if host is not None:
             return host
-        directory = posixpath.join(self.data_dir, name)
-        plog = PartitionLog.open(self.fs, directory, self.log_config, name=name)
         replica = self.replica_class(
             partition=name,
             broker_id=self.broker_id,
@@ -263,9 +372,28 @@ class BrokerCore:
             config=PartitionConfig(),
             high_watermark=self.hw_checkpoint.get(name) or 0,
         )
-        host = Hosted(plog, replica, recovery=plog.recovery)
-        host.rebuild_producers()
+        host = self._open_host(name, replica)
+        try:
+            host.held = read_held(self.fs, posixpath.join(self.data_dir, name))
+        except _DISK_ERRORS as exc:
+            log.warning("assignment_checkpoint_unreadable", partition=name, error=str(exc))
         self.partitions[name] = host
+        return host
+
+    def _open_host(self, name: str, replica: Replica) -> Hosted:
+        """The partition's log opened; a log that fails to open is hosted offline."""
+        directory = posixpath.join(self.data_dir, name)
+        try:
+            plog = PartitionLog.open(self.fs, directory, self.log_config, name=name)
+        except (StorageError, CorruptRecordError) as exc:
+            return self._offline_at_open(name, replica, exc)
+        host = Hosted(plog, replica, recovery=plog.recovery)
+        try:
+            host.rebuild_producers()
+        except _DISK_ERRORS as exc:
+            # A full scan finds damage that recovery trusted the index to skip.
+            plog.release()
+            return self._offline_at_open(name, replica, exc)
         log.info(
             "partition_opened",
             partition=name,
@@ -276,11 +404,238 @@ class BrokerCore:
         )
         return host
 
+    def _offline_at_open(self, name: str, replica: Replica, exc: BaseException) -> Hosted:
+        fault = StorageFault.of(exc)
+        directory = posixpath.join(self.data_dir, name)
+        plog = PartitionLog.unavailable(
+            self.fs, directory, self.log_config, name=name, reason=fault.reason
+        )
+        replica.role = Offline(replica.leader_epoch, f"storage error: {fault.reason}")
+        log.error(
+            "replica_offline",
+            partition=name,
+            broker=self.broker_id,
+            highWatermark=replica.high_watermark,
+            fault=fault.kind.value,
+            error=fault.reason,
+            at="open",
+        )
+        return Hosted(plog, replica, recovery=plog.recovery, fault=fault)
+
     def _get(self, name: str) -> Hosted:
+        """A hosted partition whose replica is usable (ReplicaOfflineError if it is not)."""
         host = self.partitions.get(name)
         if host is None:
             raise UnknownPartitionError(f"broker {self.broker_id} hosts no partition {name}")
+        if host.fault is not None:
+            raise self._offline_error(host)
         return host
+
+    # -- storage faults --------------------------------------------------------------------
+
+    def storage_error_of(self, name: str) -> str | None:
+        """Why `name`'s replica is offline after a storage error (None: it is not)."""
+        host = self.partitions.get(name)
+        return None if host is None or host.fault is None else host.fault.describe()
+
+    def offline_replicas(self) -> dict[str, str]:
+        """Every replica offline after a storage error, with the reason."""
+        return {
+            name: host.fault.describe()
+            for name, host in sorted(self.partitions.items())
+            if host.fault is not None
+        }
+
+    def take_deferred(self) -> list[Effect]:
+        """Effects of faults found by calls that raised (a resigned leader's produces)."""
+        effects, self._deferred = self._deferred, []
+        return effects
+
+    def on_storage_error(self, name: str, error: BaseException) -> list[Effect]:
+        """A disk operation the shell ran for `name` (an fsync) failed."""
+        host = self.partitions.get(name)
+        return [] if host is None else self._take_offline(host, error)
+
+    def _offline_error(self, host: Hosted) -> ReplicaOfflineError:
+        assert host.fault is not None
+        a = host.replica.assignment
+        return ReplicaOfflineError(
+            f"{host.log.name}: the replica on broker {self.broker_id} is offline after a "
+            f"storage error ({host.fault.describe()})",
+            partition=host.log.name,
+            leader=a.leader if a is not None and a.leader != self.broker_id else None,
+            leaderEpoch=host.replica.leader_epoch,
+        )
+
+    def _disk_failed(self, host: Hosted, exc: BaseException) -> ReplicaOfflineError:
+        """For calls that raise: take the replica offline, keep the effects for later."""
+        self._deferred += self._take_offline(host, exc)
+        return self._offline_error(host)
+
+    def _take_offline(self, host: Hosted, exc: BaseException) -> list[Effect]:
+        """Only this partition's replica goes offline, on this broker; a leader resigns."""
+        if host.fault is not None:
+            return []
+        fault = StorageFault.of(exc)
+        replica = host.replica
+        hw = replica.high_watermark
+        effects: list[Effect] = []
+        if isinstance(replica.role, Leader):
+            effects = self._leader_effects(replica.role.resign())
+        a = replica.assignment
+        if a is not None and a.leader == self.broker_id:
+            host.lead_barrier = max(host.lead_barrier, a.leader_epoch)
+        replica.role = Offline(replica.leader_epoch, f"storage error: {fault.reason}")
+        host.session += 1
+        host.dirty = False
+        fault.durable_end = host.log.persisted_log_end_offset
+        host.fault = fault
+        host.log.mark_failed(fault.reason)
+        log.error(
+            "replica_offline",
+            partition=host.log.name,
+            broker=self.broker_id,
+            leaderEpoch=replica.leader_epoch,
+            logEndOffset=host.log.log_end_offset,
+            persistedLogEndOffset=host.log.persisted_log_end_offset,
+            highWatermark=hw,
+            fault=fault.kind.value,
+            error=fault.reason,
+        )
+        return effects
+
+    def begin_recovery(self, now_ms: int) -> list[RecoveryAttempt]:
+        """Step 1 (event loop): the offline replicas to try to bring back now."""
+        attempts = []
+        for name, host in sorted(self.partitions.items()):
+            fault = host.fault
+            if fault is None:
+                continue
+            if fault.due_ms is None:
+                fault.due_ms = now_ms + self._retry_delay(fault)
+            if wants_attempt(fault, self.broker_id, host.heard, now_ms):
+                host.log.release()
+                attempts.append(RecoveryAttempt(name, fault, fault.kind is FaultKind.DAMAGED))
+        return attempts
+
+    def attempt_recovery(self, attempt: RecoveryAttempt) -> Recovered | EpochlogError:
+        """Step 2 (a worker thread is fine): repair if asked, probe, reopen the log.
+
+        Touches only the files of the offline partition, which nothing else uses.
+        """
+        name = attempt.partition
+        directory = posixpath.join(self.data_dir, name)
+        plan: RepairPlan | None = None
+        try:
+            if attempt.repair:
+                plan = plan_repair(self.fs, directory)
+                if plan is not None:
+                    _log_repair(name, plan, "automatic")
+                    apply_repair(self.fs, plan)
+            probe_space(self.fs, directory)
+            plog = PartitionLog.open(self.fs, directory, self.log_config, name=name)
+        except OSError as exc:
+            error = StorageError(f"{name}: {exc.strerror or exc} ({exc.filename})")
+            error.__cause__ = exc
+            return error
+        except EpochlogError as exc:
+            return exc
+        durable_end = attempt.fault.durable_end
+        try:
+            if durable_end is not None and plan is None:
+                # Nothing above the last confirmed fsync is trusted: it is fetched again.
+                plog.truncate_to(max(durable_end, plog.log_start_offset))
+            producers = producers_of(plog)
+        except _DISK_ERRORS as exc:
+            plog.release()
+            return exc if isinstance(exc, EpochlogError) else StorageError(str(exc))
+        return Recovered(plog, plan, producers)
+
+    def end_recovery(
+        self, attempt: RecoveryAttempt, outcome: Recovered | EpochlogError, now_ms: int
+    ) -> list[Effect]:
+        """Step 3 (event loop): the replica is back (and follows its last assignment), or
+        the next attempt is scheduled."""
+        host = self.partitions.get(attempt.partition)
+        if host is None or host.fault is not attempt.fault:
+            if isinstance(outcome, Recovered):
+                outcome.log.release()
+            return []
+        fault = attempt.fault
+        if isinstance(outcome, EpochlogError):
+            fault.attempts += 1
+            fault.kind = kind_of(outcome)
+            fault.reason = outcome.message
+            fault.due_ms = now_ms + self._retry_delay(fault)
+            log.warning(
+                "replica_recovery_failed",
+                partition=attempt.partition,
+                broker=self.broker_id,
+                attempts=fault.attempts,
+                retryAtMs=fault.due_ms,
+                fault=fault.kind.value,
+                error=fault.reason,
+            )
+            return []
+        return self._bring_back(host, outcome, now_ms)
+
+    def recover(self, now_ms: int) -> list[Effect]:
+        """The three recovery steps in one call (tests and the simulator)."""
+        effects: list[Effect] = []
+        for attempt in self.begin_recovery(now_ms):
+            effects += self.end_recovery(attempt, self.attempt_recovery(attempt), now_ms)
+        return effects
+
+    def _retry_delay(self, fault: StorageFault) -> int:
+        return retry_delay_ms(fault.attempts, self.storage_retry_ms, self.storage_retry_max_ms)
+
+    def _bring_back(self, host: Hosted, outcome: Recovered, now_ms: int) -> list[Effect]:
+        old = host.replica
+        name = outcome.log.name
+        fault = host.fault
+        assert fault is not None
+        # A repair may cut below the HW this replica knew: it learns it again from the leader.
+        hw = min(old.high_watermark, outcome.log.log_end_offset)
+        host.replica = self.replica_class(
+            partition=name,
+            broker_id=self.broker_id,
+            broker_epoch=self.broker_epoch,
+            config=old.config,
+            high_watermark=hw,
+        )
+        self.hw_checkpoint.update(name, hw)
+        host.log = outcome.log
+        host.recovery = outcome.log.recovery
+        host.producers = outcome.producers
+        host.session += 1
+        host.dirty = False
+        host.fault = None
+        log.info(
+            "replica_recovered",
+            partition=name,
+            broker=self.broker_id,
+            logEndOffset=outcome.log.log_end_offset,
+            highWatermark=hw,
+            leaderEpoch=outcome.log.latest_epoch,
+            attempts=fault.attempts + 1,
+            fault=fault.kind.value,
+            repairedFromOffset=outcome.repair.first_offset if outcome.repair else None,
+        )
+        return [] if host.heard is None else self._apply(host.heard, now_ms)
+
+    def _keep_held(self, name: str, host: Hosted, assignment: Assignment) -> None:
+        """Write the assignment just taken to disk, so that it outlives this process."""
+        held = _held(assignment)
+        if held is None or held == host.held:
+            return
+        try:
+            write_held(self.fs, posixpath.join(self.data_dir, name), held)
+        except _DISK_ERRORS as exc:
+            # A record for a controller that lost its status, not state this broker
+            # needs: the log's own storage errors take the replica offline.
+            log.warning("assignment_checkpoint_not_written", partition=name, error=str(exc))
+            return
+        host.held = held
 
     # -- controller ------------------------------------------------------------------------
 
@@ -289,6 +644,7 @@ class BrokerCore:
             broker_id=self.broker_id,
             broker_epoch=self.broker_epoch,
             address=self.address or f"broker-{self.broker_id}",
+            storage_id=self.storage_id or None,
             time_ms=now_ms,
             partitions=tuple(self._report(n, h) for n, h in sorted(self.partitions.items())),
         )
@@ -296,6 +652,9 @@ class BrokerCore:
     def _report(self, name: str, host: Hosted) -> PartitionReport:
         replica, plog = host.replica, host.log
         role = replica.role
+        persisted = plog.persisted_log_end_offset
+        last_epoch = max(0, plog.epochs.epoch_for_offset(persisted - 1)) if persisted else 0
+        held = _held(replica.assignment) or host.held
         if isinstance(role, Leader):
             hb = role.heartbeat()
             proposals: tuple[IsrProposal, ...] = ()
@@ -316,7 +675,10 @@ class BrokerCore:
                 leader_epoch=hb.leader_epoch,
                 partition_epoch=hb.partition_epoch,
                 log_end_offset=hb.persisted_log_end_offset,
+                last_epoch=last_epoch,
                 high_watermark=hb.high_watermark,
+                assignment=held,
+                storage_error=self.storage_error_of(name),
                 epoch_start_offset=role.epoch_start_offset,
                 followers=tuple(
                     FollowerProgress(
@@ -335,8 +697,11 @@ class BrokerCore:
             role=PartitionRole.FOLLOWER,
             leader_epoch=max(0, replica.leader_epoch, plog.latest_epoch),
             partition_epoch=assignment.partition_epoch if assignment else 0,
-            log_end_offset=plog.persisted_log_end_offset,
+            log_end_offset=persisted,
+            last_epoch=last_epoch,
             high_watermark=replica.high_watermark,
+            assignment=held,
+            storage_error=self.storage_error_of(name),
         )
 
     def on_heartbeat_response(self, response: HeartbeatResponse, now_ms: int) -> list[Effect]:
@@ -373,6 +738,8 @@ class BrokerCore:
 
     def _apply(self, pa: PartitionAssignment, now_ms: int) -> list[Effect]:
         host = self._host(pa.name)
+        if not self._may_apply(host, pa):
+            return []
         replica, plog = host.replica, host.log
         replica.config = PartitionConfig(pa.min_insync_replicas, pa.replica_lag_time_max_ms)
         facts = LogFacts(
@@ -382,11 +749,17 @@ class BrokerCore:
             plog.epochs,
         )
         assignment = Assignment(
-            pa.leader, pa.leader_epoch, pa.partition_epoch, frozenset(pa.isr), pa.replicas
+            pa.leader,
+            pa.leader_epoch,
+            pa.partition_epoch,
+            frozenset(pa.isr),
+            pa.replicas,
+            tuple(sorted(pa.isr_storage_ids.items())),
         )
         t = replica.apply(assignment, facts, now_ms)
         if t.kind is TransitionKind.IGNORED:
             return []
+        self._keep_held(pa.name, host, assignment)
         if t.kind is not TransitionKind.ISR_UPDATED:
             host.session += 1
             log.info(
@@ -401,6 +774,27 @@ class BrokerCore:
         leader_actions = [a for a in t.actions if isinstance(a, LeaderAction)]
         follower_actions = [a for a in t.actions if not isinstance(a, LeaderAction)]
         return self._leader_effects(leader_actions) + self._follower_effects(host, follower_actions)
+
+    def _may_apply(self, host: Hosted, pa: PartitionAssignment) -> bool:
+        """Offline replicas only note assignments; none leads an epoch led before a fault."""
+        previous = host.heard
+        if previous is None or (pa.leader_epoch, pa.partition_epoch) >= (
+            previous.leader_epoch,
+            previous.partition_epoch,
+        ):
+            host.heard = pa
+        if host.fault is not None:
+            return False
+        if pa.leader == self.broker_id and pa.leader_epoch <= host.lead_barrier:
+            if pa != previous:
+                log.warning(
+                    "leadership_refused",
+                    partition=pa.name,
+                    leaderEpoch=pa.leader_epoch,
+                    reason="led before a storage fault; waits for a newer epoch",
+                )
+            return False
+        return True
 
     # -- produce ---------------------------------------------------------------------------
 
@@ -448,18 +842,23 @@ class BrokerCore:
                     timeout_ms=timeout_ms,
                 )
             )
-        if isinstance(records, Sequence):
-            result = host.log.append_records(
-                records,
-                leader_epoch=epoch,
-                timestamp=now_ms,
-                producer_id=p.producer_id,
-                producer_epoch=p.producer_epoch,
-                base_sequence=p.base_sequence,
-            )
-        else:
-            # The caller checked that the batch's producer fields are `producer`'s.
-            result = host.log.append_checked(records.stamp(host.log.log_end_offset, epoch))
+        try:
+            if isinstance(records, Sequence):
+                result = host.log.append_records(
+                    records,
+                    leader_epoch=epoch,
+                    timestamp=now_ms,
+                    producer_id=p.producer_id,
+                    producer_epoch=p.producer_epoch,
+                    base_sequence=p.base_sequence,
+                )
+            else:
+                # The caller checked that the batch's producer fields are `producer`'s.
+                result = host.log.append_checked(records.stamp(host.log.log_end_offset, epoch))
+        except _DISK_ERRORS as exc:
+            effects = self._take_offline(host, exc)
+            failed = ProduceDone(request_id, name, -1, -1, epoch, self._offline_error(host))
+            return [*effects, failed]
         host.producers.record(
             p.producer_id,
             p.producer_epoch,
@@ -548,7 +947,12 @@ class BrokerCore:
         for host in self.partitions.values():
             if host.dirty:
                 host.dirty = False
-                effects += self._report_persisted(host, host.log.flush())
+                try:
+                    persisted = host.log.flush()
+                except _DISK_ERRORS as exc:
+                    effects += self._take_offline(host, exc)
+                    continue
+                effects += self._report_persisted(host, persisted)
         return effects
 
     def begin_flush(self) -> list[str]:
@@ -569,7 +973,9 @@ class BrokerCore:
     def end_flush(self, name: str, persisted: int) -> list[Effect]:
         """Step 3, back on the event loop: report what `sync_log` made durable."""
         host = self.partitions.get(name)
-        return [] if host is None else self._report_persisted(host, persisted)
+        if host is None or host.fault is not None:
+            return []
+        return self._report_persisted(host, persisted)
 
     def _report_persisted(self, host: Hosted, persisted: int) -> list[Effect]:
         role = host.replica.role
@@ -618,7 +1024,11 @@ class BrokerCore:
         if isinstance(answer, DivergingEpoch):
             return answer, effects
         assert isinstance(answer, ReadRange)
-        batches = host.log.read_batches(answer.start_offset, max_bytes, answer.end_offset)
+        try:
+            batches = host.log.read_batches(answer.start_offset, max_bytes, answer.end_offset)
+        except _DISK_ERRORS as exc:
+            self._deferred += effects
+            raise self._disk_failed(host, exc) from exc
         return (
             FetchData(
                 answer.leader_epoch,
@@ -672,6 +1082,12 @@ class BrokerCore:
         return self._follower_effects(host, follower.on_error(error))
 
     def _follower_effects(self, host: Hosted, actions: Sequence[FollowerAction]) -> list[Effect]:
+        try:
+            return self._carry_out(host, actions)
+        except _DISK_ERRORS as exc:
+            return self._take_offline(host, exc)
+
+    def _carry_out(self, host: Hosted, actions: Sequence[FollowerAction]) -> list[Effect]:
         out: list[Effect] = []
         for a in actions:
             if isinstance(a, Truncate):
@@ -722,11 +1138,16 @@ class BrokerCore:
                 highWatermark=hw,
                 leaderEpoch=role.leader_epoch,
             )
-        records = (
-            plog.read_records(offset, max_records=max_records, max_bytes=max_bytes, upper_bound=hw)
-            if offset < hw
-            else []
-        )
+        try:
+            records = (
+                plog.read_records(
+                    offset, max_records=max_records, max_bytes=max_bytes, upper_bound=hw
+                )
+                if offset < hw
+                else []
+            )
+        except _DISK_ERRORS as exc:
+            raise self._disk_failed(host, exc) from exc
         return ReadResult(records, hw, plog.log_start_offset, role.leader_epoch)
 
     def read_batches(
@@ -750,7 +1171,10 @@ class BrokerCore:
                 highWatermark=hw,
                 leaderEpoch=role.leader_epoch,
             )
-        batches = plog.read_batches(offset, max_bytes, hw) if offset < hw else []
+        try:
+            batches = plog.read_batches(offset, max_bytes, hw) if offset < hw else []
+        except _DISK_ERRORS as exc:
+            raise self._disk_failed(host, exc) from exc
         return BatchReadResult(batches, hw, plog.log_start_offset, role.leader_epoch)
 
     def list_offsets(
@@ -768,7 +1192,10 @@ class BrokerCore:
             raise InvalidRequestError(f"{name}: at must be earliest, latest or a time in ms")
         offset = host.log.log_start_offset
         while offset < hw:
-            records = host.log.read_records(offset, upper_bound=hw)
+            try:
+                records = host.log.read_records(offset, upper_bound=hw)
+            except _DISK_ERRORS as exc:
+                raise self._disk_failed(host, exc) from exc
             for r in records:
                 if r.timestamp >= at:
                     return r.offset, role.leader_epoch

@@ -96,3 +96,18 @@ class DataDirClaim:
             os.close(dfd)
         self._epoch = epoch
         return epoch
+
+
+def in_use(data_dir: str) -> bool:
+    """Whether a broker process holds the claim on `data_dir` right now."""
+    path = os.path.join(data_dir, LOCK_FILE)
+    if not os.path.exists(path):
+        return False
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

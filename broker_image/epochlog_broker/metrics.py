@@ -76,6 +76,11 @@ class PartitionCollector(Collector):
             "1 for the role this replica has (leader, follower, offline)",
             labels=["partition", "role"],
         )
+        offline = GaugeMetricFamily(
+            "epochlog_broker_offline_replicas",
+            "Replicas on this broker offline after a storage error (disk full, I/O, damage)",
+        )
+        offline.add_metric([], len(core.offline_replicas()) if core is not None else 0)
         if core is not None:
             for name, host in sorted(core.partitions.items()):
                 replica, plog = host.replica, host.log
@@ -96,6 +101,7 @@ class PartitionCollector(Collector):
                 role.add_metric([name, kind], 1)
         yield from families.values()
         yield role
+        yield offline
 
 
 class BrokerMetrics:

@@ -6,7 +6,8 @@ Routes (DESIGN.md, "HTTP API"):
     GET  /v1/partitions/{name}/records?offset=&maxRecords=&maxBytes=&maxWaitMs=&leaderEpoch=
     GET  /v1/partitions/{name}/offsets?at=earliest|latest|<ms>&leaderEpoch=
     GET  /v1/partitions
-    GET  /healthz, /readyz, /metrics
+    GET  /healthz, /readyz, /metrics   (/readyz: 503 while a replica is offline after
+                                        a storage error, naming it and why)
     POST /internal/v1/partitions/{name}/fetch                     (replica fetch)
     POST /internal/v1/partitions/{name}/offsets-for-leader-epoch  (divergence query)
 
@@ -34,6 +35,7 @@ import asyncio
 import gc
 import json
 import signal
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -41,7 +43,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from epochlog.errors import EpochlogError, RecordTooLargeError
+from epochlog.errors import EpochlogError, RecordTooLargeError, StorageError
 from epochlog_broker.broker import Broker
 from epochlog_broker.client_batch import ClientBatch
 from epochlog_broker.config import BrokerConfig
@@ -58,6 +60,7 @@ from epochlog_broker.http_api import (
 )
 from epochlog_broker.log.batch import Record
 from epochlog_broker.log.config import MiB
+from epochlog_broker.log.storage_id import StorageIdError
 from epochlog_broker.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from epochlog_broker.replica_wire import (
     EPOCH_PATH,
@@ -106,6 +109,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except EpochlogError as exc:
+        if isinstance(exc, StorageError):
+            broker.run_deferred()
         return error_response(exc, broker, request.match_info.get("name"))
     except web.HTTPRequestEntityTooLarge:
         too_large = RecordTooLargeError(
@@ -410,4 +415,11 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> int:
 
 
 def run_broker(config: BrokerConfig) -> int:
-    return asyncio.run(serve(config))
+    try:
+        return asyncio.run(serve(config))
+    except StorageIdError as exc:
+        # Starting anyway would either make every replica on the disk a new one or keep
+        # data under an id nobody can check: the operator decides (README).
+        log.error("broker_cannot_start", broker=config.broker_id, error=exc.message)
+        print(f"epochlog broker {config.broker_id}: {exc.message}", file=sys.stderr)
+        return 2

@@ -45,6 +45,7 @@ from epochlog.errors import (
     EpochlogError,
     FencedLeaderEpochError,
     LeaderNotAvailableError,
+    NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetNotAvailableError,
@@ -155,9 +156,16 @@ class Metadata:
         hint_id = details.get("leader")
         hint_epoch = details.get("leaderEpoch")
         hint_epoch = hint_epoch if type(hint_epoch) is int else None
-        if isinstance(exc, UnknownLeaderEpochError | RequestTimedOutError | NotEnoughReplicasError):
+        if isinstance(
+            exc,
+            UnknownLeaderEpochError
+            | RequestTimedOutError
+            | NotEnoughReplicasError
+            | NotEnoughReplicasAfterAppendError,
+        ):
             # Said by the leader we asked, which stays the leader: the epoch we sent is
-            # not known there yet, or the followers are slow. Nothing to look up again.
+            # not known there yet, or the followers are slow or out of the ISR. Nothing
+            # to look up again.
             return
         if isinstance(exc, OffsetNotAvailableError):
             return

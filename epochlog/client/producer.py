@@ -13,6 +13,12 @@ unreachable brokers) are retried with exponential backoff until the
 records' delivery timeout (`delivery_timeout_ms` from `send`), after which
 they fail with `DeliveryTimeoutError`. Non-retriable errors (a record too
 large, an invalid request, an unknown partition) fail the batch at once.
+REQUEST_TIMED_OUT and NOT_ENOUGH_REPLICAS_AFTER_APPEND (appended, then the
+ISR fell below minInsyncReplicas before the high watermark reached it) leave
+the outcome unknown, like an unreachable broker: the batch is retried as it
+is, same producer id, epoch and sequence, and its future resolves only when a
+retry is answered (with the first copy's offsets if the first attempt is in
+the log) or fails with `DeliveryTimeoutError` ("may be in the log").
 
 Idempotence (on by default): the producer has a random 62-bit producer id;
 each partition has a producer epoch and numbers its records with consecutive

@@ -18,9 +18,12 @@ Checks:
   had acknowledged, did not increase.
 - offset-went-back: a client saw a high watermark or latest offset lower than
   one it saw before.
-- epoch-went-back / epoch-reused / two-leaders: leader epochs in the status
-  decreased or were given to two leaders; two processes (two brokers, or two
-  runs of one broker) appended as leader in the same epoch.
+- epoch-went-back / epoch-reused / two-leaders: leaderEpoch or partitionEpoch
+  in the status decreased, or a leader epoch was given to two leaders; two
+  processes (two brokers, or two runs of one broker) appended as leader in the
+  same epoch. One status is excused: after the resource was re-created and the
+  controller restarted, epochs that were published but never reached a broker
+  are forgotten with both, and the history goes on from what brokers received.
 - isr-healthy-removed: a follower that read to the leader's log end at least
   once every replicaLagTimeMaxMs (less the reporting delay) was removed from
   the ISR for lag; only judged while follower, leader, controller and their
@@ -31,6 +34,15 @@ Checks:
   liveness bound.
 - not-replicated: after healing and settling, a live replica lacks an
   acknowledged record.
+
+A Partition deleted and created again is one history: its statuses, epochs,
+leader writes and client observations are judged by name across the delete,
+so a re-created resource must go on from the epochs, offsets and records of
+the old one. A re-create disturbs the controller's record as a controller
+restart does, for the ISR checks. A wiped disk needs no exception: what the
+rules require to hold acknowledged records is the leader (or, without one, the
+replica holding most), and after healing every replica, the wiped one once it
+caught up; a replica that lost its disk may lead only after refetching.
 
 `check_observations` runs the subset that needs no simulator ground truth, for
 runs on real processes (`epochlog.devcluster.nemesis`): everything above except
@@ -118,15 +130,23 @@ class Checker:
                         return
 
     def _window_start(
-        self, follower: int, leader: int, status_time: int, *, follower_paused_counts: bool
+        self,
+        partition: str,
+        follower: int,
+        leader: int,
+        status_time: int,
+        *,
+        follower_paused_counts: bool,
     ) -> int:
         """The latest moment a disturbance could excuse the controller's view of `follower`:
-        a controller restart, a pause of the controller or the leader, or a cut between the
-        controller and either of them. Cuts between leader and follower excuse nothing:
+        a controller restart, a re-creation of the Partition (its record starts again), a
+        pause of the controller or the leader, or a cut between the controller and either
+        of them. Cuts between leader and follower excuse nothing:
         that is lag, which the ISR exists to measure."""
         start = status_time
         for t in self.h.controller_starts:
             start = max(start, t)
+        start = max([start, *self.h.recreated.get(partition, [])])
         if self.h.controller_stops and self.h.controller_stops[-1] >= start:
             return 10**18  # the controller is down: nobody can change the ISR
         paused = (CONTROLLER, leader, follower) if follower_paused_counts else (CONTROLLER, leader)
@@ -151,7 +171,7 @@ class Checker:
                 continue
             joined = self._joined(partition, f, now)
             since = self._window_start(
-                f, leader, max(epoch_start, joined), follower_paused_counts=False
+                partition, f, leader, max(epoch_start, joined), follower_paused_counts=False
             )
             fetches = self.h.fetches.get((partition, status.leader_epoch, f))
             if fetches is not None:
@@ -270,17 +290,33 @@ class Checker:
 
     def _check_epochs(self) -> None:
         leaders: dict[tuple[str, int], int] = {}
-        latest: dict[str, int] = {}
+        latest: dict[tuple[str, str], tuple[int, int]] = {}
         for w in self.h.status_writes:
             s = w.status
-            if s.leader_epoch < latest.get(w.partition, 0):
-                self._flag(
-                    "epoch-went-back",
-                    w.time,
-                    w.partition,
-                    f"leaderEpoch {s.leader_epoch} written after {latest[w.partition]}",
-                )
-            latest[w.partition] = max(latest.get(w.partition, 0), s.leader_epoch)
+            delivered = self.h.delivered_by(w.partition, w.time)
+            for field, value, floor in (
+                ("leaderEpoch", s.leader_epoch, delivered[0]),
+                ("partitionEpoch", s.partition_epoch, delivered[1]),
+            ):
+                seen = (w.partition, field)
+                top, top_at = latest.get(seen, (0, 0))
+                if value >= top:
+                    latest[seen] = (value, w.time)
+                elif self._forgotten(w.partition, top_at, w.time) and value >= floor:
+                    # Published, never delivered to a broker, and forgotten with the
+                    # resource by a controller that restarted since: the history goes on
+                    # from what the brokers hold.
+                    latest[seen] = (value, w.time)
+                    if field == "leaderEpoch":
+                        for key in [k for k in leaders if k[0] == w.partition and k[1] > value]:
+                            del leaders[key]
+                else:
+                    self._flag(
+                        "epoch-went-back",
+                        w.time,
+                        w.partition,
+                        f"{field} {value} written after {top}",
+                    )
             if s.leader is not None:
                 key = (w.partition, s.leader_epoch)
                 if leaders.setdefault(key, s.leader) != s.leader:
@@ -386,7 +422,7 @@ class Checker:
         for w in self.h.status_writes:
             before = previous.get(w.partition)
             previous[w.partition] = w
-            if before is None:
+            if before is None or self._recreated_between(w.partition, before.time, w.time):
                 continue
             b, s = before.status, w.status
             if b.leader is None or b.leader != s.leader or b.leader_epoch != s.leader_epoch:
@@ -404,12 +440,21 @@ class Checker:
                         f"every {self.lag_max_ms[w.partition] - tol} ms",
                     )
 
+    def _forgotten(self, partition: str, start: int, end: int) -> bool:
+        """The resource was re-created and the controller restarted after `start`."""
+        restarted = any(start < t <= end for t in self.h.controller_starts)
+        return restarted and self._recreated_between(partition, start, end)
+
+    def _recreated_between(self, partition: str, start: int, end: int) -> bool:
+        return any(start <= t <= end for t in self.h.recreated.get(partition, []))
+
     def _healthy(self, partition: str, leader: int, epoch: int, f: int, t: int, tol: int) -> bool:
         lag_max = self.lag_max_ms[partition]
         member_since = self._joined(partition, f, t)
         joined = max(self._epoch_start(partition, epoch), member_since)
         start = joined
-        if self._window_start(f, leader, joined, follower_paused_counts=True) != joined:
+        window = self._window_start(partition, f, leader, joined, follower_paused_counts=True)
+        if window != joined:
             return False
         if not self._up_throughout(f, member_since, t):
             return False

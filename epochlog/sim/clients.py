@@ -5,15 +5,18 @@ client reads the resource or follows NOT_LEADER hints), send the leaderEpoch
 they know with every request (a broker on another epoch refuses), and record
 in the `History` exactly what they were told. Every record value is unique
 (`<client>.<n>`), so the checker can follow each one. A producer has one
-request in flight and never resends a value: a timeout or error leaves the
-outcome open, and the next request carries new values.
+request in flight and resends a batch only as itself (same producer id, epoch
+and sequence), which the broker answers with the first copy if it holds one.
+An answer that leaves the outcome open (no answer, REQUEST_TIMED_OUT,
+NOT_ENOUGH_REPLICAS_AFTER_APPEND) is never recorded as an acknowledgement nor
+as a failure; a batch given up stays open, and the next carries new values.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from epochlog.errors import EpochlogError
+from epochlog.errors import EpochlogError, NotEnoughReplicasAfterAppendError, RequestTimedOutError
 from epochlog.sim.history import Ack, History, OffsetSeen, Read
 from epochlog.sim.nodes import SimBroker, Store
 from epochlog.sim.world import TIMEOUT, Process, World
@@ -148,13 +151,23 @@ class Producer(Client):
             self.after(self.think(), self.act)
             return
         error = result.error if isinstance(result, ProduceDone) else result
-        retriable = error is TIMEOUT or (isinstance(error, EpochlogError) and error.retriable)
+        retriable = _outcome_unknown(error) or (
+            isinstance(error, EpochlogError) and error.retriable
+        )
         if not retriable or self.attempts >= self.max_retries:
             # Give the batch up: its outcome stays open, and a new epoch starts afresh.
             self.producer_epoch += 1
             self.sequence.clear()
             self.batch = None
         self.after(self.think() + self.config.backoff_ms, self.act)
+
+
+def _outcome_unknown(error: object) -> bool:
+    """The batch may be in the log (and may yet be committed): only a retry of the same
+    batch can tell, so it must not be counted as written or as refused."""
+    return error is TIMEOUT or isinstance(
+        error, RequestTimedOutError | NotEnoughReplicasAfterAppendError
+    )
 
 
 class Consumer(Client):

@@ -5,7 +5,9 @@ high watermarks and latest offsets seen). The simulated processes record the
 ground truth only a simulator can see: which broker appended as leader in
 which epoch, every status the controller wrote, every follower fetch the
 leader served with the leader's log end at that moment, process lifetimes and
-the faults injected. Times are simulated ms.
+the faults injected, the Partitions deleted and created again, the disks
+wiped, and what the controller refused (ISR proposals it rejected, and the
+reasons it gave for electing nobody). Times are simulated ms.
 
 Runs on real processes (`epochlog.devcluster.nemesis`) fill in the client
 observations, the status versions (from a watch) and the faults, with times in
@@ -69,6 +71,20 @@ class FollowerFetches:
 
 
 @dataclass(frozen=True, slots=True)
+class Refusal:
+    """Something the controller declined: an ISR proposal (`kind` "isr-proposal", naming
+    the `replica` and the leader's `proposal_id`), or to elect a leader ("offline"; the
+    reason is the Offline condition's reason and message)."""
+
+    time: int
+    partition: str
+    kind: str
+    reason: str
+    replica: int | None = None
+    proposal_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Fault:
     time: int
     description: str
@@ -99,6 +115,19 @@ class History:
     cuts: list[tuple[int, int, int, int | None]] = field(default_factory=list)
     """(src, dst, from, until) of every link cut; until None while it lasts."""
     faults: list[Fault] = field(default_factory=list)
+    recreated: dict[str, list[int]] = field(default_factory=dict)
+    """Partition -> times its resource was created again after a delete (status gone)."""
+    wiped: dict[int, list[int]] = field(default_factory=dict)
+    """Broker id -> times its disk was lost."""
+    refusals: list[Refusal] = field(default_factory=list)
+    delivered: dict[str, list[tuple[int, int, int | None, int]]] = field(default_factory=dict)
+    """Per partition, (time, leaderEpoch, leader, partitionEpoch) of each assignment a
+    broker received: epochs that left the controller's record for the brokers'."""
+
+    def delivered_by(self, partition: str, time: int) -> tuple[int, int]:
+        """Highest (leaderEpoch, partitionEpoch) any broker received up to `time`."""
+        got = [(le, pe) for t, le, _l, pe in self.delivered.get(partition, []) if t <= time]
+        return max((le for le, _ in got), default=0), max((pe for _, pe in got), default=0)
 
     def fault(self, time: int, description: str) -> None:
         self.faults.append(Fault(time, description))

@@ -23,6 +23,11 @@ configured into any of these behaviours.
 - `late-maximal-isr`: the leader counts a replica it proposed for the ISR
   towards the high watermark only once it learns the ISR change was recorded
   (the race KIP-497 closed).
+- `rank-by-known-epoch`: the controller ranks replicas of a partition whose
+  status is lost by the newest epoch each broker knows, including one it only
+  heard of in an assignment, then log end, and never restores the status from
+  the assignments brokers hold. A stale, longer tail that heard of the newest
+  epoch wins, and acknowledged records of that epoch are truncated away.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Final
 
-from epochlog.heartbeat import PartitionRole
+from epochlog.heartbeat import BrokerHeartbeat, PartitionRole
 from epochlog.resources import PartitionStatus
 from epochlog_broker.core import BrokerCore, Effect, Hosted
 from epochlog_broker.replication.follower import Follower, FollowerAction
@@ -46,6 +51,7 @@ DROP_HW_CHECKPOINT: Final = "drop-hw-checkpoint"
 NO_OFFSET_GATE: Final = "no-offset-gate"
 COUNT_LAG: Final = "count-lag"
 LATE_MAXIMAL_ISR: Final = "late-maximal-isr"
+RANK_BY_KNOWN_EPOCH: Final = "rank-by-known-epoch"
 
 LEGACY: Final = {
     TRUNCATE_TO_HW: "truncate to the local HW on becoming follower (KAFKA-1211, pre KIP-101)",
@@ -56,6 +62,8 @@ LEGACY: Final = {
     COUNT_LAG: "ISR lag by record count instead of time (pre KIP-16)",
     LATE_MAXIMAL_ISR: "count a proposed replica for the HW only once the ISR change is "
     "recorded (pre KIP-497)",
+    RANK_BY_KNOWN_EPOCH: "after a lost status, rank logs by the epoch a broker knows from an "
+    "assignment instead of restoring the status from the brokers",
 }
 
 COUNT_LAG_MAX_MESSAGES: Final = 20
@@ -173,6 +181,7 @@ def count_lag(
         status,
         isr=isr,
         isr_broker_epochs={m: e for m, e in status.isr_broker_epochs.items() if m in isr},
+        isr_storage_ids={m: e for m, e in status.isr_storage_ids.items() if m in isr},
         partition_epoch=status.partition_epoch + 1,
     )
     event = Event.warning(
@@ -185,3 +194,13 @@ def count_lag(
 
 def replace_status(status: PartitionStatus, **changes: object) -> PartitionStatus:
     return status.model_copy(update=changes)
+
+
+def rank_by_known_epoch(heartbeat: BrokerHeartbeat) -> BrokerHeartbeat:
+    """The heartbeat as a controller before storage-state reports read it: no held
+    assignment, and each log ranked by the newest epoch its broker knows."""
+    reports = tuple(
+        r.model_copy(update={"assignment": None, "last_epoch": r.leader_epoch})
+        for r in heartbeat.partitions
+    )
+    return heartbeat.model_copy(update={"partitions": reports})

@@ -5,8 +5,10 @@ machines and checkpoints) on a `CrashFileSystem` that outlives the process, and
 plays the broker's network and timer shell: heartbeats, replica fetchers,
 group-commit fsync, HW checkpoints, purgatory timeouts. `SimController` runs a
 `ControllerCore` and the controller's real `decide`, persisting statuses into a
-`Store` that plays the Kubernetes API (it outlives controller restarts and
-checks resourceVersion on every write).
+`Store` that plays the Kubernetes API (it outlives controller restarts, checks
+resourceVersion on every write, and can delete a Partition and create it again
+with a new resourceVersion and no status, while the brokers keep their data).
+A broker's disk can be lost (`SimBroker.wipe`): it boots next on an empty one.
 
 Both record ground truth in the run's `History` for the checker.
 """
@@ -14,14 +16,15 @@ Both record ground truth in the run's `History` for the checker.
 from __future__ import annotations
 
 import functools
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from epochlog.errors import EpochlogError, InvalidRequestError
 from epochlog.heartbeat import BrokerHeartbeat, HeartbeatResponse
-from epochlog.resources import PartitionSpec, PartitionStatus
+from epochlog.resources import ConditionStatus, ConditionType, PartitionSpec, PartitionStatus
 from epochlog.sim import legacy as legacy_mod
-from epochlog.sim.history import History, StatusWrite
+from epochlog.sim.history import History, Refusal, StatusWrite
 from epochlog.sim.world import CONTROLLER, TIMEOUT, Process, World
 from epochlog_broker.core import BrokerCore, Effect, ProduceDone, ProducerFields, SendToLeader
 from epochlog_broker.log.batch import Record
@@ -37,7 +40,7 @@ from epochlog_broker.replication.messages import (
     OffsetsForLeaderEpochRequest,
 )
 from epochlog_operator.controller import ControllerCore
-from epochlog_operator.decide import PartitionInput
+from epochlog_operator.decide import Decision, PartitionInput
 
 Reply = Callable[[object], None]
 
@@ -61,6 +64,15 @@ class SimConfig:
     """Small segments so that runs roll, index and truncate across segment files."""
 
 
+@dataclass(frozen=True, slots=True)
+class ProduceRequest:
+    """What a produce request carries on the simulated network (for holds to match)."""
+
+    partition: str
+    values: tuple[str, ...]
+    acks: Acks
+
+
 @dataclass
 class Stored:
     spec: PartitionSpec
@@ -81,8 +93,14 @@ class Store:
     _rv: int = 1
 
     def create(self, spec: PartitionSpec) -> None:
+        if spec.name in self.items:
+            raise Conflict(f"{spec.name}: already exists")
         self._rv += 1
         self.items[spec.name] = Stored(spec, resource_version=self._rv)
+
+    def delete(self, name: str) -> None:
+        """The resource and its status are gone; a later `create` starts without a status."""
+        del self.items[name]
 
     def input(self, name: str) -> PartitionInput:
         s = self.items[name]
@@ -92,7 +110,9 @@ class Store:
         return {n: self.input(n) for n in self.items}
 
     def write_status(self, name: str, status: PartitionStatus, resource_version: str) -> None:
-        s = self.items[name]
+        s = self.items.get(name)
+        if s is None:
+            raise Conflict(f"{name}: not found")
         if str(s.resource_version) != resource_version:
             raise Conflict(f"{name}: resourceVersion {resource_version} is stale")
         self._rv += 1
@@ -100,7 +120,9 @@ class Store:
         s.resource_version = self._rv
 
     def status(self, name: str) -> PartitionStatus | None:
-        return self.items[name].status
+        """The status of `name`; None while it has none or the resource does not exist."""
+        s = self.items.get(name)
+        return None if s is None else s.status
 
 
 # -- broker ----------------------------------------------------------------------------
@@ -147,6 +169,7 @@ class SimBroker(Process):
             address=f"sim://broker-{self.broker_id}",
             log_config=LogConfig(segment_bytes=self.config.segment_bytes, max_batch_bytes=8192),
             replica_class=legacy_mod.replica_class(self.legacy),
+            make_storage_id=self._new_storage_id,
         )
         if isinstance(core, legacy_mod.LegacyBrokerCore):
             core.legacy = self.legacy
@@ -170,11 +193,20 @@ class SimBroker(Process):
         if power_loss:
             self.fs.crash(self.world.rng if torn else None)
 
+    def wipe(self) -> None:
+        """The disk is lost: the process dies and the next boot finds an empty one."""
+        self.kill()
+        self.fs = CrashFileSystem()
+
     def shutdown(self) -> None:
         """A clean stop: flush, checkpoint, close."""
         if self.core is not None and self.alive:
             self.core.close()
         self.kill()
+
+    def _new_storage_id(self) -> str:
+        # Drawn from the run's seeded source, so a seed replays the same ids.
+        return str(uuid.UUID(int=self.world.rng.getrandbits(128), version=4))
 
     # -- loops -----------------------------------------------------------------------------
 
@@ -188,12 +220,17 @@ class SimBroker(Process):
             lambda dst, reply: _controller(dst).handle_heartbeat(hb, reply),
             lambda result: self._on_heartbeat_response(core, result),
             self.config.heartbeat_interval_ms,
+            message=hb,
         )
         self.after(self.config.heartbeat_interval_ms, self._heartbeat)
 
     def _on_heartbeat_response(self, core: BrokerCore, result: object) -> None:
         if core is not self.core or not isinstance(result, HeartbeatResponse):
             return
+        for a in result.assignments:
+            self.history.delivered.setdefault(a.name, []).append(
+                (self.world.now, a.leader_epoch, a.leader, a.partition_epoch)
+            )
         self.run(core.on_heartbeat_response(result, self.now))
         if core.fenced:
             # A fenced broker restarts with a new brokerEpoch to rejoin.
@@ -247,6 +284,7 @@ class SimBroker(Process):
             lambda dst, reply: _broker(dst).handle_replica_request(e.partition, request, reply),
             lambda result: self._on_replica_answer(core, e, result),
             self.config.fetch_timeout_ms,
+            message=request,
         )
 
     def _on_replica_answer(self, core: BrokerCore, e: SendToLeader, result: object) -> None:
@@ -396,11 +434,13 @@ class SimController(Process):
         self.legacy = legacy
         self.core: ControllerCore | None = None
         self._last_write: dict[str, int] = {}
+        self._offline: dict[str, tuple[str, str]] = {}
 
     def boot(self) -> None:
         self.begin()
         self.core = ControllerCore.start(self.world.now, self.config.session_timeout_ms)
         self._last_write = {}
+        self._offline = {}
         self.history.controller_starts.append(self.world.now)
         self.after(self.config.reconcile_interval_ms, self._reconcile)
 
@@ -413,7 +453,11 @@ class SimController(Process):
     def handle_heartbeat(self, hb: BrokerHeartbeat, reply: Reply) -> None:
         assert self.core is not None
         self.history.heartbeats_in.setdefault(hb.broker_id, []).append(self.world.now)
+        if legacy_mod.RANK_BY_KNOWN_EPOCH in self.legacy:
+            hb = legacy_mod.rank_by_known_epoch(hb)
         response, _ = self.core.on_heartbeat(hb, self.world.now, self.store.inputs())
+        if legacy_mod.RANK_BY_KNOWN_EPOCH in self.legacy:
+            self.core.handed.clear()  # nor does it remember what it handed out
         reply(response)
 
     def _reconcile(self) -> None:
@@ -425,6 +469,7 @@ class SimController(Process):
             decision = core.decide(name, p, now, inputs)
             if legacy_mod.COUNT_LAG in self.legacy:
                 decision = legacy_mod.count_lag(decision, name, core.heartbeats)
+            self._note_refusals(name, decision, p.status)
             status = decision.status
             if status is None:
                 continue
@@ -437,3 +482,29 @@ class SimController(Process):
             self._last_write[name] = now
             self.history.status_writes.append(StatusWrite(name, status, now))
         self.after(self.config.reconcile_interval_ms, self._reconcile)
+
+    def _note_refusals(self, name: str, decision: Decision, before: PartitionStatus | None) -> None:
+        """Record refused ISR proposals, and each new reason for leaving `name` leaderless."""
+        now = self.world.now
+        for r in decision.rejected_proposals:
+            self.history.refusals.append(
+                Refusal(now, name, "isr-proposal", r.reason, r.replica, r.proposal_id)
+            )
+        offline = _offline_condition(decision.status or before)
+        if offline is None:
+            self._offline.pop(name, None)
+        elif self._offline.get(name) != offline:
+            # A decision repeats every reconcile interval; one line per reason is enough.
+            self._offline[name] = offline
+            reason, message = offline
+            self.history.refusals.append(Refusal(now, name, "offline", f"{reason}: {message}"))
+
+
+def _offline_condition(status: PartitionStatus | None) -> tuple[str, str] | None:
+    """(reason, message) of a status's Offline condition while it holds."""
+    if status is None or status.leader is not None:
+        return None
+    for c in status.conditions:
+        if c.type is ConditionType.OFFLINE and c.status is ConditionStatus.TRUE:
+            return c.reason, c.message
+    return None

@@ -9,7 +9,8 @@ producers stopped half-way, and runs every check of `checker`, including the
 liveness ones that only make sense once the faults are gone.
 
 Fault kinds (`FAULTS`): kill, power-loss, pause, partition, one-way,
-controller, lossy-network, double-kill, all-crash.
+controller, lossy-network, double-kill, all-crash, kill-on-isr-change,
+recreate, wipe.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Final
 
+from epochlog.resources import PartitionSpec
 from epochlog.sim.checker import Violation
 from epochlog.sim.legacy import check_names
 from epochlog.sim.scenario import Sim, spec
@@ -42,6 +44,9 @@ FAULTS: Final = {
     "all-crash": "power loss of every broker at once; they return one by one",
     "kill-on-isr-change": "kill a follower; moments after it is back in the ISR (at times "
     "cut off from the leader), kill the other members, the leader included",
+    "recreate": "delete a Partition and create it again, at times while a broker is down",
+    "wipe": "lose the disk of a broker outside the ISR of every partition it hosts (killing "
+    "a follower and waiting for it to leave first if none is), then restart it",
 }
 
 LIVENESS_BOUND_MS: Final = 10_000
@@ -190,6 +195,10 @@ class _Nemesis:
                 sim.kill(f)
                 self._later(300, 2000, lambda: self._restart_if_down(f))
                 self._watch_isr(name, f, 2000)
+        elif kind == "recreate":
+            self._recreate(rng.choice(sim.specs).name)
+        elif kind == "wipe":
+            self._wipe()
         elif kind == "all-crash":
             down = [x for x, br in sim.brokers.items() if br.alive]
             for x in down:
@@ -217,6 +226,112 @@ class _Nemesis:
 
         # Strike the new leader as soon as it leads, while its followers may still lag.
         self._at(sim.config.session_timeout_ms + self.rng.randint(0, 1500), second)
+
+    def _recreate(self, name: str) -> None:
+        """Delete and create again. A third of the time just so; a third of the time a
+        broker dies first, so that the new resource meets a replica that is down; a third
+        of the time after a failover whose old leader is back but cut off from the other
+        brokers, so that it knows the new epoch while it still holds its old tail."""
+        sim, rng = self.sim, self.rng
+        if name not in sim.store.items:
+            return  # still deleted: its creation is on its way
+        shape = rng.random()
+        leader = sim.leader(name)
+        if shape < 1 / 3 and leader is not None and sim.brokers[leader].alive:
+            sim.kill(leader)
+            self._await_failover(name, leader, 100)
+            return
+        if shape < 2 / 3:
+            down = rng.choice(sorted(sim.brokers))
+            if sim.brokers[down].alive:
+                sim.kill(down)
+            self._later(1000, 6000, lambda: self._restart_if_down(down))
+        sim.delete_partition(name)
+        # Created again even if the fault phase ends first: a run ends with its Partitions.
+        sim.world.after(rng.randint(0, 1500), lambda: sim.create_partition(self._spec(name)))
+
+    def _await_failover(self, name: str, old: int, checks_left: int) -> None:
+        sim = self.sim
+        new = sim.leader(name)
+        if new is None or new == old:
+            if checks_left > 0:
+                self._at(100, lambda: self._await_failover(name, old, checks_left - 1))
+            else:
+                self._restart_if_down(old)
+            return
+        others = [b for b in sim.brokers if b != old]
+        cut = [(old, b) for b in others] + [(b, old) for b in others]
+        for src, dst in cut:
+            sim.cut(src, dst)
+        self._restart_if_down(old)
+        self._later(1000, 6000, lambda: self._uncut(cut))
+        self._await_known_epoch(name, old, 40)
+
+    def _await_known_epoch(self, name: str, old: int, checks_left: int) -> None:
+        """Re-create once the old leader follows the recorded epoch (or soon anyway)."""
+        sim = self.sim
+        status = sim.status(name)
+        core = sim.brokers[old].core
+        host = core.partitions.get(name) if core is not None else None
+        knows = (
+            status is not None
+            and host is not None
+            and host.replica.leader_epoch >= status.leader_epoch
+        )
+        if knows or checks_left == 0:
+            sim.delete_partition(name)
+            sim.world.after(
+                self.rng.randint(0, 500), lambda: sim.create_partition(self._spec(name))
+            )
+        else:
+            self._at(50, lambda: self._await_known_epoch(name, old, checks_left - 1))
+
+    def _spec(self, name: str) -> PartitionSpec:
+        return next(s for s in self.sim.specs if s.name == name)
+
+    def _outside_every_isr(self, b: int) -> bool:
+        """Per the current statuses, `b` is in no ISR (and leads nothing)."""
+        statuses = [self.sim.status(s.name) for s in self.sim.specs]
+        return all(st is not None and b not in st.isr and st.leader != b for st in statuses)
+
+    def _wipe(self) -> None:
+        sim, rng = self.sim, self.rng
+        outside = [
+            b
+            for b in sorted(sim.brokers)
+            if self._outside_every_isr(b) and not self._wiped_while_down(b)
+        ]
+        if outside:
+            self._wipe_now(rng.choice(outside))
+            return
+        leaders = {sim.leader(s.name) for s in sim.specs}
+        followers = [b for b in sorted(sim.brokers) if b not in leaders and sim.brokers[b].alive]
+        if not followers:
+            return
+        f = rng.choice(followers)
+        sim.kill(f)
+        self._wait_outside(f, 200)
+
+    def _wiped_while_down(self, b: int) -> bool:
+        """`b` is down with its disk already lost: wiping it again would add nothing."""
+        stops = self.sim.history.broker_stops.get(b, [])
+        wiped = self.sim.history.wiped.get(b, [])
+        return (
+            not self.sim.brokers[b].alive and bool(wiped) and bool(stops) and wiped[-1] >= stops[-1]
+        )
+
+    def _wait_outside(self, b: int, checks_left: int) -> None:
+        """Wipe `b` once it is out of every ISR; restart it as it is if that never happens."""
+        if self._outside_every_isr(b):
+            self._wipe_now(b)
+        elif checks_left > 0:
+            self._at(50, lambda: self._wait_outside(b, checks_left - 1))
+        else:
+            self._restart_if_down(b)
+
+    def _wipe_now(self, b: int) -> None:
+        self.sim.wipe(b)
+        self._later(300, 5000, lambda: self._restart_if_down(b))
 
     def _watch_isr(self, name: str, member: int, checks_left: int, left: bool = False) -> None:
         """Wait for `member` to leave the ISR and come back, then strike."""
@@ -251,14 +366,7 @@ class _Nemesis:
             self.sim.restart_controller()
 
     def _uncut(self, links: list[tuple[int, int]]) -> None:
-        sim = self.sim
-        for src, dst in links:
-            sim.world.cuts.discard((src, dst))
-        sim.history.cuts = [
-            (s, d, t0, sim.now if t1 is None and (s, d) in links else t1)
-            for s, d, t0, t1 in sim.history.cuts
-        ]
-        sim.history.fault(sim.now, f"heal {len(links)} link(s)")
+        self.sim.heal_links(links)
 
 
 def run_seed(seed: int, settings: RunSettings) -> RunResult:

@@ -7,7 +7,14 @@
     sim.wait_for(lambda: sim.leader("t-0") not in (None, 1))
     sim.restart(1)                       # new brokerEpoch, recovers its disk
     sim.partition({1}, {2, 3})           # both directions; sim.cut(a, b) is one-way
-    sim.heal()
+    sim.heal_link(2, 1)                  # one link back; sim.heal() heals them all
+    sim.wipe(3)                          # broker 3's disk is lost; restart(3) boots it empty
+    sim.recreate("t-0")                  # delete the Partition, create it again (no status)
+    held = sim.hold(1, 2)                # the next message 1 -> 2 waits ...
+    sim.release(held)                    # ... until now
+    pending = sim.produce_async("t-0", ["m2"])   # returns at once; the world is not run
+    sim.wait_for(lambda: pending.done)   # pending.result is a `Produced`
+    sim.refusals("t-0")                  # rejected ISR proposals, reasons for no leader
     sim.advance(5_000)
     sim.assert_ok()                      # every check of `checker`, with a report
 
@@ -28,10 +35,10 @@ from epochlog.errors import EpochlogError
 from epochlog.resources import PartitionSpec, PartitionStatus
 from epochlog.sim.checker import Checker, ReplicaLog, Violation
 from epochlog.sim.clients import ClientConfig, Consumer, OffsetsClient, Producer
-from epochlog.sim.history import Ack, History, OffsetSeen
+from epochlog.sim.history import Ack, History, OffsetSeen, Refusal
 from epochlog.sim.legacy import check_names
-from epochlog.sim.nodes import SimBroker, SimConfig, SimController, Store
-from epochlog.sim.world import CONTROLLER, TIMEOUT, NetworkConfig, Process, World
+from epochlog.sim.nodes import ProduceRequest, SimBroker, SimConfig, SimController, Store
+from epochlog.sim.world import CONTROLLER, TIMEOUT, Hold, NetworkConfig, Process, World
 from epochlog_broker.core import ProduceDone, ReadResult
 from epochlog_broker.replication.leader import Leader
 from epochlog_broker.replication.messages import Acks
@@ -73,6 +80,20 @@ class Produced:
         return self.base_offset is not None
 
 
+@dataclass(eq=False)
+class PendingProduce:
+    """A produce in flight (`Sim.produce_async`); `result` arrives as the world runs."""
+
+    partition: str
+    values: tuple[str, ...]
+    acks: Acks
+    result: Produced | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None
+
+
 class Sim:
     def __init__(
         self,
@@ -100,12 +121,8 @@ class Sim:
         }
         self.client_config = clients or ClientConfig()
         self.clients: list[Producer | Consumer | OffsetsClient] = []
-        self.checker = Checker(
-            self.history,
-            self.config,
-            self.world.net,
-            {s.name: s.replica_lag_time_max_ms for s in self.specs},
-        )
+        self._lag_max_ms = {s.name: s.replica_lag_time_max_ms for s in self.specs}
+        self.checker = Checker(self.history, self.config, self.world.net, self._lag_max_ms)
         self._client = Process(self.world, SCENARIO_CLIENT, "scenario")
         self.healed_at: int | None = None
 
@@ -180,6 +197,12 @@ class Sim:
         self._fault(f"restart broker {broker} (brokerEpoch {b.broker_epoch + 1})")
         b.boot()
 
+    def wipe(self, broker: int) -> None:
+        """The broker's disk is lost (the process dies with it); `restart` boots it empty."""
+        self._fault(f"wipe the disk of broker {broker}")
+        self.history.wiped.setdefault(broker, []).append(self.now)
+        self.brokers[broker].wipe()
+
     def shutdown(self, broker: int) -> None:
         self._fault(f"clean shutdown of broker {broker}")
         self.brokers[broker].shutdown()
@@ -201,7 +224,7 @@ class Sim:
         self.history.pauses.setdefault(node, []).append((self.now, self.now + ms))
 
     def cut(self, src: int, dst: int) -> None:
-        """Drop every message from `src` to `dst` (one way) until `heal()`."""
+        """Drop every message from `src` to `dst` (one way) until `heal_link` or `heal`."""
         self._fault(f"cut {_node(src)} -> {_node(dst)}")
         self.world.cut(src, dst)
         self.history.cuts.append((src, dst, self.now, None))
@@ -224,6 +247,58 @@ class Sim:
         self.history.cuts = [
             (s, d, t0, t1 if t1 is not None else self.now) for s, d, t0, t1 in self.history.cuts
         ]
+
+    def heal_link(self, src: int, dst: int) -> None:
+        """Undo `cut(src, dst)` alone; every other cut stays."""
+        self.heal_links([(src, dst)])
+
+    def heal_links(self, links: Iterable[tuple[int, int]]) -> None:
+        healed = sorted(set(links))
+        self._fault("heal " + ", ".join(f"{_node(s)} -> {_node(d)}" for s, d in healed))
+        for src, dst in healed:
+            self.world.heal_link(src, dst)
+        self.history.cuts = [
+            (s, d, t0, self.now if t1 is None and (s, d) in healed else t1)
+            for s, d, t0, t1 in self.history.cuts
+        ]
+
+    def hold(self, src: int, dst: int, match: Callable[[object], bool] | None = None) -> Hold:
+        """Take the next message `src` -> `dst` off the network until `release`; with `match`,
+        the next one whose content (a heartbeat, a `FetchRequest`, a `ProduceRequest`, a
+        reply's result) it accepts. `hold.captured` tells whether one was taken yet."""
+        self._fault(f"hold the next message {_node(src)} -> {_node(dst)}")
+        return self.world.hold(src, dst, match)
+
+    def release(self, hold: Hold) -> bool:
+        """Deliver the held message now (it still needs the link up and its receiver alive
+        when it arrives); True if one was held, else the hold is cancelled."""
+        what = type(hold.message).__name__ if hold.captured else "nothing held; cancelled"
+        self._fault(f"release the message {_node(hold.src)} -> {_node(hold.dst)} ({what})")
+        return self.world.release(hold)
+
+    def delete_partition(self, name: str) -> None:
+        """Delete the Partition resource: its status is gone, the brokers keep their data."""
+        self._fault(f"delete Partition {name}")
+        self.store.delete(name)
+
+    def create_partition(self, partition: PartitionSpec) -> None:
+        """Create a Partition (again, if it was deleted: the same history of epochs goes on)."""
+        name = partition.name
+        known = [s.name for s in self.specs]
+        if name in known:
+            self.specs[known.index(name)] = partition
+            self.history.recreated.setdefault(name, []).append(self.now)
+        else:
+            self.specs.append(partition)
+        self._lag_max_ms[name] = partition.replica_lag_time_max_ms
+        self._fault(f"create Partition {name}")
+        self.store.create(partition)
+
+    def recreate(self, name: str) -> None:
+        """Delete the Partition and create it again from the same spec."""
+        known = {s.name: s for s in self.specs}
+        self.delete_partition(name)
+        self.create_partition(known[name])
 
     def heal_all(self) -> None:
         """Heal the network, resume paused processes, restart dead ones."""
@@ -267,39 +342,65 @@ class Sim:
         timeout_ms: int | None = None,
     ) -> Produced:
         """Send `values` to the leader (or broker `to`) and run until the answer."""
+        pending = self.produce_async(partition, values, acks=acks, to=to, timeout_ms=timeout_ms)
+        wait = timeout_ms or self.config.request_timeout_ms + 500
+        self.world.run_until(self.now + wait + 1, lambda: pending.done)
+        return pending.result or Produced(None, None, None, timed_out=True)
+
+    def produce_async(
+        self,
+        partition: str,
+        values: Sequence[str],
+        *,
+        acks: Acks = Acks.ALL,
+        to: int | None = None,
+        timeout_ms: int | None = None,
+    ) -> PendingProduce:
+        """Send `values` like `produce`, but return at once: the answer (or the timeout)
+        lands in the handle while the world runs (`sim.wait_for(lambda: p.done)`)."""
         status = self.status(partition)
         target = to if to is not None else (status.leader if status else None)
         epoch = status.leader_epoch if status and to is None else None
+        pending = PendingProduce(partition, tuple(values), acks)
         for v in values:
             self.history.sent[v] = partition
         if target is None:
-            return Produced(None, None, None, timed_out=True)
+            pending.result = Produced(None, None, None, timed_out=True)
+            return pending
         vals = list(values)
-        result = self._call(
+        self.world.call(
+            self._client,
             target,
             lambda dst, reply: _broker(dst).handle_produce(partition, vals, acks, epoch, reply),
+            lambda result: self._answered(pending, result),
             timeout_ms or self.config.request_timeout_ms + 500,
             duplicable=False,
+            message=ProduceRequest(partition, pending.values, acks),
         )
+        return pending
+
+    def _answered(self, pending: PendingProduce, result: object) -> None:
         if isinstance(result, ProduceDone):
             if result.error is not None:
-                return Produced(None, result.leader_epoch, result.error)
-            if acks is Acks.ALL:
-                for i, v in enumerate(vals):
+                pending.result = Produced(None, result.leader_epoch, result.error)
+                return
+            if pending.acks is Acks.ALL:
+                for i, v in enumerate(pending.values):
                     self.history.acks.append(
                         Ack(
                             "scenario",
-                            partition,
+                            pending.partition,
                             v,
                             result.base_offset + i,
                             result.leader_epoch,
                             self.now,
                         )
                     )
-            return Produced(result.base_offset, result.leader_epoch, None)
-        if isinstance(result, EpochlogError):
-            return Produced(None, None, result)
-        return Produced(None, None, None, timed_out=True)
+            pending.result = Produced(result.base_offset, result.leader_epoch, None)
+        elif isinstance(result, EpochlogError):
+            pending.result = Produced(None, None, result)
+        else:
+            pending.result = Produced(None, None, None, timed_out=True)
 
     def list_offsets(self, partition: str, *, to: int | None = None) -> int | EpochlogError | None:
         """ListOffsets latest from the leader (or broker `to`); None when nothing answered."""
@@ -385,6 +486,15 @@ class Sim:
                     if state is not None:
                         out.setdefault(s.name, {})[b] = state
         return out
+
+    def refusals(self, partition: str | None = None, kind: str | None = None) -> list[Refusal]:
+        """What the controller declined so far: rejected ISR proposals ("isr-proposal") and
+        each reason it gave for electing nobody ("offline"), oldest first."""
+        return [
+            r
+            for r in self.history.refusals
+            if partition in (None, r.partition) and kind in (None, r.kind)
+        ]
 
     def statuses(self) -> dict[str, PartitionStatus | None]:
         return {s.name: self.status(s.name) for s in self.specs}

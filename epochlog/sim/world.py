@@ -16,6 +16,12 @@ calls or one). A message is lost when its link is cut at sending or at
 delivery time, or when its receiver is dead then. Produce requests are never
 duplicated (HTTP over TCP does not; a client's retry is a new request), every
 other message may be.
+
+A `Hold` takes one message in flight off the network (the next one from its
+source to its destination that matches) and keeps it until it is released,
+which delivers it then, as a message stuck in a queue or a retransmission
+would arrive late. Senders pass what a message carries (`message`) so that a
+hold can pick it out.
 """
 
 from __future__ import annotations
@@ -104,6 +110,25 @@ class _Event:
     incarnation: int = 0
 
 
+@dataclass(eq=False)
+class Hold:
+    """One message taken off the network until `World.release`."""
+
+    src: int
+    dst: int
+    match: Callable[[object], bool] | None = None
+    message: object = None
+    """What the held message carries (None until one is held, or if the sender gave none)."""
+    captured: bool = False
+    released: bool = False
+    _deliver: Callable[[Process], None] | None = None
+
+    def matches(self, src: int, dst: int, message: object) -> bool:
+        if self.captured or self.released or (self.src, self.dst) != (src, dst):
+            return False
+        return self.match is None or self.match(message)
+
+
 class World:
     def __init__(self, seed: int, network: NetworkConfig | None = None) -> None:
         self.seed = seed
@@ -113,6 +138,7 @@ class World:
         self.net = network or NetworkConfig()
         self.processes: dict[int, Process] = {}
         self.cuts: set[tuple[int, int]] = set()
+        self.holds: list[Hold] = []
         self._queue: list[tuple[int, int, _Event]] = []
         self._seq = 0
         self.events_run = 0
@@ -169,6 +195,39 @@ class World:
     def heal(self) -> None:
         self.cuts.clear()
 
+    def heal_link(self, src: int, dst: int) -> None:
+        self.cuts.discard((src, dst))
+
+    def hold(self, src: int, dst: int, match: Callable[[object], bool] | None = None) -> Hold:
+        """Take the next message `src` -> `dst` (for which `match(message)` holds) off the
+        network until `release`."""
+        h = Hold(src, dst, match)
+        self.holds.append(h)
+        return h
+
+    def release(self, hold: Hold) -> bool:
+        """Deliver a held message now (after the usual delay); a hold that caught nothing
+        yet is disarmed. True when a message was let go."""
+        hold.released = True
+        if hold in self.holds:
+            self.holds.remove(hold)
+        deliver = hold._deliver
+        if not hold.captured or deliver is None:
+            return False
+        hold._deliver = None
+        self.after(self._delay(), lambda: self._arrive(hold.src, hold.dst, deliver))
+        return True
+
+    def _take(
+        self, src: int, dst: int, message: object, deliver: Callable[[Process], None]
+    ) -> bool:
+        """Hand a message to the first hold waiting for it; True when one took it."""
+        for h in self.holds:
+            if h.matches(src, dst, message):
+                h.captured, h.message, h._deliver = True, message, deliver
+                return True
+        return False
+
     def link_up(self, src: int, dst: int) -> bool:
         return (src, dst) not in self.cuts
 
@@ -182,9 +241,16 @@ class World:
         deliver: Callable[[Process], None],
         *,
         duplicable: bool = True,
+        message: object = None,
     ) -> None:
         """Deliver a message from `src` to process `dst_id`, subject to the network's faults."""
-        if not self.link_up(src.node_id, dst_id) or self.rng.random() < self.net.drop_rate:
+        if not self.link_up(src.node_id, dst_id):
+            return
+        # Holds are looked at before the random source is, so that a run without holds
+        # draws exactly the same numbers as before they existed.
+        if self.holds and self._take(src.node_id, dst_id, message, deliver):
+            return
+        if self.rng.random() < self.net.drop_rate:
             return
         copies = 2 if duplicable and self.rng.random() < self.net.duplicate_rate else 1
         for _ in range(copies):
@@ -205,9 +271,11 @@ class World:
         timeout_ms: int,
         *,
         duplicable: bool = True,
+        message: object = None,
     ) -> None:
         """Request/response: `handler(dst, reply)` runs on the receiver, `on_reply` once on
-        the caller with the reply or TIMEOUT."""
+        the caller with the reply or TIMEOUT. `message` is what the request carries; the
+        reply carries its result."""
         done = False
 
         def finish(result: object) -> None:
@@ -221,9 +289,9 @@ class World:
 
             def reply(result: object) -> None:
                 if dst.alive and dst.incarnation == incarnation:
-                    self.send(dst, src.node_id, lambda _p: finish(result))
+                    self.send(dst, src.node_id, lambda _p: finish(result), message=result)
 
             handler(dst, reply)
 
-        self.send(src, dst_id, serve, duplicable=duplicable)
+        self.send(src, dst_id, serve, duplicable=duplicable, message=message)
         src.after(timeout_ms, lambda: finish(TIMEOUT))

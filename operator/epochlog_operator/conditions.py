@@ -3,13 +3,14 @@
 A partition without a leader has no replica in sync, whatever ISR it keeps
 for the next election; so in-sync counts are taken as zero while it is offline.
 Ready means acks=all writes can succeed: a leader and at least
-minInsyncReplicas in sync. lastTransitionTime changes only when a condition's
-status flips, as Kubernetes tools expect.
+minInsyncReplicas in sync. A replica offline after a storage error is named in
+UnderReplicated (reason ReplicaStorageError). lastTransitionTime changes only
+when a condition's status flips, as Kubernetes tools expect.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from epochlog.resources import Condition, ConditionStatus, ConditionType, rfc3339
 from epochlog_operator.election import Offline
@@ -24,6 +25,7 @@ def partition_conditions(
     min_insync_replicas: int,
     offline: Offline | None,
     previous: Sequence[Condition],
+    storage_errors: Mapping[int, str] | None = None,
     generation: int,
     now_ms: int,
 ) -> tuple[Condition, ...]:
@@ -48,7 +50,17 @@ def partition_conditions(
     else:
         judged.append((ConditionType.READY, True, "InSync", f"broker {leader} leads"))
 
-    if in_sync < expected:
+    if storage_errors:
+        named = "; ".join(f"broker {b}: {e}" for b, e in sorted(storage_errors.items()))
+        judged.append(
+            (
+                ConditionType.UNDER_REPLICATED,
+                True,
+                "ReplicaStorageError",
+                f"{in_sync} of {expected} replicas in sync; offline after a storage error: {named}",
+            )
+        )
+    elif in_sync < expected:
         judged.append(
             (
                 ConditionType.UNDER_REPLICATED,

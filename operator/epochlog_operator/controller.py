@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 from epochlog.heartbeat import (
     BrokerHeartbeat,
     HeartbeatResponse,
+    HeldAssignment,
     PartitionAssignment,
     RejectedIsrProposal,
 )
+from epochlog.resources import PartitionStatus
 from epochlog_operator.assignment import cluster_load
 from epochlog_operator.decide import Decision, PartitionInput, decide
 from epochlog_operator.liveness import (
@@ -41,6 +43,14 @@ class ControllerCore:
     heartbeats: dict[int, ReceivedHeartbeat] = field(default_factory=dict)
     rejected: dict[int, list[RejectedIsrProposal]] = field(default_factory=dict)
     """Refused proposals per leader broker, to send with its next heartbeat answer."""
+    handed: dict[str, HeldAssignment] = field(default_factory=dict)
+    """The newest assignment this controller handed to any broker, per partition name.
+    Brokers report what they hold one heartbeat later; a status restored in between
+    must not go by their older reports."""
+    published: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Highest (leaderEpoch, partitionEpoch) decided per partition name: a resource
+    deleted and created again goes on above them (the brokers' reports cover what was
+    handed out; this covers what was written but never reached a broker)."""
     refused: set[tuple[str, int, int, int, int]] = field(default_factory=set)
     """(partition, leader, brokerEpoch, leaderEpoch, proposalId) of every refused proposal.
     The leader stops counting a refused replica for its HW as soon as it hears of the
@@ -69,7 +79,10 @@ class ControllerCore:
         assignments = []
         for name, p in sorted(partitions.items()):
             status = p.status
-            if status is None or heartbeat.broker_id not in status.replicas:
+            # A status without an ISR (never elected, or waiting to be restored from the
+            # brokers) hands out nothing: an empty assignment would overwrite the one a
+            # broker holds, which is what a lost status is restored from.
+            if status is None or not status.isr or heartbeat.broker_id not in status.replicas:
                 continue
             recorded = status.isr_broker_epochs.get(heartbeat.broker_id)
             if status.leader == heartbeat.broker_id and recorded not in (
@@ -79,7 +92,9 @@ class ControllerCore:
                 # Leadership was given to the broker's previous process; the next decision
                 # elects anew, so this process never leads an epoch its predecessor led.
                 continue
-            assignments.append(PartitionAssignment.from_status(name, status, p.spec))
+            assignment = PartitionAssignment.from_status(name, status, p.spec)
+            assignments.append(assignment)
+            self._handed(assignment)
         rejected = tuple(self.rejected.pop(heartbeat.broker_id, ()))
         view = self.liveness.view(now_ms)
         brokers = {
@@ -96,6 +111,21 @@ class ControllerCore:
             result,
         )
 
+    def _handed(self, a: PartitionAssignment) -> None:
+        known = self.handed.get(a.name)
+        if known is None or (a.partition_epoch, a.leader_epoch) > (
+            known.partition_epoch,
+            known.leader_epoch,
+        ):
+            self.handed[a.name] = HeldAssignment(
+                leader=a.leader,
+                leader_epoch=a.leader_epoch,
+                partition_epoch=a.partition_epoch,
+                isr=a.isr,
+                replicas=a.replicas,
+                isr_storage_ids=a.isr_storage_ids,
+            )
+
     def decide(
         self,
         name: str,
@@ -109,7 +139,20 @@ class ControllerCore:
             for n, p in (others or {}).items()
             if n != name
         )
-        decision = decide(partition, self.liveness, self._unrefused(name), now_ms, load)
+        floor = self.published.get(name, (0, 0))
+        if partition.status is not None:
+            floor = _higher(floor, partition.status)
+        decision = decide(
+            partition,
+            self.liveness,
+            self._unrefused(name),
+            now_ms,
+            load,
+            floor,
+            self.handed.get(name),
+        )
+        if decision.status is not None:
+            self.published[name] = _higher(floor, decision.status)
         if decision.rejected_proposals and partition.status and partition.status.leader:
             leader = partition.status.leader
             got = self.heartbeats.get(leader)
@@ -162,3 +205,7 @@ class ControllerCore:
                 hb.model_copy(update={"partitions": parts}), got.received_ms
             )
         return out
+
+
+def _higher(floor: tuple[int, int], status: PartitionStatus) -> tuple[int, int]:
+    return max(floor[0], status.leader_epoch), max(floor[1], status.partition_epoch)

@@ -8,6 +8,10 @@ as `now_ms`, on the controller's wall clock (Unix epoch ms), because the status
 keeps times across controller restarts.
 
 In order, a decision
+0. restores the status from the brokers when it is missing or older than the
+   assignment they hold (`restore`): the Partition was deleted and created
+   again, a backup was restored, or the status was wiped. The state then goes
+   on from the brokers' record, and a failover elects only from its ISR,
 1. assigns replicas if neither spec nor status has them (`assignment`),
 2. refreshes log end offsets, high watermark and lastCaughtUpTime from the
    heartbeats (only the current leader's report, for the current leaderEpoch,
@@ -24,6 +28,11 @@ While a partition has no leader its ISR is left as it was: every member holds
 everything committed, so any of them that comes back may lead, and removing one
 could only lose a safe candidate.
 
+A status that has never had an ISR (a new or re-created resource waiting for
+its replicas) carries the highest leaderEpoch and partitionEpoch the brokers
+report, so a watcher never sees an epoch lower than one published before for
+the same partition name.
+
 `Decision.material` separates state changes (leader, ISR, epochs, replicas,
 epoch history, conditions), which must be written at once, from refreshes of
 high watermark, log end offsets and lag, which the I/O layer may throttle.
@@ -35,7 +44,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from epochlog.heartbeat import PartitionReport
+from epochlog.heartbeat import HeldAssignment, PartitionReport
 from epochlog.resources import EpochHistoryEntry, PartitionSpec, PartitionStatus
 from epochlog_operator.assignment import BrokerLoad, assign_replicas
 from epochlog_operator.conditions import partition_conditions
@@ -49,6 +58,7 @@ from epochlog_operator.election import (
 )
 from epochlog_operator.events import Event, EventReason
 from epochlog_operator.isr import (
+    INELIGIBLE,
     IsrRemoval,
     RejectedProposal,
     RemovalReason,
@@ -57,8 +67,9 @@ from epochlog_operator.isr import (
     merge_caught_up_times,
     review_proposals,
 )
-from epochlog_operator.liveness import Liveness, LivenessView
+from epochlog_operator.liveness import BrokerState, Liveness, LivenessView
 from epochlog_operator.observations import PartitionObservation, ReceivedHeartbeat, observe
+from epochlog_operator.restore import restore
 
 MAX_EPOCH_HISTORY: Final = 64
 """Elections kept in the status; brokers keep the full history in their checkpoints."""
@@ -92,6 +103,7 @@ class _Draft:
     leader_epoch: int
     isr: list[int]
     isr_broker_epochs: dict[int, int]
+    isr_storage_ids: dict[int, str]
     replicas: tuple[int, ...]
     high_watermark: int
     log_end_offsets: dict[int, int]
@@ -109,6 +121,7 @@ class _Draft:
             leader_epoch=status.leader_epoch,
             isr=list(status.isr),
             isr_broker_epochs=dict(status.isr_broker_epochs),
+            isr_storage_ids=dict(status.isr_storage_ids),
             replicas=status.replicas,
             high_watermark=status.high_watermark,
             log_end_offsets=dict(status.log_end_offsets),
@@ -123,17 +136,24 @@ def decide(
     heartbeats: Mapping[int, ReceivedHeartbeat],
     now_ms: int,
     load: Mapping[int, BrokerLoad] | None = None,
+    floor: tuple[int, int] = (0, 0),
+    handed: HeldAssignment | None = None,
 ) -> Decision:
     """Decide the next status of one Partition.
 
     `heartbeats` holds the latest heartbeat of each broker; `load` the replicas and
-    preferred leaderships each broker carries for other partitions (for assignment).
+    preferred leaderships each broker carries for other partitions (for assignment);
+    `floor` the (leaderEpoch, partitionEpoch) already published for this name, which a
+    status restored after a re-create must not undercut; `handed` the newest assignment
+    this controller handed to brokers for it, which counts as one they hold.
     """
     view = liveness.view(now_ms)
     spec = partition.spec
-    old = partition.status or PartitionStatus()
-    obs = observe(spec.name, heartbeats, view)
+    obs = observe(spec.name, heartbeats, view, floor, handed)
+    old, restored = restore(partition.status or PartitionStatus(), obs, view)
     d = _Draft.of(old)
+    if restored is not None:
+        d.events.append(restored)
 
     if not d.replicas:
         d.replicas = spec.replicas or _assign(spec, view, obs, load or {}) or ()
@@ -148,7 +168,7 @@ def decide(
             reported = obs.log_end_offset(r)
             if reported is not None:
                 d.log_end_offsets[r] = reported
-        if old.leader_epoch == 0 and old.leader is None and not old.isr:
+        if old.leader is None and not old.isr:
             _first_election(d, old, spec, view, obs)
         else:
             _judge(d, old, spec, view, obs)
@@ -164,7 +184,7 @@ def _assign(
     live = view.live_brokers()
     holders = sorted(
         (b for b in obs.reports if b in live),
-        key=lambda b: (-obs.reports[b].leader_epoch, -obs.reports[b].log_end_offset, b),
+        key=lambda b: (-obs.reports[b].last_epoch, -obs.reports[b].log_end_offset, b),
     )
     return assign_replicas(
         partition=spec.partition,
@@ -195,6 +215,7 @@ def _first_election(
         return
     d.isr = list(isr)
     d.isr_broker_epochs = {}
+    d.isr_storage_ids = {}
     _install_leader(d, old, view, obs, result, cause="first election")
 
 
@@ -226,6 +247,9 @@ def _judge(
         lag_as_of_ms=obs.received[leader].received_ms
         if leader is not None and report is not None
         else None,
+        isr_storage_ids=old.isr_storage_ids,
+        storage_ids=obs.storage_ids,
+        storage_errors=obs.storage_errors(),
     )
     behind = obs.max_leader_epoch > old.leader_epoch
     if leader is None or leader in assessment:
@@ -266,6 +290,7 @@ def _elect(
         log_end_offsets=d.log_end_offsets,
         unclean_allowed=spec.unclean_leader_election,
         reached_end=reached,
+        unavailable=obs.storage_errors(),
     )
     cause = "no leader" if old.leader is None else assessment[old.leader].detail
     if result.leader is None:
@@ -319,6 +344,9 @@ def _install_leader(
         if epoch is not None:
             epochs[m] = epoch
     d.isr_broker_epochs = epochs
+    storage = obs.storage_ids.get(new)
+    if storage is not None:
+        d.isr_storage_ids[new] = storage
     d.leader = new
     d.leader_epoch = next_epoch(old.leader_epoch, obs.max_leader_epoch)
     d.elected = True
@@ -368,6 +396,7 @@ def _shrink(d: _Draft, old: PartitionStatus, assessment: Mapping[int, IsrRemoval
     gone = {r.replica for r in removals}
     d.isr = [m for m in d.isr if m not in gone]
     d.isr_broker_epochs = {m: e for m, e in d.isr_broker_epochs.items() if m in d.isr}
+    d.isr_storage_ids = {m: e for m, e in d.isr_storage_ids.items() if m in d.isr}
     _report_removals(d, removals, old.leader)
 
 
@@ -375,9 +404,11 @@ def _report_removals(d: _Draft, removals: list[IsrRemoval], leader: int | None) 
     if not removals:
         return
     for r in removals:
+        lost = "lost leadership and left the ISR" if r.replica == leader else "left the ISR"
         if r.reason is RemovalReason.FENCED:
-            lost = "lost leadership and left the ISR" if r.replica == leader else "left the ISR"
             d.events.append(Event.warning(EventReason.BROKER_FENCED, f"{r.detail}; {lost}"))
+        elif r.reason in INELIGIBLE:
+            d.events.append(Event.warning(EventReason.REPLICA_OFFLINE, f"{r.detail}; {lost}"))
     details = "; ".join(r.detail for r in removals)
     d.events.append(
         Event.warning(
@@ -410,11 +441,15 @@ def _expand(
         epoch_start_offset=epoch_start,
         caught_up=obs.caught_up_times(old.leader, report),
         replica_lag_time_max_ms=spec.replica_lag_time_max_ms,
+        storage_errors=obs.storage_errors(),
     )
     if not accepted:
         return
     for p in accepted:
         d.isr_broker_epochs[p.replica] = p.broker_epoch
+        storage = obs.storage_ids.get(p.replica)
+        if storage is not None:
+            d.isr_storage_ids[p.replica] = storage
         d.last_caught_up[p.replica] = view.now_ms
     joined = {p.replica for p in accepted}
     d.isr = [m for m in d.replicas if m in joined or m in d.isr]
@@ -435,13 +470,21 @@ def _finish(
 ) -> Decision:
     spec = partition.spec
     isr_broker_epochs = {m: d.isr_broker_epochs[m] for m in d.isr if m in d.isr_broker_epochs}
+    isr_storage_ids = _isr_storage_ids(d, obs)
     partition_epoch = old.partition_epoch
-    changed = (tuple(d.isr), isr_broker_epochs, d.replicas) != (
+    leader_epoch = d.leader_epoch
+    changed = (tuple(d.isr), isr_broker_epochs, isr_storage_ids, d.replicas) != (
         old.isr,
         old.isr_broker_epochs,
+        old.isr_storage_ids,
         old.replicas,
     )
-    if d.elected or changed:
+    if not d.isr:
+        # Never elected: show the highest epochs handed out for this name, never less.
+        leader_epoch = max(leader_epoch, obs.max_leader_epoch)
+        partition_epoch = max(partition_epoch, obs.max_partition_epoch)
+    elif d.elected or changed or old.partition_epoch < obs.max_partition_epoch:
+        # The last case: a restored status older than an epoch already handed out.
         partition_epoch = next_epoch(old.partition_epoch, obs.max_partition_epoch)
     followers = [r for r in d.replicas if r != d.leader]
     last_caught_up = {r: d.last_caught_up[r] for r in followers if r in d.last_caught_up}
@@ -450,10 +493,11 @@ def _finish(
         lags[d.leader] = 0
     status = PartitionStatus(
         leader=d.leader,
-        leader_epoch=d.leader_epoch,
+        leader_epoch=leader_epoch,
         partition_epoch=partition_epoch,
         isr=tuple(d.isr),
         isr_broker_epochs=isr_broker_epochs,
+        isr_storage_ids=isr_storage_ids,
         replicas=d.replicas,
         high_watermark=d.high_watermark,
         log_end_offsets={r: d.log_end_offsets[r] for r in d.replicas if r in d.log_end_offsets},
@@ -467,6 +511,7 @@ def _finish(
             replication_factor=spec.replication_factor,
             min_insync_replicas=spec.min_insync_replicas,
             offline=d.offline,
+            storage_errors={r: e for r, e in obs.storage_errors().items() if r in d.replicas},
             previous=old.conditions,
             generation=partition.generation,
             now_ms=view.now_ms,
@@ -474,10 +519,34 @@ def _finish(
         observed_generation=partition.generation,
     )
     events = tuple(d.events)
-    if partition.status is not None and status == old:
+    written = partition.status
+    if written is not None and status == written:
         return Decision(None, False, events, partition.resource_version, d.rejected)
-    material = partition.status is None or _state(status) != _state(old)
+    if not d.isr and _unheard(view, obs, d.replicas, old.replicas):
+        # Never elected, and a broker not heard from yet may report a higher epoch than
+        # the ones at hand: publishing them could show a lower epoch than before.
+        return Decision(None, False, events, partition.resource_version, d.rejected)
+    material = written is None or _state(status) != _state(written)
     return Decision(status, material, events, partition.resource_version, d.rejected)
+
+
+def _unheard(view: LivenessView, obs: PartitionObservation, *replica_sets: tuple[int, ...]) -> bool:
+    if view.in_grace and not any(replica_sets):
+        return True
+    named = {b for replicas in replica_sets for b in replicas} | set(obs.reports)
+    return any(view.state(b) is BrokerState.UNKNOWN for b in named)
+
+
+def _isr_storage_ids(d: _Draft, obs: PartitionObservation) -> dict[int, str]:
+    """The storageId each ISR member was in sync on. A member with none recorded (a status
+    written by a controller that did not record them) is taken to run on the directory it
+    reports now."""
+    out: dict[int, str] = {}
+    for m in d.isr:
+        storage = d.isr_storage_ids.get(m) or obs.storage_ids.get(m)
+        if storage is not None:
+            out[m] = storage
+    return out
 
 
 def _state(s: PartitionStatus) -> tuple[object, ...]:
@@ -488,6 +557,7 @@ def _state(s: PartitionStatus) -> tuple[object, ...]:
         s.partition_epoch,
         s.isr,
         s.isr_broker_epochs,
+        s.isr_storage_ids,
         s.replicas,
         s.epoch_history,
         s.conditions,

@@ -2,10 +2,13 @@
 
 Clean election picks a live ISR member. Every ISR member holds everything
 committed: the leader counts only the recorded ISR towards the high watermark,
-and a replica counts only what is on its disk. Among live members the choice
-goes to members in good standing, then to restarted ones, then to lagging ones,
-and within each group to the preferred replica (spec.preferredLeader, else the
-first replica) and then the replicas' order.
+and a replica counts only what is on its disk. A member that runs on another
+data directory than the one it was in sync on (a new storageId: its disk was
+lost) or whose replica is offline after a storage error is not a candidate.
+Among the other live members the choice goes to members in good standing, then
+to restarted ones, then to lagging ones, and within each group to the preferred
+replica (spec.preferredLeader, else the first replica) and then the replicas'
+order.
 
 No live ISR member: the partition is offline and nobody is elected, unless
 uncleanLeaderElection is set; then the live replica with the highest log end
@@ -16,9 +19,12 @@ A partition elected for the first time waits until every replica has either
 heartbeated or been fenced: one not heard from yet may hold data and a newer
 epoch. Then, if no replica holds data, the preferred live replica leads with
 every live replica in the ISR. If replicas do hold data (the resource was
-deleted and created again), the most advanced one leads alone, judged by
-(leaderEpoch, log end offset); that is only safe once every replica is live, so
-the partition waits for all of them unless unclean election is allowed.
+deleted and created again, and no broker holds an assignment to restore it
+from), the most up-to-date log leads alone, judged as Raft does: the epoch of
+the last batch in the log (`lastEpoch`), then the log end offset; never an epoch
+a broker only heard of in an assignment, which says nothing of its log. That
+is only safe once every replica is live, so the partition waits for all of them
+unless unclean election is allowed.
 
 Epochs only grow: a new epoch is one more than the larger of the recorded
 epoch and the highest epoch any broker reports, so neither a controller that
@@ -28,11 +34,11 @@ lost its memory nor a re-created resource can hand out an epoch twice.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from epochlog.heartbeat import PartitionReport
-from epochlog_operator.isr import IsrRemoval, RemovalReason
+from epochlog_operator.isr import INELIGIBLE, IsrRemoval, RemovalReason
 from epochlog_operator.liveness import BrokerState, LivenessView
 
 
@@ -91,16 +97,23 @@ def elect_leader(
     log_end_offsets: Mapping[int, int],
     unclean_allowed: bool,
     reached_end: int,
+    unavailable: Collection[int] = (),
 ) -> ElectionResult:
     """Elect a leader from `isr`, or with `unclean_allowed` from any live replica.
 
     `assessment` says which ISR members are about to leave the ISR and why;
     `reached_end` is the highest offset known to have existed (high watermark, or
     the log end of the old leader and ISR) and bounds what an unclean election loses.
+    `unavailable` replicas cannot lead at all (their replica is offline).
     """
     order = preference_order(replicas, preferred_leader)
     rank = {r: i for i, r in enumerate(order)}
-    candidates = [m for m in isr if liveness.is_live(m)]
+
+    def eligible(m: int) -> bool:
+        removal = assessment.get(m)
+        return removal is None or removal.reason not in INELIGIBLE
+
+    candidates = [m for m in isr if liveness.is_live(m) and eligible(m) and m not in unavailable]
     if candidates:
 
         def standing(m: int) -> tuple[int, int]:
@@ -120,20 +133,28 @@ def elect_leader(
         )
         return ElectionResult(None, offline=offline)
     if unclean_allowed:
-        live = [r for r in order if liveness.is_live(r)]
+        live = [r for r in order if liveness.is_live(r) and r not in unavailable]
         if live:
             leader = min(live, key=lambda r: (-log_end_offsets.get(r, 0), rank[r]))
             end = log_end_offsets.get(leader, 0)
             lost = OffsetRange(end, reached_end) if end < reached_end else None
             return ElectionResult(leader, unclean=True, may_be_lost=lost)
         return ElectionResult(None, offline=_no_live_replica(replicas))
+    barred = [m for m in isr if liveness.is_live(m)]
+    why = "" if not barred else f" (live but ineligible: {_barred(barred, assessment)})"
     return ElectionResult(
         None,
         offline=Offline(
             OfflineReason.NO_LIVE_IN_SYNC_REPLICA,
-            f"no member of the ISR {list(isr)} is live and uncleanLeaderElection is off",
+            f"no eligible member of the ISR {list(isr)} is live{why} and "
+            "uncleanLeaderElection is off",
         ),
     )
+
+
+def _barred(members: Sequence[int], assessment: Mapping[int, IsrRemoval]) -> str:
+    details = [assessment[m].detail if m in assessment else f"broker {m}" for m in members]
+    return "; ".join(details)
 
 
 def elect_initial_leader(
@@ -146,8 +167,9 @@ def elect_initial_leader(
 ) -> tuple[ElectionResult, tuple[int, ...]]:
     """First election of a partition: the leader and the first ISR."""
     order = preference_order(replicas, preferred_leader)
-    live = [r for r in order if liveness.is_live(r)]
     held = {b: r for b, r in reports.items() if b in replicas}
+    heard = [r for r in order if liveness.is_live(r)]
+    live = [r for r in heard if not (r in held and held[r].storage_error)]
     has_data = any(r.log_end_offset > 0 or r.leader_epoch > 0 for r in held.values())
     unknown = [r for r in replicas if liveness.state(r) is BrokerState.UNKNOWN]
     if unknown:
@@ -162,9 +184,9 @@ def elect_initial_leader(
         return ElectionResult(None, offline=_no_live_replica(replicas)), ()
     if not has_data:
         return ElectionResult(live[0]), tuple(r for r in replicas if r in live)
-    everyone = len(live) == len(replicas)
+    everyone = len(heard) == len(replicas)
     if not everyone and not unclean_allowed:
-        missing = [r for r in replicas if r not in live]
+        missing = [r for r in replicas if r not in heard]
         offline = Offline(
             OfflineReason.AWAITING_REPLICAS,
             f"brokers hold data of this partition; electing needs every replica live, "
@@ -174,10 +196,23 @@ def elect_initial_leader(
 
     def progress(b: int) -> tuple[int, int]:
         r = held.get(b)
-        return (0, 0) if r is None else (r.leader_epoch, r.log_end_offset)
+        return (0, 0) if r is None else (r.last_epoch, r.log_end_offset)
 
-    leader = min(live, key=lambda b: (-progress(b)[0], -progress(b)[1], order.index(b)))
-    if everyone:
+    def rank(b: int) -> tuple[int, int, int]:
+        return (-progress(b)[0], -progress(b)[1], order.index(b))
+
+    leader = min(live, key=rank)
+    best = min(heard, key=rank)
+    if best not in live and not unclean_allowed:
+        # The most up-to-date log is on a replica that cannot serve it now: electing a
+        # shorter one would drop what only that one holds.
+        offline = Offline(
+            OfflineReason.AWAITING_REPLICAS,
+            f"the most up-to-date replica {best} is offline after a storage error: "
+            f"{held[best].storage_error}",
+        )
+        return ElectionResult(None, offline=offline), ()
+    if everyone and best in live:
         return ElectionResult(leader), (leader,)
     end = progress(leader)[1]
     reached = max(r.log_end_offset for r in held.values())

@@ -18,6 +18,8 @@ class EventReason(enum.StrEnum):
     BROKER_FENCED = "BrokerFenced"
     PARTITION_OFFLINE = "PartitionOffline"
     UNCLEAN_LEADER_ELECTION = "UncleanLeaderElection"
+    REPLICA_OFFLINE = "ReplicaOffline"
+    STATUS_RESTORED = "StatusRestored"
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,11 @@ A follower is in sync while the leader saw it read up to the leader's log end
 within `replicaLagTimeMaxMs`. The leader reports each follower's
 lastCaughtUpTime in its heartbeat; a follower not caught up for longer than
 that leaves the ISR, as does a member whose broker is fenced or restarted (a
-new brokerEpoch: what it had not flushed may be gone). The leader itself is
-never removed here; losing the leader is an election (`election`).
+new brokerEpoch: what it had not flushed may be gone), a member whose data
+directory changed (another storageId: the disk it was in sync on is gone, so
+it is a new, empty replica), and a member that reports its replica offline
+after a storage error. The leader is judged on the same grounds except lag;
+whether it keeps its place is the election's call (`election`).
 
 A lag clock never starts before the controller did: a controller that has
 just started has not been watching, and must not hold the time it was away
@@ -32,8 +35,17 @@ from epochlog_operator.liveness import BrokerState, LivenessView
 
 class RemovalReason(enum.StrEnum):
     FENCED = "fenced"
+    STORAGE_CHANGED = "storage-changed"
+    STORAGE_ERROR = "storage-error"
     RESTARTED = "restarted"
     LAGGING = "lagging"
+
+
+INELIGIBLE: frozenset[RemovalReason] = frozenset(
+    {RemovalReason.STORAGE_CHANGED, RemovalReason.STORAGE_ERROR}
+)
+"""Members removed for these reasons may not hold (or serve) what was committed: never
+elected cleanly."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +101,9 @@ def assess_isr(
     last_caught_up: Mapping[int, int],
     replica_lag_time_max_ms: int,
     lag_as_of_ms: int | None,
+    isr_storage_ids: Mapping[int, str] | None = None,
+    storage_ids: Mapping[int, str] | None = None,
+    storage_errors: Mapping[int, str] | None = None,
 ) -> dict[int, IsrRemoval]:
     """Members that must leave the ISR and why. The leader is judged on fencing and restarts
     only; whether it keeps its place is the election's call.
@@ -102,8 +117,11 @@ def assess_isr(
     for member in isr:
         current = liveness.broker_epoch(member)
         recorded = isr_broker_epochs.get(member)
+        storage = _storage_removal(member, isr_storage_ids, storage_ids, storage_errors)
         if liveness.state(member) is BrokerState.FENCED:
             out[member] = IsrRemoval(member, RemovalReason.FENCED, fenced_detail(member, liveness))
+        elif storage is not None:
+            out[member] = storage
         elif current is not None and recorded is not None and current != recorded:
             out[member] = IsrRemoval(
                 member,
@@ -122,6 +140,31 @@ def assess_isr(
     return out
 
 
+def _storage_removal(
+    member: int,
+    recorded: Mapping[int, str] | None,
+    current: Mapping[int, str] | None,
+    errors: Mapping[int, str] | None,
+) -> IsrRemoval | None:
+    was = (recorded or {}).get(member)
+    now = (current or {}).get(member)
+    if was is not None and now is not None and was != now:
+        return IsrRemoval(
+            member,
+            RemovalReason.STORAGE_CHANGED,
+            f"broker {member} runs on another data directory (storageId {was} -> {now}): "
+            "the replica it was in sync with is gone",
+        )
+    error = (errors or {}).get(member)
+    if error is not None:
+        return IsrRemoval(
+            member,
+            RemovalReason.STORAGE_ERROR,
+            f"broker {member} reports its replica offline: {error}",
+        )
+    return None
+
+
 def review_proposals(
     report: PartitionReport,
     *,
@@ -134,6 +177,7 @@ def review_proposals(
     epoch_start_offset: int,
     caught_up: Mapping[int, int],
     replica_lag_time_max_ms: int,
+    storage_errors: Mapping[int, str] | None = None,
 ) -> tuple[tuple[IsrProposal, ...], tuple[RejectedProposal, ...]]:
     """Split the leader's ISR proposals into accepted and rejected ones.
 
@@ -160,6 +204,9 @@ def review_proposals(
             continue
         seen.add(p.replica)
         reason = _ineligible(p, replicas, liveness, high_watermark, epoch_start_offset)
+        error = (storage_errors or {}).get(p.replica)
+        if reason is None and error is not None:
+            reason = f"broker {p.replica} reports its replica offline: {error}"
         since = caught_up.get(p.replica)
         if reason is None and since is not None:
             lag = liveness.now_ms - since

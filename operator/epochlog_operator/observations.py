@@ -5,7 +5,14 @@ controller time it arrived (`ReceivedHeartbeat`). `observe` picks out one
 partition's reports. A report counts only if it came from the broker's current
 process (its brokerEpoch is the one liveness knows); the highest leaderEpoch
 and partitionEpoch are taken from every heartbeat, because an epoch a dead
-process once held must never be handed out again.
+process once held must never be handed out again. For the same reason the
+assignment with the highest partitionEpoch that any broker holds (`held`) is
+taken from every heartbeat: it is the controller's own last record, kept by the
+brokers, from which a lost or outdated status is restored.
+
+Storage ids and storage errors are read from the current processes only: a
+storageId names the data directory a process runs on, and a broker that does
+not host the partition yet (a wiped disk) still says which directory it has.
 
 Brokers stamp times with their own clock. A broker time is read relative to the
 heartbeat's `timeMs` and placed that far before the heartbeat's arrival, so the
@@ -16,9 +23,9 @@ caught up a little later than it was, which errs on the side of keeping it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from epochlog.heartbeat import BrokerHeartbeat, PartitionReport, PartitionRole
+from epochlog.heartbeat import BrokerHeartbeat, HeldAssignment, PartitionReport, PartitionRole
 from epochlog_operator.liveness import LivenessView
 
 
@@ -40,6 +47,17 @@ class PartitionObservation:
     received: Mapping[int, ReceivedHeartbeat]
     max_leader_epoch: int
     max_partition_epoch: int
+    held: HeldAssignment | None = None
+    """The assignment with the highest partitionEpoch any broker reports holding."""
+    storage_ids: Mapping[int, str] = field(default_factory=dict)
+    """Broker id -> storageId of its current process (brokers that report one)."""
+
+    def storage_error(self, broker_id: int) -> str | None:
+        report = self.reports.get(broker_id)
+        return None if report is None else report.storage_error
+
+    def storage_errors(self) -> dict[int, str]:
+        return {b: r.storage_error for b, r in self.reports.items() if r.storage_error}
 
     def log_end_offset(self, broker_id: int) -> int | None:
         report = self.reports.get(broker_id)
@@ -63,20 +81,44 @@ class PartitionObservation:
 
 
 def observe(
-    name: str, heartbeats: Mapping[int, ReceivedHeartbeat], liveness: LivenessView
+    name: str,
+    heartbeats: Mapping[int, ReceivedHeartbeat],
+    liveness: LivenessView,
+    floor: tuple[int, int] = (0, 0),
+    handed: HeldAssignment | None = None,
 ) -> PartitionObservation:
+    """`floor`: (leaderEpoch, partitionEpoch) this controller already published for the
+    name, counted like a report: a re-created resource goes on above it. `handed`: the
+    newest assignment this controller handed out for it, counted as held (brokers
+    report it a heartbeat later)."""
     reports: dict[int, PartitionReport] = {}
     received: dict[int, ReceivedHeartbeat] = {}
-    max_leader_epoch = 0
-    max_partition_epoch = 0
+    storage_ids: dict[int, str] = {}
+    max_leader_epoch, max_partition_epoch = floor
+    held: HeldAssignment | None = handed
     for got in heartbeats.values():
         hb = got.heartbeat
+        current = liveness.broker_epoch(hb.broker_id) == hb.broker_epoch
+        if current and hb.storage_id is not None:
+            storage_ids[hb.broker_id] = hb.storage_id
         report = hb.partition(name)
         if report is None:
             continue
         max_leader_epoch = max(max_leader_epoch, report.leader_epoch)
         max_partition_epoch = max(max_partition_epoch, report.partition_epoch)
-        if liveness.broker_epoch(hb.broker_id) == hb.broker_epoch:
+        a = report.assignment
+        if a is not None:
+            max_leader_epoch = max(max_leader_epoch, a.leader_epoch)
+            max_partition_epoch = max(max_partition_epoch, a.partition_epoch)
+            if a.isr and (held is None or _newer(a, held)):
+                held = a
+        if current:
             reports[hb.broker_id] = report
             received[hb.broker_id] = got
-    return PartitionObservation(name, reports, received, max_leader_epoch, max_partition_epoch)
+    return PartitionObservation(
+        name, reports, received, max_leader_epoch, max_partition_epoch, held, storage_ids
+    )
+
+
+def _newer(a: HeldAssignment, b: HeldAssignment) -> bool:
+    return (a.partition_epoch, a.leader_epoch) > (b.partition_epoch, b.leader_epoch)

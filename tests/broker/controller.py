@@ -102,6 +102,10 @@ class Controller:
         self.core = ControllerCore.start(wall_ms(), session_timeout_ms)
         self.heartbeats: dict[int, int] = {}
         """Heartbeats received per broker id."""
+        self.last_heartbeat: dict[int, BrokerHeartbeat] = {}
+        """The newest heartbeat of each broker id."""
+        self.storage_errors: list[tuple[int, str, str]] = []
+        """(broker, partition, storageError) every time a report carried a new one."""
         self.paused = False
         """While set, heartbeats are answered with HTTP 503 (a controller outage)."""
         self._last_write: dict[str, int] = {}
@@ -142,6 +146,11 @@ class Controller:
             return web.Response(status=503, text="controller paused")
         hb = BrokerHeartbeat.model_validate_json(await request.read())
         self.heartbeats[hb.broker_id] = self.heartbeats.get(hb.broker_id, 0) + 1
+        self.last_heartbeat[hb.broker_id] = hb
+        for p in hb.partitions:
+            seen = (hb.broker_id, p.name, p.storage_error or "")
+            if p.storage_error and seen not in self.storage_errors:
+                self.storage_errors.append(seen)
         response, _ = self.core.on_heartbeat(hb, wall_ms(), self.store.inputs())
         return web.json_response(response.model_dump(mode="json", by_alias=True))
 
@@ -168,6 +177,12 @@ class Controller:
 
     def status(self, name: str) -> PartitionStatus | None:
         return self.store.items[name].status
+
+    def storage_error(self, broker: int, name: str) -> str | None:
+        """What `broker` last reported as `name`'s storage error (None: none)."""
+        hb = self.last_heartbeat.get(broker)
+        report = next((p for p in hb.partitions if p.name == name), None) if hb else None
+        return report.storage_error if report is not None else None
 
     def leader(self, name: str) -> int | None:
         s = self.status(name)

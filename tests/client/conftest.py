@@ -12,7 +12,19 @@ from epochlog.client import Client
 from tests.broker.cluster import Cluster
 from tests.broker.controller import spec
 
-TOPICS = ("orders", "dedup", "plain", "seq", "errors", "offsets", "sync", "cli", "poll", "hint")
+TOPICS = (
+    "orders",
+    "dedup",
+    "plain",
+    "seq",
+    "errors",
+    "offsets",
+    "sync",
+    "cli",
+    "poll",
+    "hint",
+    "shrunk",
+)
 MAX_RECORD = 64 * 1024
 
 

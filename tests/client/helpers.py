@@ -4,11 +4,15 @@
 in turn, as a load balancer would) and forwards every request; for the next
 `drop` produce requests it lets the broker carry the request out and then
 closes the client's connection instead of passing the answer on, which is
-what a network failure after the write looks like to a producer.
+what a network failure after the write looks like to a producer. For the next
+`refuse_after_append` produce requests (after those) it lets the broker carry
+the request out and answers NOT_ENOUGH_REPLICAS_AFTER_APPEND instead, which is
+what a leader whose ISR shrank below minInsyncReplicas answers.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,12 +27,27 @@ _HOP_HEADERS = frozenset(
 )
 
 
+AFTER_APPEND: dict[str, Any] = {
+    "error": {
+        "code": "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+        "message": "appended, but the ISR fell below minInsyncReplicas (test proxy)",
+        "retriable": True,
+    }
+}
+AFTER_APPEND_BODY = json.dumps(AFTER_APPEND).encode()
+
+
 @dataclass
 class AnswerDroppingProxy:
     target: str | list[str]
     """One broker, or several taken in turn (a load balancer)."""
     drop: int = 0
     dropped: int = 0
+    refuse_after_append: int = 0
+    refused: int = 0
+    requests: list[tuple[str, str]] = field(default_factory=list)
+    """(method, path) of every request forwarded, in order."""
+    produce_bodies: list[bytes] = field(default_factory=list)
     forwarded: int = 0
     produce_requests: int = 0
     port: int = 0
@@ -76,8 +95,10 @@ class AnswerDroppingProxy:
             status = resp.status
             ctype = resp.headers.get("Content-Type", "application/octet-stream")
         self.forwarded += 1
+        self.requests.append((request.method, request.path))
         if request.method == "POST" and request.path.endswith("/records"):
             self.produce_requests += 1
+            self.produce_bodies.append(body)
             if self.drop > 0:
                 self.drop -= 1
                 self.dropped += 1
@@ -85,6 +106,10 @@ class AnswerDroppingProxy:
                 assert request.transport is not None
                 request.transport.close()
                 raise ConnectionResetError("answer dropped by the test proxy")
+            if self.refuse_after_append > 0:
+                self.refuse_after_append -= 1
+                self.refused += 1
+                return web.json_response(AFTER_APPEND, status=503)
         return web.Response(body=answer, status=status, headers={"Content-Type": ctype})
 
 

@@ -10,8 +10,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from epochlog.devcluster.local import LocalCluster, partition_manifest
+import aiohttp
+
+from epochlog.devcluster.local import NAMESPACE, LocalCluster, partition_manifest
 from epochlog.devcluster.nemesis import read_partition_dir
+from epochlog.resources import GROUP, PLURAL, VERSION
 from epochlog_broker.log.checkpoints import HighWatermarkCheckpoint
 from epochlog_broker.log.fs import OsFileSystem
 
@@ -101,3 +104,78 @@ async def gone(cluster: LocalCluster, process: str, timeout_s: float = 10) -> No
         return not cluster.processes[process].alive
 
     await until(dead, timeout_s, f"{process} to exit")
+
+
+async def delete_partition(cluster: LocalCluster, name: str, timeout_s: float = 20) -> None:
+    """DELETE the Partition through the API and wait until it is gone (after any finalizer)."""
+    path = f"{cluster.api_url}/apis/{GROUP}/{VERSION}/namespaces/{NAMESPACE}/{PLURAL}/{name}"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
+        async with http.delete(path) as rsp:
+            assert rsp.status in (200, 202), await rsp.text()
+
+        async def deleted() -> bool:
+            async with http.get(path) as rsp:
+                return rsp.status == 404
+
+        await until(deleted, timeout_s, f"{name} to be deleted")
+
+
+async def partition_events(cluster: LocalCluster, name: str) -> list[dict[str, Any]]:
+    """The Kubernetes Events posted about the Partition `name`."""
+    url = f"{cluster.api_url}/api/v1/namespaces/{NAMESPACE}/events"
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http,
+        http.get(url, params={"fieldSelector": f"involvedObject.name={name}"}) as rsp,
+    ):
+        assert rsp.status == 200, await rsp.text()
+        items: list[dict[str, Any]] = (await rsp.json()).get("items", [])
+        return items
+
+
+def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    """The status condition of `type_` ({} when there is none)."""
+    for c in status.get("conditions", []):
+        if c.get("type") == type_:
+            return dict(c)
+    return {}
+
+
+class StatusPoll:
+    """Every distinct non-empty status of one Partition seen by polling the API, in order
+    (across a delete and re-create: the name is what is polled)."""
+
+    def __init__(self, cluster: LocalCluster, name: str, interval_s: float = 0.05) -> None:
+        self.cluster, self.name, self.interval_s = cluster, name, interval_s
+        self.seen: list[dict[str, Any]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                status = await status_of(self.cluster, self.name)
+            except Exception:  # deleted, or a busy API: poll again
+                status = {}
+            if status and (not self.seen or self.seen[-1] != status):
+                self.seen.append(status)
+            await asyncio.sleep(self.interval_s)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    def epochs_went_back(self) -> list[str]:
+        """Each status whose leaderEpoch or partitionEpoch is below one seen before it."""
+        out: list[str] = []
+        top = {"leaderEpoch": 0, "partitionEpoch": 0}
+        for i, s in enumerate(self.seen):
+            for field, highest in top.items():
+                value = int(s.get(field, 0))
+                if value < highest:
+                    out.append(f"status #{i}: {field} {value} after {highest}: {s}")
+                top[field] = max(highest, value)
+        return out

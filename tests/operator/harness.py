@@ -14,6 +14,7 @@ from typing import Any
 from epochlog.heartbeat import (
     BrokerHeartbeat,
     FollowerProgress,
+    HeldAssignment,
     IsrProposal,
     PartitionReport,
     PartitionRole,
@@ -70,15 +71,27 @@ def leader_report(
 
 
 def follower_report(
-    leader_epoch: int, *, log_end_offset: int = 0, high_watermark: int = 0, partition_epoch: int = 0
+    leader_epoch: int,
+    *,
+    log_end_offset: int = 0,
+    high_watermark: int = 0,
+    partition_epoch: int = 0,
+    last_epoch: int | None = None,
+    assignment: HeldAssignment | None = None,
+    storage_error: str | None = None,
 ) -> PartitionReport:
+    """A follower's report; its log's last batch is of `leader_epoch` unless `last_epoch`
+    says otherwise (a replica that heard of an epoch without writing in it)."""
     return PartitionReport(
         name=NAME,
         role=PartitionRole.FOLLOWER,
         leader_epoch=leader_epoch,
         partition_epoch=partition_epoch,
         log_end_offset=log_end_offset,
+        last_epoch=(leader_epoch if log_end_offset else 0) if last_epoch is None else last_epoch,
         high_watermark=high_watermark,
+        assignment=assignment,
+        storage_error=storage_error,
     )
 
 
@@ -108,11 +121,13 @@ class Controller:
         epoch: int = 1,
         partitions: Iterable[PartitionReport] = (),
         broker_time: int | None = None,
+        storage_id: str | None = None,
     ) -> HeartbeatResult:
         hb = BrokerHeartbeat(
             broker_id=broker,
             broker_epoch=epoch,
             address=f"broker-{broker}.epochlog:9092",
+            storage_id=storage_id,
             time_ms=now if broker_time is None else broker_time,
             partitions=tuple(partitions),
         )

@@ -124,12 +124,16 @@ def test_next_epoch_is_above_both_the_recorded_and_every_reported_epoch() -> Non
     assert next_epoch(0, 0) == 1
 
 
-def report(leader_epoch: int, log_end_offset: int) -> PartitionReport:
+def report(
+    leader_epoch: int, log_end_offset: int, *, last_epoch: int | None = None
+) -> PartitionReport:
+    """A follower's report whose last batch is of `last_epoch` (default: `leader_epoch`)."""
     return PartitionReport(
         name="orders-0",
         role=PartitionRole.FOLLOWER,
         leader_epoch=leader_epoch,
         log_end_offset=log_end_offset,
+        last_epoch=leader_epoch if last_epoch is None else last_epoch,
         high_watermark=0,
     )
 
@@ -167,6 +171,31 @@ def test_a_recreated_partition_elects_the_most_advanced_replica_alone_in_the_isr
     assert result.leader == 3  # newest epoch first, then the longest log
     assert isr == (3,)
     assert not result.unclean
+
+
+def test_rank_by_the_last_batch_epoch_not_an_epoch_known_from_an_assignment() -> None:
+    # Broker 1 holds a stale tail of epoch 1 and only heard of epoch 2; brokers 2 and 3
+    # wrote epoch 2 (the issue's re-create shape): the log with epoch-2 batches wins.
+    reports = {
+        1: report(2, 6, last_epoch=1),
+        2: report(2, 3),
+        3: report(2, 3),
+    }
+    result, isr = first(view_of({1: 1, 2: 1, 3: 1}), reports)
+    assert result.leader == 2
+    assert isr == (2,)
+
+
+def test_a_recreated_partition_waits_while_its_most_advanced_replica_is_offline() -> None:
+    reports = {
+        1: report(3, 100).model_copy(update={"storage_error": "disk full"}),
+        2: report(3, 90),
+        3: report(3, 80),
+    }
+    result, _ = first(view_of({1: 1, 2: 1, 3: 1}), reports)
+    assert result.leader is None
+    assert result.offline is not None
+    assert "disk full" in result.offline.message
 
 
 def test_a_recreated_partition_with_unclean_election_reports_what_may_be_lost() -> None:

@@ -82,7 +82,14 @@ def test_broker_times_are_read_relative_to_the_heartbeat_time() -> None:
 
 
 def test_response_carries_the_persisted_assignment() -> None:
-    status = PartitionStatus(leader=2, leader_epoch=4, partition_epoch=7, isr=(2,), replicas=(1, 2))
+    status = PartitionStatus(
+        leader=2,
+        leader_epoch=4,
+        partition_epoch=7,
+        isr=(2,),
+        isr_storage_ids={2: "5f0c8a52-77c3-4c31-9a0e-5d1f1c8b2f4e"},
+        replicas=(1, 2),
+    )
     response = HeartbeatResponse(assignments=(PartitionAssignment.from_status("orders-0", status),))
     assert response.model_dump(mode="json") == {
         "fenced": False,
@@ -94,6 +101,7 @@ def test_response_carries_the_persisted_assignment() -> None:
                 "partitionEpoch": 7,
                 "isr": [2],
                 "replicas": [1, 2],
+                "isrStorageIds": {"2": "5f0c8a52-77c3-4c31-9a0e-5d1f1c8b2f4e"},
                 "minInsyncReplicas": 2,
                 "replicaLagTimeMaxMs": 10_000,
             }

@@ -140,7 +140,10 @@ def check(
 ) -> None:
     history = world.history
     new = world.controller.status
-    assert new is not None
+    if new is None:
+        # Never elected, and some replica may yet report epochs: nothing published.
+        assert decision.status is None
+        return
     before = old or PartitionStatus()
     assert new.leader_epoch >= before.leader_epoch
     assert new.partition_epoch >= before.partition_epoch
@@ -155,7 +158,7 @@ def check(
         assert new.leader in REPLICAS
         was_unclean = EventReason.UNCLEAN_LEADER_ELECTION in reasons
         assert was_unclean <= unclean
-        if before.leader_epoch > 0 and not was_unclean:
+        if before.isr and not was_unclean:
             assert new.leader in before.isr, "elected a broker outside the ISR"
         # Above every epoch a reachable replica knows: those are the epochs that
         # brokers have acted on (a fenced broker's may be out of sight for good).

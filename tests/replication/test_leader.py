@@ -6,6 +6,7 @@ import pytest
 
 from epochlog.errors import (
     FencedLeaderEpochError,
+    NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetNotAvailableError,
@@ -438,7 +439,8 @@ def test_acks_all_fails_when_isr_shrank_below_min_before_hw_passed():
     leader.on_flushed(2)
     (failed,) = leader.on_isr_update({1}, partition_epoch=11)
     assert isinstance(failed, ProduceFailed)
-    assert isinstance(failed.error, NotEnoughReplicasError)
+    assert isinstance(failed.error, NotEnoughReplicasAfterAppendError)
+    assert leader.high_watermark == 0, "KIP-966: the HW stays below minInsyncReplicas"
 
 
 def test_resign_fails_waiting_requests_and_stops_serving():

@@ -105,9 +105,17 @@ def test_three_replicas_double_failure_loses_nothing_acknowledged():
     c.elect(C, {C})
 
     assert c.nodes[C].log.values() == ["m1", "m2"]
-    assert c.nodes[C].leader.latest_offset() >= served
+    # KIP-966: alone below minInsyncReplicas, C does not advance its HW; the KIP-207
+    # gate keeps it from serving a latest offset below the one A served meanwhile.
+    with pytest.raises(OffsetNotAvailableError):
+        c.nodes[C].leader.latest_offset()
     with pytest.raises(NotEnoughReplicasError):
         c.nodes[C].leader.begin_produce(Acks.ALL)
+    c.nodes[A].restart()
+    c.publish()
+    c.replicate(A)
+    assert c.isr == {A, C}
+    assert c.nodes[C].leader.latest_offset() >= served
 
 
 # -- KIP-279 ----------------------------------------------------------------------------

@@ -12,11 +12,13 @@ from epochlog.sim.legacy import (
     LATE_MAXIMAL_ISR,
     LEGACY,
     NO_OFFSET_GATE,
+    RANK_BY_KNOWN_EPOCH,
     TRUNCATE_TO_HW,
 )
 from epochlog.sim.scenario import Sim
 from tests.sim import scenarios
 from tests.sim.helpers import checks
+from tests.sim.test_state_recovery import P, recreated_after_failover
 
 A, B, C = 1, 2, 3
 
@@ -27,6 +29,7 @@ EXERCISED = {
     NO_OFFSET_GATE,
     COUNT_LAG,
     LATE_MAXIMAL_ISR,
+    RANK_BY_KNOWN_EPOCH,
 }
 
 
@@ -143,3 +146,14 @@ def test_late_maximal_isr_loses_record_acked_during_expansion() -> None:
     assert out.racing.base_offset == 2
     assert out.c_log_when_leading == ["m1", "m2"]
     flagged(out.sim, "acked-lost")
+
+
+def test_rank_by_known_epoch_loses_acked_records_after_a_recreate() -> None:
+    """Re-created Partition with rank-by-known-epoch: broker 1 holds an old tail and only
+    heard of epoch 2; ranked by that epoch and its longer log, it is elected, and x1, x2
+    (acknowledged in epoch 2) are truncated away on brokers 2 and 3: acked-lost."""
+    sim = recreated_after_failover((RANK_BY_KNOWN_EPOCH,))
+    assert sim.leader(P) == 1
+    sim.heal()
+    sim.advance(10_000)
+    flagged(sim, "acked-lost")

@@ -141,6 +141,38 @@ class PartitionLog:
             raise
         return plog
 
+    @classmethod
+    def unavailable(
+        cls, fs: FileSystem, directory: str, config: LogConfig, *, name: str, reason: str
+    ) -> PartitionLog:
+        """A stand-in for a log that did not open: empty, and every use raises StorageError.
+
+        It lets the broker keep hosting the replica (and report why it is offline)
+        until the log can be opened again.
+        """
+        plog = cls(fs, directory, config, name)
+        plog._failed = reason
+        plog._closed = True
+        return plog
+
+    @property
+    def failed(self) -> str | None:
+        """Why the log refuses every use after a storage error (None: it does not)."""
+        return self._failed
+
+    def mark_failed(self, reason: str) -> None:
+        """Refuse every further use: the data under the log is not trusted any more."""
+        if self._failed is None:
+            self._failed = reason
+            log.error("log_offline", partition=self.name, error=reason)
+
+    def release(self) -> None:
+        """Close the files without marking the shutdown clean (a log given up after an error)."""
+        if not self._closed:
+            self.mark_failed("released")
+            self._close_segments()
+            self._closed = True
+
     def _close_segments(self) -> None:
         for seg in self.segments:
             seg.close()
@@ -329,7 +361,7 @@ class PartitionLog:
 
     @property
     def log_start_offset(self) -> int:
-        return self.segments[0].base_offset
+        return self.segments[0].base_offset if self.segments else self.log_end_offset
 
     @property
     def latest_epoch(self) -> int:
@@ -345,7 +377,8 @@ class PartitionLog:
             )
 
     def _fail(self, exc: OSError) -> StorageError:
-        self._failed = f"{exc.strerror or exc}"
+        where = f" ({exc.filename})" if exc.filename else ""
+        self._failed = f"{exc.strerror or exc}{where}"
         log.error("log_io_error", partition=self.name, error=self._failed)
         return StorageError(f"I/O error on log {self.name}: {self._failed}", partition=self.name)
 

@@ -17,6 +17,7 @@ layer; the deterministic simulator drives it too.
 
 from __future__ import annotations
 
+import errno
 import posixpath
 import random
 from dataclasses import dataclass, field
@@ -126,18 +127,21 @@ class CrashFileSystem:
         self.generation = 0
         self.syncs = 0
         self._next_ino = 1
-        self._faults: dict[str, int] = {}
+        self._faults: dict[str, list[int]] = {}
 
     # -- fault injection ------------------------------------------------------------
 
-    def fail_next(self, op: str, count: int = 1) -> None:
-        """Make the next `count` calls of `op` ("write", "truncate", "sync") raise EIO."""
-        self._faults[op] = self._faults.get(op, 0) + count
+    def fail_next(self, op: str, count: int = 1, *, error: int = errno.EIO) -> None:
+        """Make the next `count` calls of `op` ("write", "truncate", "sync") raise `error`
+        (EIO by default; ENOSPC for a full disk). A failing call has no effect."""
+        self._faults.setdefault(op, []).extend([error] * count)
 
     def check_fault(self, op: str, path: str) -> None:
-        if self._faults.get(op, 0) > 0:
-            self._faults[op] -= 1
-            raise OSError(5, f"injected I/O error on {op}", path)
+        pending = self._faults.get(op)
+        if pending:
+            code = pending.pop(0)
+            what = "no space left" if code == errno.ENOSPC else "I/O error"
+            raise OSError(code, f"injected {what} on {op}", path)
 
     # -- namespace helpers ------------------------------------------------------------
 

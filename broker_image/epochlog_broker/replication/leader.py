@@ -15,6 +15,10 @@ Protocol with the shell:
   the epoch, so both agree.
 - Produce: `begin_produce(acks)` (may raise NotEnoughReplicasError) returns the
   leader epoch to append with; append to the log; then `on_appended(...)`.
+  An acks=all request already appended whose acknowledgement is refused
+  because the recorded ISR fell below minInsyncReplicas fails with the
+  retriable NotEnoughReplicasAfterAppendError: its records are in the leader's
+  log and may yet be committed, so its outcome is unknown to the client.
   Whenever the log is fsynced, `on_flushed(persisted_log_end_offset)`. Call
   `tick(now_ms)` at `next_deadline_ms()` to time requests out.
 - Follower fetch: `on_fetch(request, now_ms)` raises a typed error or returns a
@@ -29,6 +33,16 @@ Protocol with the shell:
 - Leaving leadership: `resign()` fails everything still waiting.
 
 Actions returned: `ProduceCompleted`, `ProduceFailed`, `ProposeIsr`.
+
+High watermark (KIP-966, as Kafka 4.x): the HW is the smallest persisted log
+end of the maximal ISR (KIP-497), and it advances only while the recorded ISR
+(the one the controller persisted) has at least minInsyncReplicas members.
+Below that it stays where it is, neither advancing nor going back, so no
+client reads a record that fewer replicas than promised hold; it resumes as
+soon as a recorded ISR update brings the ISR back to minInsyncReplicas. The
+same rule decides acks=all: on the ISR falling below minInsyncReplicas every
+waiting acks=all request is refused at once (NOT_ENOUGH_REPLICAS_AFTER_APPEND),
+and a new one is refused before it is appended (NOT_ENOUGH_REPLICAS).
 
 Across leader changes the KIP-207 gate is what keeps reported offsets
 monotonic: every HW a previous leader served is at most the persisted end of
@@ -46,6 +60,7 @@ from dataclasses import dataclass
 from epochlog.errors import (
     EpochlogError,
     FencedLeaderEpochError,
+    NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetNotAvailableError,
@@ -197,7 +212,8 @@ class Leader:
         self._acks_leader = Purgatory()
         self._acks_all = Purgatory()
         self._resigned = False
-        # A sole-member ISR has its quorum complete at once.
+        # A sole-member ISR has its quorum complete at once (when minInsyncReplicas
+        # is 1; below the minimum the HW stays at the checkpoint, KIP-966).
         self._maybe_advance_high_watermark()
 
     # -- state ---------------------------------------------------------------------------
@@ -227,6 +243,11 @@ class Leader:
     def maximal_isr(self) -> frozenset[int]:
         """Recorded ISR plus the replicas proposed for it: the HW quorum (KIP-497)."""
         return self._isr | self._proposed.isr if self._proposed else self._isr
+
+    @property
+    def below_min_isr(self) -> bool:
+        """The recorded ISR is smaller than minInsyncReplicas: the HW is frozen (KIP-966)."""
+        return len(self._isr) < self.min_insync_replicas
 
     @property
     def pending_proposal(self) -> ProposeIsr | None:
@@ -264,7 +285,7 @@ class Leader:
     def begin_produce(self, acks: Acks) -> int:
         """Admit a produce request; returns the leader epoch to append with."""
         self._check_leader_epoch(self.leader_epoch)
-        if acks is Acks.ALL and len(self._isr) < self.min_insync_replicas:
+        if acks is Acks.ALL and self.below_min_isr:
             raise NotEnoughReplicasError(
                 f"{self.partition}: ISR {sorted(self._isr)} is smaller than "
                 f"minInsyncReplicas {self.min_insync_replicas}",
@@ -294,6 +315,10 @@ class Leader:
             self._acks_leader.add(waiting)
             return self._complete_leader_acks()
         self._acks_all.add(waiting)
+        if self.below_min_isr:
+            # The ISR shrank between admission and append (a shell that appends
+            # asynchronously): the records are in, their acknowledgement is refused.
+            return self._refuse_all_acks()
         return self._complete_all_acks()
 
     def on_flushed(self, persisted_log_end_offset: int) -> list[LeaderAction]:
@@ -350,28 +375,41 @@ class Leader:
         ]
 
     def _complete_all_acks(self) -> list[LeaderAction]:
-        done = self._acks_all.pop_below(self._high_watermark)
-        if len(self._isr) >= self.min_insync_replicas:
-            return [ProduceCompleted(w.request_id, w.last_offset) for w in done]
-        # The HW may pass a record while the recorded ISR is below minimum: then
-        # fewer electable replicas than promised hold it, so it is not acknowledged.
+        # The HW only advances while the recorded ISR has minInsyncReplicas members,
+        # so whatever it passed reached that many of them.
+        assert not self.below_min_isr, "acks=all completed below minInsyncReplicas"
+        return [
+            ProduceCompleted(w.request_id, w.last_offset)
+            for w in self._acks_all.pop_below(self._high_watermark)
+        ]
+
+    def _refuse_all_acks(self) -> list[LeaderAction]:
+        """The recorded ISR fell below minInsyncReplicas: the HW stops, so every waiting
+        acks=all request is answered now rather than at its timeout. Its records are in
+        the log and a later leader may commit them: the outcome is unknown, and the
+        client retries the batch idempotently."""
         return [
             ProduceFailed(
                 w.request_id,
                 w.last_offset,
-                NotEnoughReplicasError(
-                    f"{self.partition}: offset {w.last_offset} reached only ISR "
-                    f"{sorted(self._isr)}, below minInsyncReplicas {self.min_insync_replicas}",
+                NotEnoughReplicasAfterAppendError(
+                    f"{self.partition}: offset {w.last_offset} was appended, but the ISR "
+                    f"{sorted(self._isr)} fell below minInsyncReplicas "
+                    f"{self.min_insync_replicas} before the high watermark reached it",
                     leader=self.broker_id,
                     leaderEpoch=self.leader_epoch,
                 ),
             )
-            for w in done
+            for w in sorted(self._acks_all.pop_all(), key=lambda w: w.last_offset)
         ]
 
     # -- high watermark ------------------------------------------------------------------
 
     def _maybe_advance_high_watermark(self) -> list[LeaderAction]:
+        if self.below_min_isr:
+            # KIP-966: a record the HW passed now might exist on fewer replicas than
+            # minInsyncReplicas, and consumers would read what one lost disk erases.
+            return []
         ends = [self._persisted_log_end_offset]
         for r in self.maximal_isr - {self.broker_id}:
             f = self._followers.get(r)
@@ -483,6 +521,8 @@ class Leader:
         # Any proposal in flight was made against an older partition epoch and is
         # void: the recorded ISR now says who is in.
         self._proposed = None
+        if self.below_min_isr:
+            return self._refuse_all_acks()
         return self._maybe_advance_high_watermark()
 
     def on_isr_proposal_rejected(self, proposal_id: int | None = None) -> list[LeaderAction]:

@@ -34,6 +34,8 @@ class Assignment:
     partition_epoch: int
     isr: frozenset[int]
     replicas: tuple[int, ...]
+    isr_storage_ids: tuple[tuple[int, str], ...] = ()
+    """Kept only to be reported back: the controller restores a lost status from it."""
 
 
 @dataclass(frozen=True, slots=True)

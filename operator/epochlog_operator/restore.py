@@ -1,0 +1,72 @@
+"""Restoring a Partition's status from the assignment its brokers hold.
+
+The status is the controller's record, but not the only one: every broker keeps
+the last assignment it was handed (leader, leaderEpoch, partitionEpoch, ISR,
+replicas, the ISR's storage ids) and reports it in its heartbeat. When the
+status is missing, has never had an ISR, or is older than the newest assignment
+a broker holds (the resource was deleted and created again, a backup was
+restored, the status was wiped), that assignment is the truth: the controller
+handed it out, so its ISR held everything committed up to then, and nothing
+was committed since except through it.
+
+`restore` puts that assignment back into the status. The decision then goes on
+as usual: a live leader that still leads that epoch keeps leading it (nothing
+changes on the brokers), a leader that is gone or no longer leads that epoch
+is replaced from that ISR like any failover, with a new epoch. It waits until
+every replica named anywhere has heartbeated or been fenced, because one not
+heard from may hold a newer assignment.
+
+A status newer than or equal to every held assignment is left alone. Pure: no
+I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from epochlog.resources import PartitionStatus
+from epochlog_operator.events import Event, EventReason
+from epochlog_operator.liveness import BrokerState, LivenessView
+from epochlog_operator.observations import PartitionObservation
+
+
+def restore(
+    status: PartitionStatus, obs: PartitionObservation, view: LivenessView
+) -> tuple[PartitionStatus, Event | None]:
+    """`status`, or the status restored from the newest held assignment with an event."""
+    held = obs.held
+    if held is None:
+        return status, None
+    if status.isr and held.partition_epoch <= status.partition_epoch:
+        return status, None
+    named = set(held.replicas) | set(status.replicas) | set(obs.reports)
+    if any(view.state(b) is BrokerState.UNKNOWN for b in named):
+        return status, None
+    # A leader that no longer leads that epoch (it restarted, or resigned) must be
+    # replaced with a new epoch: the restored status keeps no record of its process.
+    leading = held.leader is not None and obs.leader_report(held.leader, held.leader_epoch)
+    restored = status.model_copy(
+        update={
+            "leader": held.leader if leading else None,
+            "leader_epoch": held.leader_epoch,
+            "partition_epoch": held.partition_epoch,
+            "isr": held.isr,
+            # Members are taken to be in sync as the processes they run now, so that a
+            # later restart (the leader's above all) is seen like any other.
+            "isr_broker_epochs": {
+                m: e for m in held.isr if (e := view.broker_epoch(m)) is not None
+            },
+            "isr_storage_ids": {m: s for m, s in held.isr_storage_ids.items() if m in held.isr},
+            "replicas": held.replicas,
+        }
+    )
+    was = (
+        f"leaderEpoch {status.leader_epoch}, partitionEpoch {status.partition_epoch}"
+        if status.isr
+        else "no ISR"
+    )
+    event = Event.normal(
+        EventReason.STATUS_RESTORED,
+        f"status restored from the brokers' assignment (it had {was}): leader {held.leader}, "
+        f"leaderEpoch {held.leader_epoch}, partitionEpoch {held.partition_epoch}, "
+        f"ISR {list(held.isr)}",
+    )
+    return restored, event

@@ -1,0 +1,90 @@
+"""KIP-966 on real broker processes: both followers of an RF3 partition
+(minInsyncReplicas 2) are stopped and fenced, so the ISR shrinks to the leader alone.
+
+An acks=all request appended before the shrink answers the retriable
+NOT_ENOUGH_REPLICAS_AFTER_APPEND (HTTP 503); acks=leader records are acknowledged
+but stay above the high watermark, so no read returns them, until the followers
+return, rejoin the ISR and the HW moves on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest_asyncio
+
+from tests.broker.cluster import Cluster
+from tests.broker.controller import spec
+
+NAME = "events-0"
+PATH = f"/v1/partitions/{NAME}/records"
+
+
+@pytest_asyncio.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    c = await Cluster(tmp_path, [spec("events", 0)], session_timeout_ms=1200).start()
+    try:
+        await c.wait_leader(NAME)
+        await c.wait_ready()
+        yield c
+    finally:
+        await c.stop()
+
+
+async def post(c: Cluster, leader: int, value: str, acks: str) -> tuple[int, dict[str, Any]]:
+    status, raw, _ = await c.request(
+        "POST",
+        leader,
+        PATH,
+        params={"acks": acks, "timeoutMs": 8000},
+        json={"records": [{"value": value}]},
+    )
+    return status, json.loads(raw)
+
+
+async def test_kip_966_hw_frozen_and_after_append_error_on_real_brokers(
+    cluster: Cluster,
+) -> None:
+    c = cluster
+    leader = await c.wait_leader(NAME)
+    await c.produce(NAME, ["c1"], leader=leader)
+    followers = [b for b in c.brokers if b != leader]
+    pids = [c.brokers[b].proc.pid for b in followers]  # type: ignore[union-attr]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        # Waits past the session timeout: the followers are fenced and leave the ISR.
+        status, body = await post(c, leader, "j1", "all")
+        assert (status, body["error"]["code"], body["error"]["retriable"]) == (
+            503,
+            "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+            True,
+        )
+        status, body = await post(c, leader, "j2", "all")
+        assert (status, body["error"]["code"]) == (503, "NOT_ENOUGH_REPLICAS")
+        status, body = await post(c, leader, "l1", "leader")
+        assert (status, body["baseOffset"]) == (200, 2)
+        await asyncio.sleep(0.5)
+        answer = await c.call("GET", leader, PATH, params={"offset": 0})
+        assert answer["highWatermark"] == 1
+        assert [r["value"] for r in answer["records"]] == ["c1"]
+        latest = await c.call("GET", leader, f"/v1/partitions/{NAME}/offsets")
+        assert latest["offset"] == 1
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+
+    async def visible() -> bool:
+        records = await c.read_all(NAME, leader)
+        return [r["value"] for r in records] == ["c1", "j1", "l1"]
+
+    await c.wait_until(visible, 30, "the HW to move on once the ISR is back")
+    status_now = c.controller.status(NAME)
+    assert status_now is not None
+    assert len(status_now.isr) >= 2

@@ -1,0 +1,54 @@
+"""The producer on NOT_ENOUGH_REPLICAS_AFTER_APPEND (KIP-966): the batch was appended but
+not acknowledged, so its outcome is unknown. The producer keeps the leader it used,
+retries the same batch with the same producer id, epoch and sequence, and resolves the
+records only when a retry is answered: with the first copy's offsets, one copy in all."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from epochlog.client import Client, Producer
+from epochlog.client.errors import error_from_response
+from epochlog.errors import NotEnoughReplicasAfterAppendError
+from tests.broker.cluster import Cluster
+from tests.client.helpers import AFTER_APPEND_BODY, AnswerDroppingProxy, read_all, values
+
+PARTITION = "shrunk-0"
+
+
+def test_after_append_answer_comes_back_typed_and_retriable() -> None:
+    error = error_from_response(503, AFTER_APPEND_BODY, "http://broker")
+    assert isinstance(error, NotEnoughReplicasAfterAppendError)
+    assert error.retriable
+
+
+@pytest.mark.asyncio(loop_scope="package")
+async def test_producer_retries_not_enough_replicas_after_append_and_writes_one_copy(
+    cluster: Cluster,
+) -> None:
+    leader = await cluster.wait_leader(PARTITION)
+    proxy = await AnswerDroppingProxy(cluster.brokers[leader].url, refuse_after_append=2).start()
+    try:
+        async with Client(proxy.url) as client:
+            async with Producer(client, linger_ms=50, retry_backoff_ms=10) as producer:
+                futures = [await producer.send(PARTITION, f"once-{i}") for i in range(10)]
+                metas = await asyncio.gather(*futures)
+            got = await read_all(client, PARTITION)
+        # Two attempts were appended and refused; the third was answered with the offsets
+        # of the first copy.
+        assert (proxy.refused, proxy.produce_requests) == (2, 3)
+        identities = {
+            (doc["producerId"], doc["producerEpoch"], doc["baseSequence"])
+            for doc in map(json.loads, proxy.produce_bodies)
+        }
+        assert len(identities) == 1, f"the retries changed the batch's identity: {identities}"
+        first_post = proxy.requests.index(("POST", f"/v1/partitions/{PARTITION}/records"))
+        lookups = [r for r in proxy.requests[first_post:] if r == ("GET", "/v1/partitions")]
+        assert lookups == [], "the leader that answered is still the leader"
+        assert values(got) == [f"once-{i}" for i in range(10)]
+        assert [m.offset for m in metas] == [r.offset for r in got]
+    finally:
+        await proxy.stop()

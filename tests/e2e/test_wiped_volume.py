@@ -1,0 +1,243 @@
+"""A broker whose data directory is wiped comes back as a new replica, on real processes.
+
+The storage id in `meta.properties` names a broker's data directory; a broker
+that returns under its old id with an empty directory has a new one. It lost
+every record it acknowledged, so it must leave the ISR and may join it again
+only as a new replica that caught up from the leader; it must never be elected
+with its empty log.
+
+- A wiped follower (3 of 1, 2, 3) returns within its session: the operator
+  takes it out of the ISR for its new storageId (a ReplicaOffline event that
+  names it), it refetches everything, and rejoins the ISR under its new
+  storageId (`status.isrStorageIds`).
+- Every broker dies; 3 returns alone with a wiped directory: it is in the ISR
+  that was recorded, but no leader is elected and the leaderEpoch stays; then 2
+  returns, leads, and every acknowledged record is read back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import signal
+import time
+from typing import Any
+
+import pytest
+
+from epochlog.devcluster.local import LocalCluster
+from epochlog.devcluster.nemesis import Workload, WorkloadConfig
+from tests.e2e.helpers import (
+    StatusPoll,
+    condition,
+    create_partition,
+    data_dir,
+    disk_log,
+    events,
+    gone,
+    log_size,
+    partition_events,
+    status_of,
+    until,
+)
+
+REPLICAS = (1, 2, 3)
+WIPED = 3
+_STORAGE_ID = re.compile(r"^storage-id (\S+)$", re.MULTILINE)
+
+
+def storage_id_on_disk(cluster: LocalCluster, broker: int) -> str | None:
+    """The storage id in the broker's meta.properties (None: no file)."""
+    path = data_dir(cluster, broker) / "meta.properties"
+    if not path.exists():
+        return None
+    found = _STORAGE_ID.search(path.read_text())
+    return found.group(1) if found else None
+
+
+def assert_on_every_replica(w: Workload, cluster: LocalCluster, name: str) -> None:
+    acked = {a.value: a.offset for a in w.history.acks if a.partition == name}
+    assert acked, "nothing was acknowledged"
+    for b in REPLICAS:
+        held = {v: o for o, _e, v in disk_log(cluster, b, name)}
+        missing = sorted(v for v, o in acked.items() if held.get(v) != o)
+        assert not missing, (
+            f"broker {b} lacks acknowledged records at their offsets: {missing[:10]}"
+        )
+
+
+# Broker 3 must return before its session expires, so that the operator sees its new
+# storageId while it is still an ISR member (not only a fenced broker coming back); a long
+# lag limit keeps the followers in the ISR on a loaded machine.
+@pytest.mark.cluster_settings(session_timeout_ms=8000, replica_lag_time_max_ms=20_000)
+async def test_wiped_follower_leaves_the_isr_and_rejoins_as_a_new_replica(
+    local_cluster: LocalCluster,
+) -> None:
+    cluster = local_cluster
+    name = "wiped-follower-0"
+    await create_partition(cluster, name, REPLICAS)
+    w = Workload(cluster, [name], WorkloadConfig(producers=0), log=print)
+    await w.start()
+    poll = StatusPoll(cluster, name)
+    try:
+        await w.produce(name, [f"before-{i}" for i in range(40)])
+
+        async def all_in_sync() -> dict[str, Any] | None:
+            s = await status_of(cluster, name)
+            return s if set(s.get("isr", [])) == set(REPLICAS) else None
+
+        before = await until(all_in_sync, 30, "1, 2 and 3 in the ISR")
+        old_storage = storage_id_on_disk(cluster, WIPED)
+        recorded = before.get("isrStorageIds", {}).get(str(WIPED))
+        assert old_storage is not None, "broker 3 has no meta.properties"
+        assert recorded == old_storage, f"isrStorageIds {before.get('isrStorageIds')}"
+
+        w.fault(f"SIGKILL broker-{WIPED}")
+        cluster.kill(f"broker-{WIPED}", signal.SIGKILL)
+        await gone(cluster, f"broker-{WIPED}")
+        w.fault(f"wipe {data_dir(cluster, WIPED)}")
+        shutil.rmtree(data_dir(cluster, WIPED))
+        poll.start()
+        mark = log_size(cluster, f"broker-{WIPED}")
+        w.note(f"start broker-{WIPED}")
+        await cluster.restart(f"broker-{WIPED}")
+        new_storage = storage_id_on_disk(cluster, WIPED)
+        assert new_storage is not None, "the wiped broker 3 wrote no meta.properties"
+        assert new_storage != old_storage
+        formatted = events(cluster, f"broker-{WIPED}", "data_dir_formatted", since=mark)
+        assert [e.get("storageId") for e in formatted] == [new_storage], formatted
+
+        async def storage_event() -> list[str]:
+            messages = [
+                str(e.get("message", ""))
+                for e in await partition_events(cluster, name)
+                if e.get("reason") == "ReplicaOffline"
+            ]
+            return [m for m in messages if "storageId" in m and new_storage in m]
+
+        offline = await until(storage_event, 20, "a ReplicaOffline event naming the storageId")
+        print("events:", offline)
+        await w.produce(name, [f"while-{i}" for i in range(20)])
+
+        async def rejoined() -> dict[str, Any] | None:
+            s = await status_of(cluster, name)
+            return s if WIPED in s.get("isr", []) else None
+
+        def on_new(s: dict[str, Any]) -> bool:
+            return bool(s.get("isrStorageIds", {}).get(str(WIPED)) == new_storage)
+
+        async def rejoined_new() -> dict[str, Any] | None:
+            s = await rejoined()
+            return s if s and on_new(s) else None
+
+        await until(rejoined, 40, "broker 3 back in the ISR")
+        back = await until(rejoined_new, 10, "broker 3 in the ISR under its new storageId")
+        assert back["isrStorageIds"][str(WIPED)] != recorded
+        await w.produce(name, [f"after-{i}" for i in range(20)])
+        await poll.stop()
+        # Polled from the restart on: 3 left the ISR, and came back only under its new id.
+        isrs = [s.get("isr") for s in poll.seen]
+        out = next((i for i, s in enumerate(poll.seen) if WIPED not in s.get("isr", [])), None)
+        assert out is not None, f"3 never seen out of the ISR: {isrs}"
+        stale = [s for s in poll.seen[out:] if WIPED in s.get("isr", []) and not on_new(s)]
+        assert not stale, f"3 back in the ISR without its new storageId: {stale[:2]}"
+
+        result = await w.finish(produce_after_heal_s=0, settle_timeout_s=40)
+        print(result.report)
+        assert result.ok, result.report
+        assert result.acked == 80
+        assert_on_every_replica(w, cluster, name)
+    finally:
+        await poll.stop()
+        await w.close()
+
+
+async def test_wiped_replica_is_never_elected_empty(local_cluster: LocalCluster) -> None:
+    cluster = local_cluster
+    name = "wiped-all-down-0"
+    first = await create_partition(cluster, name, REPLICAS)
+    w = Workload(cluster, [name], WorkloadConfig(producers=0), log=print)
+    await w.start()
+    try:
+        await w.produce(name, [f"m-{i}" for i in range(40)])
+
+        async def all_in_sync() -> bool:
+            s = await status_of(cluster, name)
+            return set(s.get("isr", [])) == set(REPLICAS) and s.get("highWatermark", 0) >= 40
+
+        await until(all_in_sync, 30, "1, 2 and 3 in the ISR with the records committed")
+        # The operator is paused while all three die, so that it fences them in one
+        # decision: the ISR it keeps is 1, 2, 3 (followers fenced one by one would leave it
+        # first, and the wiped one would never be a candidate).
+        w.fault("SIGSTOP operator")
+        cluster.pause("operator")
+        try:
+            for b in REPLICAS:
+                w.fault(f"SIGKILL broker-{b}")
+                cluster.kill(f"broker-{b}", signal.SIGKILL)
+            for b in REPLICAS:
+                await gone(cluster, f"broker-{b}")
+            # Every session expires while the operator sleeps.
+            await asyncio.sleep(cluster.settings.session_timeout_ms / 1000 + 0.5)
+        finally:
+            w.note("SIGCONT operator")
+            cluster.resume("operator")
+
+        async def offline() -> dict[str, Any] | None:
+            s = await status_of(cluster, name)
+            c = condition(s, "Offline")
+            return s if s.get("leader") is None and c.get("status") == "True" else None
+
+        down = await until(offline, 20, "the partition Offline with every broker fenced")
+        print("offline:", down.get("isr"), condition(down, "Offline"))
+        assert condition(down, "Offline").get("reason") == "NoLiveInSyncReplica", down
+        assert set(down["isr"]) == set(REPLICAS), down
+        epoch, partition_epoch = down["leaderEpoch"], down["partitionEpoch"]
+        assert epoch == first["leaderEpoch"], down
+
+        w.fault(f"wipe {data_dir(cluster, WIPED)}")
+        shutil.rmtree(data_dir(cluster, WIPED))
+        w.note(f"start broker-{WIPED} alone")
+        await cluster.restart(f"broker-{WIPED}")
+
+        async def judged_with_3() -> dict[str, Any] | None:
+            # The operator has taken 3's report into the status (its empty log), or it
+            # elected someone: either way it decided with 3 live.
+            s = await status_of(cluster, name)
+            if s.get("leader") is not None or s.get("logEndOffsets", {}).get(str(WIPED)) == 0:
+                return s
+            return None
+
+        def still_offline(s: dict[str, Any]) -> None:
+            assert s.get("leader") is None, f"a leader was elected with only the wiped 3: {s}"
+            assert s.get("leaderEpoch") == epoch, s
+            assert s.get("partitionEpoch", 0) >= partition_epoch, s
+            assert condition(s, "Offline").get("status") == "True", s
+
+        s = await until(judged_with_3, 20, "the operator to judge with broker 3 live")
+        # Further decisions (one every reconcile interval) in a window: nobody is elected.
+        window_end = time.monotonic() + 15 * cluster.settings.reconcile_interval_ms / 1000
+        while True:
+            still_offline(s)
+            if time.monotonic() > window_end:
+                break
+            await asyncio.sleep(0.1)
+            s = await status_of(cluster, name)
+        print("with only the wiped 3:", s.get("isr"), condition(s, "Offline"))
+
+        w.note("start broker-2")
+        await cluster.restart("broker-2")
+        led = await cluster.wait_leader(name, min_leader_epoch=epoch + 1, timeout=30)
+        assert led["leader"] == 2, led
+        w.note("start broker-1")
+        await cluster.restart("broker-1")
+        result = await w.finish(produce_after_heal_s=0, settle_timeout_s=40)
+        print(result.report)
+        assert result.ok, result.report
+        assert result.acked == 40
+        read = {r.value for r in w.history.reads if r.partition == name}
+        assert {f"m-{i}" for i in range(40)} <= read
+        assert_on_every_replica(w, cluster, name)
+    finally:
+        await w.close()

@@ -1,0 +1,125 @@
+"""Storage identity and storage errors in the controller's decisions.
+
+A broker that comes back under its id with another data directory (a new
+storageId: a deleted PVC, a replaced node's local volume) holds nothing of what
+its replicas were in sync on; a replica offline after a storage error (disk
+full, I/O error, a damaged segment) cannot serve. Neither may stay in the ISR
+or be elected.
+"""
+
+from __future__ import annotations
+
+from epochlog.heartbeat import IsrProposal
+from epochlog.resources import ConditionType, PartitionStatus
+from epochlog_operator.events import EventReason
+
+from .harness import Controller, follower_report, leader_report, reasons
+
+DISK = {1: "11111111-1111-4111-8111-111111111111", 2: "22222222-2222-4222-8222-222222222222"}
+DISK3 = "33333333-3333-4333-8333-333333333333"
+WIPED3 = "99999999-9999-4999-8999-999999999999"
+
+
+def in_sync(c: Controller, now: int, storage3: str = DISK3, epoch3: int = 1) -> None:
+    status = c.current
+    caught = {2: now, 3: now}
+    c.beat(1, now, storage_id=DISK[1], partitions=[leader_report(status, caught_up=caught)])
+    c.beat(2, now, storage_id=DISK[2])
+    c.beat(3, now, storage_id=storage3, epoch=epoch3)
+
+
+def elected(c: Controller) -> None:
+    for b in (1, 2):
+        c.beat(b, 0, storage_id=DISK[b])
+    c.beat(3, 0, storage_id=DISK3)
+    c.decide(0)
+    assert c.current.leader == 1
+
+
+def test_first_election_records_the_storage_id_of_every_isr_member() -> None:
+    c = Controller()
+    elected(c)
+    assert c.current.isr_storage_ids == {1: DISK[1], 2: DISK[2], 3: DISK3}
+
+
+def test_a_member_back_with_another_storage_id_leaves_the_isr() -> None:
+    c = Controller()
+    elected(c)
+    in_sync(c, 500, storage3=WIPED3, epoch3=2)
+    d = c.decide(500)
+    assert c.current.isr == (1, 2)
+    assert 3 not in c.current.isr_storage_ids
+    assert EventReason.REPLICA_OFFLINE in reasons(d)
+    assert any("storageId" in e.message for e in d.events)
+
+
+def test_a_wiped_replica_is_never_elected_empty() -> None:
+    # Every broker went down; broker 3 comes back first, on an empty disk.
+    status = PartitionStatus(
+        leader=None,
+        leader_epoch=4,
+        partition_epoch=6,
+        isr=(1, 2, 3),
+        isr_storage_ids={1: DISK[1], 2: DISK[2], 3: DISK3},
+        replicas=(1, 2, 3),
+    )
+    c = Controller(status=status)
+    for now in range(0, 10_001, 500):
+        c.beat(3, now, epoch=2, storage_id=WIPED3)
+        c.decide(now)
+        assert c.current.leader is None
+    # Broker 2 returns with its disk: it leads.
+    c.beat(2, 10_500, epoch=2, storage_id=DISK[2])
+    c.beat(3, 10_500, epoch=2, storage_id=WIPED3)
+    c.decide(10_500)
+    assert c.current.leader == 2
+
+
+def test_a_leader_offline_after_a_storage_error_hands_leadership_to_the_isr() -> None:
+    c = Controller()
+    elected(c)
+    report = leader_report(c.current, caught_up={2: 500, 3: 500}).model_copy(
+        update={"storage_error": "STORAGE_ERROR: [Errno 28] No space left on device"}
+    )
+    c.beat(1, 500, storage_id=DISK[1], partitions=[report])
+    c.beat(2, 500, storage_id=DISK[2])
+    c.beat(3, 500, storage_id=DISK3)
+    d = c.decide(500)
+    s = c.current
+    assert s.leader == 2
+    assert s.isr == (2, 3)
+    assert EventReason.REPLICA_OFFLINE in reasons(d)
+    assert EventReason.LEADER_ELECTED in reasons(d)
+    under = s.condition(ConditionType.UNDER_REPLICATED)
+    assert under is not None
+    assert under.reason == "ReplicaStorageError"
+    assert "No space left" in under.message
+
+
+def test_a_follower_offline_after_a_storage_error_leaves_the_isr_and_is_not_proposed_back() -> None:
+    c = Controller()
+    elected(c)
+    c.beat(1, 500, storage_id=DISK[1], partitions=[leader_report(c.current, caught_up={2: 500})])
+    c.beat(2, 500, storage_id=DISK[2])
+    broken = follower_report(1, storage_error="CORRUPT_RECORD: orders-0/00000000.log at 4096")
+    c.beat(3, 500, storage_id=DISK3, partitions=[broken])
+    c.decide(500)
+    assert c.current.isr == (1, 2)
+    proposal = IsrProposal(replica=3, broker_epoch=1, log_end_offset=0, proposal_id=1)
+    lead = leader_report(c.current, caught_up={2: 1000, 3: 1000}, proposals=[proposal])
+    c.beat(1, 1000, storage_id=DISK[1], partitions=[lead])
+    c.beat(3, 1000, storage_id=DISK3, partitions=[broken])
+    d = c.decide(1000)
+    assert c.current.isr == (1, 2)
+    assert [r.replica for r in d.rejected_proposals] == [3]
+    assert "offline" in d.rejected_proposals[0].reason
+
+
+def test_a_status_without_storage_ids_adopts_the_ones_brokers_report() -> None:
+    status = PartitionStatus(
+        leader=1, leader_epoch=1, partition_epoch=1, isr=(1, 2, 3), replicas=(1, 2, 3)
+    )
+    c = Controller(status=status)
+    in_sync(c, 0)
+    c.decide(0)
+    assert c.current.isr_storage_ids == {1: DISK[1], 2: DISK[2], 3: DISK3}

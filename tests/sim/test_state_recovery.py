@@ -1,0 +1,307 @@
+"""State that must survive losing the resource or a disk (DESIGN.md), on the simulator.
+
+Each shape test replays one way the controller's record and the brokers' disks
+can part: a Partition deleted and created again while a replica holds a log
+that only looks newer, a re-created Partition met while a replica is down, a
+replica back in the ISR's place on an empty disk. The verb tests pin down the
+scenario API these shapes are written with: one-link heals, held messages,
+produces in flight and the controller's refusals.
+"""
+
+from __future__ import annotations
+
+from epochlog.sim.history import StatusWrite
+from epochlog.sim.nodes import ProduceRequest
+from epochlog.sim.scenario import SCENARIO_CLIENT, Sim, spec
+from epochlog.sim.world import CONTROLLER
+from epochlog_broker.core import ReadResult
+from epochlog_broker.replication.messages import Acks
+from epochlog_operator.election import OfflineReason
+from tests.sim.helpers import follower_role, holds_all_acked, leader_role, leads, status
+
+A, B, C = 1, 2, 3
+P = "t-0"
+
+
+def three_brokers(seed: int) -> Sim:
+    return Sim(seed, partitions=[spec("t", 0, replicas=(A, B, C), min_insync_replicas=2)]).start()
+
+
+def settled(sim: Sim) -> bool:
+    return sim.replicated() and len(sim.isr(P)) == 3
+
+
+def epochs_went_back(writes: list[StatusWrite]) -> list[str]:
+    """Status writes whose leaderEpoch or partitionEpoch is below one published before."""
+    out = []
+    top_leader = top_partition = 0
+    for w in writes:
+        s = w.status
+        if s.leader_epoch < top_leader or s.partition_epoch < top_partition:
+            out.append(
+                f"t={w.time}: leaderEpoch {s.leader_epoch} partitionEpoch "
+                f"{s.partition_epoch} (leader {s.leader}) after {top_leader}/{top_partition}"
+            )
+        top_leader = max(top_leader, s.leader_epoch)
+        top_partition = max(top_partition, s.partition_epoch)
+    return out
+
+
+def writes_of(sim: Sim, partition: str) -> list[StatusWrite]:
+    return [w for w in sim.history.status_writes if w.partition == partition]
+
+
+# -- shapes ------------------------------------------------------------------------------
+
+
+def test_recreated_partition_keeps_acknowledged_records() -> None:
+    """A leader's unreplicated tail must not outrank acknowledged records after a re-create.
+
+    m1 is acknowledged in leaderEpoch 1 (leader A). B and C stop hearing from A, which
+    writes t1..t5 with acks=leader to its own disk only, and is killed. B leads epoch 2
+    and acknowledges x1, x2 with acks=all (ISR B, C). A restarts cut off from B and C
+    but not from the controller: it learns leaderEpoch 2 from its assignment and keeps
+    m1, t1..t5, unable to fetch. The Partition is deleted and created again. A
+    controller that ranks logs by the epoch a broker merely heard of (A: epoch 2, log
+    end 6) over the epoch of its last batch (A: 1; B: 2) elects A, and B and C then
+    truncate x1 and x2 to follow it."""
+    sim = recreated_after_failover()
+    elected = status(sim, P)
+    log = sim.log(P, elected.leader or 0)
+    for value in ("x1", "x2"):
+        assert value in log, (
+            f"broker {elected.leader} elected in leaderEpoch {elected.leader_epoch} after the "
+            f"re-create without the acknowledged {value}: its log is {log}"
+        )
+
+    sim.heal()
+    assert sim.wait_for(lambda: settled(sim), 15_000), sim.report(sim.check())
+    leader = sim.leader(P)
+    assert leader is not None
+    assert holds_all_acked(sim, P, leader)
+    read = sim.read(P, 0)
+    assert isinstance(read, ReadResult)
+    values = [(r.value or b"").decode() for r in read.records]
+    assert {"x1", "x2"} <= set(values)
+    assert not epochs_went_back(writes_of(sim, P))
+    sim.assert_ok()
+
+
+def recreated_after_failover(legacy: tuple[str, ...] = ()) -> Sim:
+    """The shape above, up to the first leader after the re-create."""
+    sim = Sim(
+        4101,
+        partitions=[spec("t", 0, replicas=(A, B, C), min_insync_replicas=2)],
+        legacy=legacy,
+    ).start()
+    assert leads(sim, P, A)
+    m1 = sim.produce(P, ["m1"])
+    assert (m1.base_offset, m1.leader_epoch) == (0, 1)
+    assert sim.wait_for(lambda: sim.log(P, B) == sim.log(P, C) == ["m1"], 1000)
+
+    sim.cut(A, B)
+    sim.cut(A, C)
+    tail = [f"t{i}" for i in range(1, 6)]
+    for value in tail:
+        assert sim.produce(P, [value], acks=Acks.LEADER).acked
+    assert sim.log(P, A) == ["m1", *tail]
+    sim.kill(A)
+
+    assert sim.wait_for(lambda: leads(sim, P, B), 10_000)
+    assert status(sim, P).leader_epoch == 2
+    for value in ("x1", "x2"):
+        assert sim.produce(P, [value]).acked, f"{value} not acknowledged by the ISR {{B, C}}"
+    assert sim.log(P, B)[:3] == ["m1", "x1", "x2"]
+
+    sim.cut(B, A)
+    sim.cut(C, A)
+    sim.restart(A)
+
+    def a_follows_epoch_2() -> bool:
+        f = follower_role(sim, P, A)
+        return f is not None and f.leader_epoch == 2
+
+    assert sim.wait_for(a_follows_epoch_2, 5000), "A never learnt leaderEpoch 2"
+    assert sim.log(P, A) == ["m1", *tail], "A could fetch from B"
+
+    sim.recreate(P)
+    assert sim.wait_for(lambda: sim.leader(P) is not None, 15_000), sim.refusals(P)
+    return sim
+
+
+def test_status_never_shows_a_lower_epoch_after_recreate() -> None:
+    """A re-created Partition met while a replica is down must not publish epochs below
+    the ones its previous incarnation published: brokers, clients and the status history
+    go on from them. A controller that starts the new resource from an empty status
+    writes leaderEpoch 0 and partitionEpoch 0 while it waits for the missing replica."""
+    sim = three_brokers(4102)
+    assert sim.produce(P, ["m1"]).acked
+    sim.kill(C)
+    assert sim.wait_for(lambda: C not in sim.isr(P), 10_000)
+    published = len(writes_of(sim, P))
+
+    sim.recreate(P)
+    sim.advance(3000)
+    sim.restart(C)
+    assert sim.wait_for(lambda: sim.leading(P), 15_000), sim.refusals(P)
+
+    after = writes_of(sim, P)
+    assert len(after) > published, "nothing was written for the new resource"
+    went_back = epochs_went_back(after)
+    assert not went_back, "status epochs went back after the re-create:\n" + "\n".join(went_back)
+    assert sim.produce(P, ["m2"]).acked
+    sim.heal_all()
+    assert sim.wait_for(lambda: settled(sim), 15_000), sim.report(sim.check())
+    sim.assert_ok()
+
+
+def test_wiped_replica_is_never_elected_empty() -> None:
+    """A replica that comes back on an empty disk under its old id is not the replica
+    that was in sync. A, B and C hold m1..m3 (acknowledged); C's disk is lost and A and B
+    die, so the partition goes offline with its ISR kept for the next election. C
+    restarts, empty: electing it (as a restarted ISR member) hands leadership to a log
+    without m1..m3, and A and B would truncate them when they return. The partition must
+    stay offline until A or B is back."""
+    sim = three_brokers(4103)
+    for value in ("m1", "m2", "m3"):
+        assert sim.produce(P, [value]).acked
+    assert sim.wait_for(lambda: settled(sim), 5000)
+
+    sim.wipe(C)
+    sim.kill(A)
+    sim.kill(B)
+    assert sim.wait_for(lambda: sim.leader(P) is None, 10_000)
+    sim.restart(C)
+    assert sim.log(P, C) == [], "C's disk was not lost"
+    elected_c = sim.wait_for(lambda: sim.leader(P) == C, 10_000)
+    assert not elected_c, (
+        f"broker C elected in leaderEpoch {status(sim, P).leader_epoch} with the log "
+        f"{sim.log(P, C)} after its disk was lost; the ISR was {list(status(sim, P).isr)}"
+    )
+
+    sim.heal_all()
+    assert sim.wait_for(lambda: settled(sim), 20_000), sim.report(sim.check())
+    leader = sim.leader(P)
+    assert leader is not None
+    assert sim.log(P, leader) == ["m1", "m2", "m3"]
+    sim.assert_ok()
+
+
+# -- the verbs ---------------------------------------------------------------------------
+
+
+def test_heal_link_heals_only_that_link() -> None:
+    """Two cut links; healing one lets its follower catch up while the other stays cut."""
+    sim = three_brokers(4104)
+    assert leads(sim, P, A)
+    sim.cut(A, B)
+    sim.cut(A, C)
+    assert sim.produce(P, ["m1"], acks=Acks.LEADER).acked
+
+    sim.heal_link(A, B)
+    assert sim.world.link_up(A, B)
+    assert not sim.world.link_up(A, C)
+    assert sim.wait_for(lambda: sim.log(P, B) == ["m1"], 2000)
+    sim.advance(1000)
+    assert sim.log(P, C) == []
+    open_cuts = [(s, d) for s, d, _t0, t1 in sim.history.cuts if t1 is None]
+    assert open_cuts == [(A, C)]
+    assert any("heal broker 1 -> broker 2" in f.description for f in sim.history.faults)
+
+
+def test_held_message_is_delivered_on_release() -> None:
+    """A produce held in flight reaches the leader only when released, after its client
+    gave up on it: the leader then appends it (a late request, as a slow network has)."""
+    sim = three_brokers(4105)
+    assert leads(sim, P, A)
+    held = sim.hold(SCENARIO_CLIENT, A, lambda m: isinstance(m, ProduceRequest))
+    late = sim.produce_async(P, ["late"], acks=Acks.LEADER, timeout_ms=500)
+    assert held.captured
+    assert held.message == ProduceRequest(P, ("late",), Acks.LEADER)
+
+    assert sim.wait_for(lambda: late.done, 1000)
+    assert late.result is not None
+    assert late.result.timed_out
+    sim.advance(2000)
+    assert "late" not in sim.log(P, A)
+
+    assert sim.release(held)
+    assert sim.wait_for(lambda: "late" in sim.log(P, A), 1000)
+    assert not sim.release(held), "a message is delivered once"
+
+
+def test_release_before_anything_is_held_cancels_the_hold() -> None:
+    sim = three_brokers(4106)
+    held = sim.hold(A, CONTROLLER, lambda m: False)
+    sim.advance(1000)
+    assert not held.captured
+    assert not sim.release(held)
+    assert sim.world.holds == []
+
+
+def test_produce_async_returns_a_handle_without_running_the_world() -> None:
+    sim = three_brokers(4107)
+    before = sim.now
+    first = sim.produce_async(P, ["a1", "a2"])
+    second = sim.produce_async(P, ["b1"])
+    assert sim.now == before
+    assert not first.done
+    assert not second.done
+
+    assert sim.wait_for(lambda: first.done and second.done, 5000)
+    assert first.result is not None
+    assert second.result is not None
+    assert first.result.acked
+    assert second.result.acked
+    offsets = {first.result.base_offset, second.result.base_offset}
+    assert offsets in ({0, 2}, {0, 1})
+    acked = {a.value for a in sim.history.acks}
+    assert {"a1", "a2", "b1"} <= acked
+    sim.assert_ok()
+
+
+def test_refusals_show_why_nobody_is_elected() -> None:
+    sim = three_brokers(4108)
+    assert sim.produce(P, ["m1"]).acked
+    for b in (A, B, C):
+        sim.kill(b)
+
+    def offline() -> bool:
+        return bool(sim.refusals(P, "offline"))
+
+    assert sim.wait_for(offline, 10_000)
+    refusal = sim.refusals(P, "offline")[0]
+    assert refusal.reason.startswith(OfflineReason.NO_LIVE_IN_SYNC_REPLICA.value)
+    sim.advance(2000)
+    assert len(sim.refusals(P, "offline")) == 1, "one line per reason, not per decision"
+
+
+def test_refusals_show_a_rejected_isr_proposal() -> None:
+    """The leader proposes C for the ISR under a partitionEpoch it has not seen change
+    (the controller's answers to it are cut after B left the ISR): the controller refuses,
+    and accepts C once the leader hears the new partitionEpoch and proposes again."""
+    sim = three_brokers(4109)
+    assert leads(sim, P, A)
+    assert sim.produce(P, ["m1"]).acked
+    sim.kill(C)
+    assert sim.wait_for(lambda: C not in sim.isr(P), 10_000)
+    recorded = status(sim, P).partition_epoch
+    assert sim.wait_for(lambda: leader_role(sim, P, A).partition_epoch == recorded, 2000)
+    sim.cut(CONTROLLER, A)
+    sim.kill(B)
+    assert sim.wait_for(lambda: B not in sim.isr(P), 10_000)
+    sim.restart(C)
+
+    def refused() -> bool:
+        return any(r.replica == C for r in sim.refusals(P, "isr-proposal"))
+
+    assert sim.wait_for(refused, 15_000), sim.refusals(P)
+    refusal = next(r for r in sim.refusals(P, "isr-proposal") if r.replica == C)
+    assert "partitionEpoch" in refusal.reason
+    assert C not in sim.isr(P)
+
+    sim.heal_link(CONTROLLER, A)
+    assert sim.wait_for(lambda: C in sim.isr(P), 15_000)
+    sim.heal_all()
+    assert sim.wait_for(lambda: settled(sim), 15_000), sim.report(sim.check())
+    sim.assert_ok()
