@@ -52,6 +52,7 @@ from epochlog_operator.election import (
     ElectionResult,
     Offline,
     OfflineReason,
+    elect_after_lost_disks,
     elect_initial_leader,
     elect_leader,
     next_epoch,
@@ -292,6 +293,20 @@ def _elect(
         reached_end=reached,
         unavailable=obs.storage_errors(),
     )
+    lost = [
+        m
+        for m in old.isr
+        if m in assessment and assessment[m].reason is RemovalReason.STORAGE_CHANGED
+    ]
+    every_member_lost = bool(lost) and len(lost) == len(old.isr)
+    if result.leader is None and every_member_lost and spec.min_insync_replicas >= 2:
+        result = elect_after_lost_disks(
+            replicas=d.replicas,
+            preferred_leader=spec.preferred_leader,
+            liveness=view,
+            reports=obs.reports,
+            lost=lost,
+        )
     cause = "no leader" if old.leader is None else assessment[old.leader].detail
     if result.leader is None:
         d.offline = result.offline

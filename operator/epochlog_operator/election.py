@@ -220,5 +220,46 @@ def elect_initial_leader(
     return ElectionResult(leader, unclean=True, may_be_lost=lost), (leader,)
 
 
+def elect_after_lost_disks(
+    *,
+    replicas: Sequence[int],
+    preferred_leader: int | None,
+    liveness: LivenessView,
+    reports: Mapping[int, PartitionReport],
+    lost: Collection[int],
+) -> ElectionResult:
+    """Every ISR member came back on another data directory: elect the most up-to-date of
+    the other replicas by the Raft rule, once every replica is live.
+
+    Only for minInsyncReplicas >= 2: the high watermark advanced only while the ISR had
+    that many members, so every committed record reached at least one replica besides a
+    lost one, no replica truncates a committed record, and the log with the newest last
+    batch epoch (then the longest) among all the others holds every one of them.
+    """
+    order = preference_order(replicas, preferred_leader)
+    waiting = [r for r in order if not liveness.is_live(r)]
+    if waiting:
+        return ElectionResult(
+            None,
+            offline=Offline(
+                OfflineReason.AWAITING_REPLICAS,
+                f"every ISR member {sorted(lost)} lost its disk; electing from the other "
+                f"replicas needs every replica live, waiting for {waiting}",
+            ),
+        )
+    candidates = [
+        r for r in order if r not in lost and not (r in reports and reports[r].storage_error)
+    ]
+    if not candidates:
+        return ElectionResult(None, offline=_no_live_replica(replicas))
+
+    def rank(b: int) -> tuple[int, int, int]:
+        r = reports.get(b)
+        last, end = (0, 0) if r is None else (r.last_epoch, r.log_end_offset)
+        return (-last, -end, order.index(b))
+
+    return ElectionResult(min(candidates, key=rank))
+
+
 def _no_live_replica(replicas: Sequence[int]) -> Offline:
     return Offline(OfflineReason.NO_LIVE_REPLICA, f"none of the replicas {list(replicas)} is live")

@@ -13,7 +13,7 @@ from epochlog.heartbeat import IsrProposal
 from epochlog.resources import ConditionType, PartitionStatus
 from epochlog_operator.events import EventReason
 
-from .harness import Controller, follower_report, leader_report, reasons
+from .harness import Controller, follower_report, leader_report, make_spec, reasons
 
 DISK = {1: "11111111-1111-4111-8111-111111111111", 2: "22222222-2222-4222-8222-222222222222"}
 DISK3 = "33333333-3333-4333-8333-333333333333"
@@ -123,3 +123,37 @@ def test_a_status_without_storage_ids_adopts_the_ones_brokers_report() -> None:
     in_sync(c, 0)
     c.decide(0)
     assert c.current.isr_storage_ids == {1: DISK[1], 2: DISK[2], 3: DISK3}
+
+
+def test_when_every_isr_member_lost_its_disk_the_most_up_to_date_other_replica_leads() -> None:
+    # minInsyncReplicas 2: everything committed reached a replica besides broker 3.
+    status = PartitionStatus(
+        leader=None,
+        leader_epoch=4,
+        partition_epoch=6,
+        isr=(3,),
+        isr_storage_ids={3: DISK3},
+        replicas=(1, 2, 3),
+    )
+    c = Controller(status=status)
+    c.beat(1, 0, storage_id=DISK[1], partitions=[follower_report(4, log_end_offset=10)])
+    c.beat(2, 0, storage_id=DISK[2], partitions=[follower_report(2, log_end_offset=12)])
+    c.beat(3, 0, epoch=2, storage_id=WIPED3)
+    d = c.decide(0)
+    s = c.current
+    assert s.leader == 1  # newest last batch epoch, although 2's log is longer
+    assert s.isr == (1,)
+    assert s.leader_epoch == 5
+    assert EventReason.REPLICA_OFFLINE in reasons(d)
+
+
+def test_with_min_insync_replicas_one_a_lost_sole_isr_member_leaves_the_partition_offline() -> None:
+    status = PartitionStatus(
+        leader=None, leader_epoch=4, partition_epoch=6, isr=(3,), replicas=(1, 2, 3)
+    ).model_copy(update={"isr_storage_ids": {3: DISK3}})
+    c = Controller(make_spec(min_insync_replicas=1), status=status)
+    c.beat(1, 0, storage_id=DISK[1], partitions=[follower_report(4, log_end_offset=10)])
+    c.beat(2, 0, storage_id=DISK[2], partitions=[follower_report(2, log_end_offset=12)])
+    c.beat(3, 0, epoch=2, storage_id=WIPED3)
+    c.decide(0)
+    assert c.current.leader is None
