@@ -31,7 +31,8 @@ Checks:
 - isr-stuck-kept: a follower that stopped reading was still in the ISR more
   than replicaLagTimeMaxMs plus one heartbeat and one status write later.
 - no-leader: after the faults healed, a partition had no leader within the
-  liveness bound.
+  liveness bound (not judged, nor not-replicated, for a partition left without a
+  leader because every ISR member lost its disk: it waits rather than guess).
 - not-replicated: after healing and settling, a live replica lacks an
   acknowledged record.
 
@@ -232,7 +233,8 @@ class Checker:
         self._check_isr_removals()
         if healed_at is not None:
             self._check_liveness(healed_at, liveness_bound_ms, logs, statuses)
-            self._check_replicated(end, logs)
+            served = {p: r for p, r in logs.items() if not self._lost_every_copy(statuses.get(p))}
+            self._check_replicated(end, served)
         return sorted(self.violations, key=lambda v: v.time)
 
     def observed(
@@ -289,7 +291,7 @@ class Checker:
                 return
 
     def _check_epochs(self) -> None:
-        leaders: dict[tuple[str, int], int] = {}
+        leaders: dict[tuple[str, int], tuple[int, int]] = {}
         latest: dict[tuple[str, str], tuple[int, int]] = {}
         for w in self.h.status_writes:
             s = w.status
@@ -319,14 +321,21 @@ class Checker:
                     )
             if s.leader is not None:
                 key = (w.partition, s.leader_epoch)
-                if leaders.setdefault(key, s.leader) != s.leader:
-                    self._flag(
-                        "epoch-reused",
-                        w.time,
-                        w.partition,
-                        f"leaderEpoch {s.leader_epoch} given to broker {leaders[key]} and "
-                        f"to broker {s.leader}",
-                    )
+                first, first_at = leaders.setdefault(key, (s.leader, w.time))
+                if first == s.leader:
+                    continue
+                if self._forgotten(w.partition, first_at, w.time) and not self._delivered(
+                    w.partition, s.leader_epoch, first, w.time
+                ):
+                    leaders[key] = (s.leader, w.time)  # as above: never reached a broker
+                    continue
+                self._flag(
+                    "epoch-reused",
+                    w.time,
+                    w.partition,
+                    f"leaderEpoch {s.leader_epoch} given to broker {first} and "
+                    f"to broker {s.leader}",
+                )
         for (partition, epoch), writers in self.h.leader_writes.items():
             if len(writers) > 1:
                 who = ", ".join(f"broker {b} (brokerEpoch {e})" for b, e in sorted(writers))
@@ -440,6 +449,12 @@ class Checker:
                         f"every {self.lag_max_ms[w.partition] - tol} ms",
                     )
 
+    def _delivered(self, partition: str, leader_epoch: int, leader: int, by: int) -> bool:
+        return any(
+            t <= by and le == leader_epoch and lead == leader
+            for t, le, lead, _pe in self.h.delivered.get(partition, [])
+        )
+
     def _forgotten(self, partition: str, start: int, end: int) -> bool:
         """The resource was re-created and the controller restarted after `start`."""
         restarted = any(start < t <= end for t in self.h.controller_starts)
@@ -493,6 +508,8 @@ class Checker:
         statuses: Mapping[str, PartitionStatus | None],
     ) -> None:
         for partition in logs:
+            if self._lost_every_copy(statuses.get(partition)):
+                continue
             # The first moment from the heal on at which the status in effect names a leader.
             in_effect: PartitionStatus | None = None
             led: int | None = None
@@ -517,6 +534,14 @@ class Checker:
                     f"faults healed at t={healed_at}; a leader was recorded {when} "
                     f"(bound {bound_ms} ms)",
                 )
+
+    def _lost_every_copy(self, final: PartitionStatus | None) -> bool:
+        """Leaderless because every ISR member lost its disk: the controller may not tell
+        whether the other replicas hold everything committed (with minInsyncReplicas 1
+        they need not), so it stays offline rather than guess. Not a liveness failure."""
+        if final is None or final.leader is not None or not final.isr:
+            return False
+        return all(b in self.h.wiped for b in final.isr)
 
     def _check_replicated(self, end: int, logs: Mapping[str, Mapping[int, ReplicaLog]]) -> None:
         acked: dict[str, dict[int, str]] = {}
