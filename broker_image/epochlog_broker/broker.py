@@ -37,6 +37,7 @@ roles it reads stay put while it writes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import time
@@ -162,6 +163,10 @@ class Broker:
         self._state = asyncio.Lock()
         """Taken before `_disk` when both are needed."""
         self._dirty = asyncio.Event()
+        # Set when a replica goes offline: the controller hears of it without waiting
+        # for the next heartbeat interval, so leadership moves at once.
+        self._report_now = asyncio.Event()
+        self._faults_reported = 0
         self._waiters: dict[int, asyncio.Future[ProduceDone]] = {}
         self._next_request = 0
         self._parts: dict[str, _Partition] = {}
@@ -301,14 +306,15 @@ class Broker:
         core = self.core
         if core is not None and core.dirty:
             self._dirty.set()
+        if core is not None and core.storage_faults != self._faults_reported:
+            self._report_now.set()
 
     def run_deferred(self) -> None:
         """Carry out effects of faults found by core calls that raised."""
         core = self.core
         if core is not None:
             effects = core.take_deferred()
-            if effects:
-                self.run(effects)
+            self.run(effects)
 
     def _part(self, name: str) -> _Partition:
         part = self._parts.get(name)
@@ -638,7 +644,10 @@ class Broker:
                 raise
             except Exception:
                 log.exception("heartbeat_crashed", broker=self.config.broker_id)
-            await asyncio.sleep(max(0.0, started + interval - loop.time()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._report_now.wait(), max(0.0, started + interval - loop.time())
+                )
 
     async def _heartbeat_once(self) -> None:
         core = self.core
@@ -646,6 +655,8 @@ class Broker:
         if core is None or session is None:
             return
         cfg = self.config
+        self._report_now.clear()
+        self._faults_reported = core.storage_faults
         heartbeat = core.heartbeat(now_ms())
         try:
             async with session.post(

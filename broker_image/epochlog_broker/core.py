@@ -316,6 +316,8 @@ class BrokerCore:
     storage_retry_max_ms: int = 10_000
 
     def __post_init__(self) -> None:
+        self.storage_faults = 0
+        """Replicas taken offline so far: the shell reports a new one at once."""
         self._deferred: list[Effect] = []
         self._pending: dict[int, _Pending] = {}
         self._hw_checkpoint: HighWatermarkCheckpoint | None = None
@@ -490,6 +492,7 @@ class BrokerCore:
         host.dirty = False
         fault.durable_end = host.log.persisted_log_end_offset
         host.fault = fault
+        self.storage_faults += 1
         host.log.mark_failed(fault.reason)
         log.error(
             "replica_offline",
