@@ -501,6 +501,12 @@ def _finish(
     elif d.elected or changed or old.partition_epoch < obs.max_partition_epoch:
         # The last case: a restored status older than an epoch already handed out.
         partition_epoch = next_epoch(old.partition_epoch, obs.max_partition_epoch)
+    if d.leader is None and leader_epoch < obs.max_leader_epoch:
+        # Leaderless (a restored leader lost, nobody to elect yet): no leader holds the
+        # recorded epoch, so the status shows the highest handed out, never less.
+        leader_epoch = obs.max_leader_epoch
+        if partition_epoch == old.partition_epoch:
+            partition_epoch = next_epoch(old.partition_epoch, obs.max_partition_epoch)
     followers = [r for r in d.replicas if r != d.leader]
     last_caught_up = {r: d.last_caught_up[r] for r in followers if r in d.last_caught_up}
     lags = {r: lag_ms(r, last_caught_up, view.now_ms, view.started_ms) for r in last_caught_up}
