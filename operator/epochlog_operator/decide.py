@@ -555,7 +555,14 @@ def _unheard(view: LivenessView, obs: PartitionObservation, *replica_sets: tuple
     if view.in_grace and not any(replica_sets):
         return True
     named = {b for replicas in replica_sets for b in replicas} | set(obs.reports)
-    return any(view.state(b) is BrokerState.UNKNOWN for b in named)
+    if obs.held is not None:
+        named |= set(obs.held.replicas)
+    if any(view.state(b) is BrokerState.UNKNOWN for b in named):
+        return True
+    # A name with a history, and a controller that handed nothing out for it (it started
+    # after the status was lost): a fenced replica it never heard from may hold higher
+    # epochs than those reported, so it publishes none until that replica reports.
+    return obs.handed is None and obs.max_leader_epoch > 0 and not named <= obs.heard
 
 
 def _isr_storage_ids(d: _Draft, obs: PartitionObservation) -> dict[int, str]:

@@ -51,6 +51,10 @@ class PartitionObservation:
     """The assignment with the highest partitionEpoch any broker reports holding."""
     storage_ids: Mapping[int, str] = field(default_factory=dict)
     """Broker id -> storageId of its current process (brokers that report one)."""
+    heard: frozenset[int] = frozenset()
+    """Brokers this controller has a heartbeat of, from any of their processes."""
+    handed: HeldAssignment | None = None
+    """The newest assignment this controller process handed out for the partition."""
 
     def storage_error(self, broker_id: int) -> str | None:
         report = self.reports.get(broker_id)
@@ -116,7 +120,15 @@ def observe(
             reports[hb.broker_id] = report
             received[hb.broker_id] = got
     return PartitionObservation(
-        name, reports, received, max_leader_epoch, max_partition_epoch, held, storage_ids
+        name,
+        reports,
+        received,
+        max_leader_epoch,
+        max_partition_epoch,
+        held,
+        storage_ids,
+        frozenset(got.heartbeat.broker_id for got in heartbeats.values()),
+        handed,
     )
 
 

@@ -14,7 +14,12 @@ as usual: a live leader that still leads that epoch keeps leading it (nothing
 changes on the brokers), a leader that is gone or no longer leads that epoch
 is replaced from that ISR like any failover, with a new epoch. It waits until
 every replica named anywhere has heartbeated or been fenced, because one not
-heard from may hold a newer assignment.
+heard from may hold a newer assignment; and unless this controller process
+handed out assignments for the name itself (then it knows the newest, which it
+remembers), until every one of them has reported at least once: a fenced
+replica never heard from may hold the newest assignment, with an ISR that the
+others are not in, and restoring an older one could elect a replica without
+records acknowledged since (found by the simulator, seed 13905).
 
 A status newer than or equal to every held assignment is left alone. Pure: no
 I/O, no clock.
@@ -40,6 +45,11 @@ def restore(
     named = set(held.replicas) | set(status.replicas) | set(obs.reports)
     if any(view.state(b) is BrokerState.UNKNOWN for b in named):
         return status, None
+    if obs.handed is None and not named <= obs.heard:
+        # This controller handed nothing out for the name (it started after the status
+        # was lost): a replica it never heard from may hold a newer assignment than any
+        # reported, with an ISR the reported ones are not in. Fenced is not enough.
+        return status, None
     # A leader that no longer leads that epoch (it restarted, or resigned) must be
     # replaced with a new epoch: the restored status keeps no record of its process.
     leading = held.leader is not None and obs.leader_report(held.leader, held.leader_epoch)
@@ -56,6 +66,9 @@ def restore(
             },
             "isr_storage_ids": {m: s for m, s in held.isr_storage_ids.items() if m in held.isr},
             "replicas": held.replicas,
+            # The lag clocks start afresh, as a new leader starts them: the status that
+            # measured them is gone, and a member must not leave for time nobody watched.
+            "last_caught_up_time": {m: view.now_ms for m in held.isr if m != held.leader},
         }
     )
     was = (

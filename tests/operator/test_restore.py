@@ -53,11 +53,12 @@ def test_recreated_partition_is_restored_from_the_assignment_brokers_hold() -> N
 
 def test_recreated_partition_without_its_leader_elects_from_the_restored_isr_only() -> None:
     c = Controller()
+    beat_recreate_shape(c, 0)  # broker 2 reports once, then dies
     for now in range(0, 3_501, 500):
         beat_recreate_shape(c, now, leader_alive=False)
         c.decide(now)
-        # Broker 2 not heard from yet, then fenced: 1 has the longest log but is outside.
-        assert c.status is None or c.status.leader in (None, 3)
+        # Broker 2 leads until it is fenced; 1 has the longest log but is outside the ISR.
+        assert c.status is None or c.status.leader in (None, 2, 3)
     s = c.current
     assert s.leader == 3
     assert s.leader_epoch == 3
@@ -66,14 +67,16 @@ def test_recreated_partition_without_its_leader_elects_from_the_restored_isr_onl
 
 def test_recreated_partition_waits_for_every_replica_and_never_shows_a_lower_epoch() -> None:
     c = Controller()
-    for now in range(0, 3_001, 500):
+    c.beat(2, 0, partitions=[follower_report(5, log_end_offset=1)])  # then it dies
+    for now in range(0, 5_001, 500):
         c.beat(3, now, partitions=[follower_report(7, log_end_offset=3, partition_epoch=9)])
-        # Brokers 1 and 2 may report higher epochs until they are heard or fenced.
+        # Broker 1 may hold higher epochs until it reports: nothing published.
         assert c.decide(now).status is None
-    c.beat(3, 3_001, partitions=[follower_report(7, log_end_offset=3, partition_epoch=9)])
-    c.decide(3_001)
+    c.beat(1, 5_500, epoch=2, partitions=[follower_report(6, log_end_offset=9)])
+    c.beat(3, 5_500, partitions=[follower_report(7, log_end_offset=3, partition_epoch=9)])
+    c.decide(5_500)
     waiting = c.current
-    assert waiting.leader is None
+    assert waiting.leader is None  # broker 2 (fenced) must come back: brokers hold data
     assert (waiting.leader_epoch, waiting.partition_epoch) == (7, 9)
     offline = waiting.condition(ConditionType.OFFLINE)
     assert offline is not None
@@ -118,3 +121,19 @@ def test_a_current_status_is_not_touched_by_older_held_assignments() -> None:
     d = c.decide(0)
     assert EventReason.STATUS_RESTORED not in reasons(d)
     assert c.current.partition_epoch == 4
+
+
+def test_a_replica_never_heard_from_may_hold_a_newer_assignment_so_restore_waits() -> None:
+    # A controller that started after the status was lost, and has never heard from
+    # broker 2: broker 2 may hold a newer assignment (say ISR {2} alone) than the one
+    # brokers 1 and 3 report. Fenced is not enough; it waits for broker 2.
+    c = Controller()
+    for now in range(0, 10_001, 500):
+        beat_recreate_shape(c, now, leader_alive=False)
+        c.decide(now)
+        assert c.status is None  # nothing elected, no epoch it cannot vouch for
+    beat_recreate_shape(c, 10_500, leader_alive=False)
+    c.beat(2, 10_500, epoch=2, partitions=[follower_report(2, log_end_offset=3)])
+    c.decide(10_500)
+    assert c.current.leader in (2, 3)
+    assert c.current.leader_epoch == 3
