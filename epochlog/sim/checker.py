@@ -93,6 +93,7 @@ class Checker:
         self.lag_max_ms = lag_max_ms
         self.violations: list[Violation] = []
         self._reported_stuck: set[tuple[str, int, int]] = set()
+        self._restored_at: dict[tuple[str, int], int] = {}
 
     def _flag(self, check: str, time: int, partition: str, message: str) -> None:
         self.violations.append(Violation(check, time, partition, message))
@@ -147,7 +148,7 @@ class Checker:
         start = status_time
         for t in self.h.controller_starts:
             start = max(start, t)
-        start = max([start, *self.h.recreated.get(partition, [])])
+        start = max([start, *self._restored(partition)])
         if self.h.controller_stops and self.h.controller_stops[-1] >= start:
             return 10**18  # the controller is down: nobody can change the ISR
         paused = (CONTROLLER, leader, follower) if follower_paused_counts else (CONTROLLER, leader)
@@ -158,6 +159,21 @@ class Checker:
             if CONTROLLER in (src, dst) and {src, dst} & {leader, follower}:
                 start = max(start, healed if healed is not None else 10**18)
         return start
+
+    def _restored(self, partition: str) -> list[int]:
+        """When the controller's record of a re-created Partition started again: its first
+        status write after each creation (it may wait for replicas to report first)."""
+        out = []
+        for created in self.h.recreated.get(partition, []):
+            key = (partition, created)
+            if key not in self._restored_at:
+                first = next((w.time for w in self._writes(partition) if w.time >= created), None)
+                if first is None:
+                    out.append(10**18)
+                    continue
+                self._restored_at[key] = first
+            out.append(self._restored_at[key])
+        return out
 
     def _check_stuck(self, now: int, partition: str, status: PartitionStatus) -> None:
         """A follower that stopped reading must be out once replicaLagTimeMaxMs has passed,

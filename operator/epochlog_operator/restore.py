@@ -66,8 +66,9 @@ def restore(
             },
             "isr_storage_ids": {m: s for m, s in held.isr_storage_ids.items() if m in held.isr},
             "replicas": held.replicas,
-            # The lag clocks start afresh, as a new leader starts them: the status that
-            # measured them is gone, and a member must not leave for time nobody watched.
+            # The lag clocks start afresh, as a new leader starts them: the record that
+            # measured them is gone, and the ISR restored may be older than the one last
+            # published (a removal that never reached a broker).
             "last_caught_up_time": {m: view.now_ms for m in held.isr if m != held.leader},
         }
     )
