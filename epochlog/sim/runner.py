@@ -278,6 +278,8 @@ class _Nemesis:
             and host is not None
             and host.replica.leader_epoch >= status.leader_epoch
         )
+        if name not in sim.store.items:
+            return  # another re-create of it is under way
         if knows or checks_left == 0:
             sim.delete_partition(name)
             sim.world.after(
