@@ -39,8 +39,8 @@ import aiohttp
 
 from benchmarks.log_bench import raw_write_fdatasync
 from epochlog.logs import configure
-from epochlog_broker.framing import BATCH_CONTENT_TYPE, unframe
-from epochlog_broker.log.batch import Record, encode_batch
+from epochlog.protocol.batch import Record, encode_batch
+from epochlog.protocol.framing import BATCH_CONTENT_TYPE, unframe
 from tests.broker.cluster import Cluster
 from tests.broker.controller import spec
 

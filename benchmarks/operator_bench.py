@@ -45,8 +45,8 @@ PARTITIONS = "/apis/epochlog.dev/v1alpha1/namespaces/default/partitions"
 # bench keeps few (it inspects none).
 _EMULATOR = (
     "import sys\n"
-    "import epochlog.devcluster.emulator as emulator\n"
-    "from epochlog.devcluster.apiserver import main\n"
+    "import epochlog.kubeapi.emulator as emulator\n"
+    "from epochlog.kubeapi.apiserver import main\n"
     f"emulator.REQUESTS_KEPT = {100}\n"
     "sys.exit(main(sys.argv[1:]))\n"
 )

@@ -28,8 +28,8 @@ from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from epochlog import __version__
-from epochlog.errors import EpochlogError
 from epochlog.logs import configure
+from epochlog.protocol.errors import EpochlogError
 
 
 def _cmd_log_check(args: argparse.Namespace) -> int:
@@ -80,7 +80,7 @@ def _cmd_log_dump(args: argparse.Namespace) -> int:
                     print(json.dumps({"position": pos, **h._asdict()}))
                     shown += 1
                 else:
-                    from epochlog_broker.log.batch import decode_records
+                    from epochlog.protocol.batch import decode_records
 
                     for r in decode_records(f.pread(h.size, pos), h):
                         if r.offset < args.offset:

@@ -58,7 +58,7 @@ def _real_disk(state_dir: str) -> None:
     plog.close()
 
     _say("\n== 2. The process dies halfway through writing a batch (torn tail)")
-    from epochlog_broker.log.batch import encode_batch
+    from epochlog.protocol.batch import encode_batch
 
     half = encode_batch(_records(100, "torn"), base_offset=500, leader_epoch=3, timestamp=now)
     with open(seg_path, "ab") as f:

@@ -49,14 +49,15 @@ import aiohttp
 import structlog
 from pydantic import ValidationError
 
-from epochlog.errors import (
+from epochlog.protocol.batch import Record
+from epochlog.protocol.errors import (
     EpochlogError,
     InvalidRequestError,
     NotLeaderOrFollowerError,
     RequestTimedOutError,
     UnknownLeaderEpochError,
 )
-from epochlog.heartbeat import HeartbeatResponse
+from epochlog.protocol.heartbeat import HeartbeatResponse
 from epochlog_broker.config import BrokerConfig
 from epochlog_broker.core import (
     RECOVERY_INTERVAL_MS,
@@ -71,7 +72,6 @@ from epochlog_broker.core import (
 )
 from epochlog_broker.fetcher import Fetchers, Outcome
 from epochlog_broker.identity import DataDirClaim
-from epochlog_broker.log.batch import Record
 from epochlog_broker.log.fs import OsFileSystem
 from epochlog_broker.metrics import BrokerMetrics
 from epochlog_broker.replica_wire import ReplicaClient

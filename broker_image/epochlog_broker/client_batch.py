@@ -1,7 +1,7 @@
 """A record batch encoded by a producer (the binary produce format), checked and stamped.
 
 The binary produce body is one batch in the log's own format
-(`epochlog_broker.log.batch`), as `encode_batch` writes it, with any base
+(`epochlog.protocol.batch`), as `encode_batch` writes it, with any base
 offset and leader epoch (0 is customary): the producer does the per-record
 encoding, the broker checks the bytes once and appends them whole, which is
 what makes this path fast. The producer id, epoch and base sequence in the
@@ -22,9 +22,7 @@ import struct
 import zlib
 from typing import Final
 
-from epochlog.errors import InvalidRequestError, RecordTooLargeError
-from epochlog_broker.core import ProducerFields
-from epochlog_broker.log.batch import (
+from epochlog.protocol.batch import (
     HEADER,
     HEADER_SIZE,
     NO_PRODUCER_ID,
@@ -33,8 +31,10 @@ from epochlog_broker.log.batch import (
     RecordBatch,
     check_batch,
 )
+from epochlog.protocol.errors import InvalidRequestError, RecordTooLargeError
+from epochlog_broker.core import ProducerFields
 
-# Field positions in the batch header (see the layout in log/batch.py).
+# Field positions in the batch header (see the layout in epochlog/protocol/batch.py).
 _CRC_AT: Final = 4
 _BASE_OFFSET_AT: Final = 11
 _LEADER_EPOCH_AT: Final = 19

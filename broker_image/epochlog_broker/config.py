@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from epochlog.heartbeat import DEFAULT_HEARTBEAT_INTERVAL_MS
+from epochlog.protocol.heartbeat import DEFAULT_HEARTBEAT_INTERVAL_MS
 from epochlog_broker.log.config import LogConfig, MiB
 
 DEFAULT_PORT: Final = 8080

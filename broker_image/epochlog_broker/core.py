@@ -50,7 +50,8 @@ from typing import Protocol
 
 import structlog
 
-from epochlog.errors import (
+from epochlog.protocol.batch import LogRecord, Record, RecordBatch
+from epochlog.protocol.errors import (
     CorruptRecordError,
     EpochlogError,
     FencedLeaderEpochError,
@@ -62,7 +63,7 @@ from epochlog.errors import (
     UnknownLeaderEpochError,
     UnknownPartitionError,
 )
-from epochlog.heartbeat import (
+from epochlog.protocol.heartbeat import (
     BrokerHeartbeat,
     FollowerProgress,
     HeartbeatResponse,
@@ -73,7 +74,6 @@ from epochlog.heartbeat import (
     PartitionRole,
 )
 from epochlog_broker.held_assignment import read_held, write_held
-from epochlog_broker.log.batch import LogRecord, Record, RecordBatch
 from epochlog_broker.log.checkpoints import HighWatermarkCheckpoint
 from epochlog_broker.log.config import LogConfig
 from epochlog_broker.log.fs import FileSystem, ensure_dir

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from epochlog.errors import EpochlogError, LeaderNotAvailableError
+from epochlog.protocol.errors import EpochlogError, LeaderNotAvailableError
 from epochlog_broker.config import BrokerConfig
 from epochlog_broker.core import BrokerCore, SendToLeader
 from epochlog_broker.replica_wire import ReplicaClient, ReplicaRequestFailed

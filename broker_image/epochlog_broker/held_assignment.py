@@ -30,7 +30,7 @@ from typing import Final
 
 import structlog
 
-from epochlog.heartbeat import HeldAssignment
+from epochlog.protocol.heartbeat import HeldAssignment
 from epochlog_broker.log.checkpoints import CheckpointError, _parse, _render, atomic_write
 from epochlog_broker.log.fs import FileSystem, read_all
 

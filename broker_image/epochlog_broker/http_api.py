@@ -27,9 +27,9 @@ from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, with_confi
 # pydantic needs typing_extensions' TypedDict before Python 3.12.
 from typing_extensions import TypedDict
 
-from epochlog.errors import InvalidRequestError, RecordTooLargeError
+from epochlog.protocol.batch import LogRecord, Record
+from epochlog.protocol.errors import InvalidRequestError, RecordTooLargeError
 from epochlog_broker.core import EARLIEST, LATEST, ProducerFields
-from epochlog_broker.log.batch import LogRecord, Record
 from epochlog_broker.replica_wire import describe_validation_error
 from epochlog_broker.replication.messages import Acks
 

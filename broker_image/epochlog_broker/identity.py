@@ -22,7 +22,7 @@ import os
 import time
 from typing import Any
 
-from epochlog.errors import StorageError
+from epochlog.protocol.errors import StorageError
 
 LOCK_FILE = ".lock"
 META_FILE = "broker.meta"

@@ -20,10 +20,10 @@ from urllib.parse import quote
 import aiohttp
 from pydantic import Field, ValidationError
 
-from epochlog.errors import ERRORS_BY_CODE, EpochlogError, ErrorCode, InvalidRequestError
-from epochlog.wire import BrokerId, NonNegativeInt, PositiveInt, WireModel
-from epochlog_broker.framing import BATCH_CONTENT_TYPE, StoredBatch, frame, unframe
-from epochlog_broker.log.batch import RecordBatch
+from epochlog.protocol.batch import RecordBatch
+from epochlog.protocol.errors import ERRORS_BY_CODE, EpochlogError, ErrorCode, InvalidRequestError
+from epochlog.protocol.framing import BATCH_CONTENT_TYPE, StoredBatch, frame, unframe
+from epochlog.protocol.wire import BrokerId, NonNegativeInt, PositiveInt, WireModel
 from epochlog_broker.replication.messages import (
     Batch,
     DivergingEpoch,

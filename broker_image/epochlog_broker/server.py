@@ -43,12 +43,13 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from epochlog.errors import EpochlogError, RecordTooLargeError, StorageError
+from epochlog.protocol.batch import Record
+from epochlog.protocol.errors import EpochlogError, RecordTooLargeError, StorageError
+from epochlog.protocol.framing import BATCH_CONTENT_TYPE, frame, stored
 from epochlog_broker.broker import Broker
 from epochlog_broker.client_batch import ClientBatch
 from epochlog_broker.config import BrokerConfig
 from epochlog_broker.core import PreparedBatch
-from epochlog_broker.framing import BATCH_CONTENT_TYPE, frame, stored
 from epochlog_broker.http_api import (
     acks_param,
     at_param,
@@ -58,7 +59,6 @@ from epochlog_broker.http_api import (
     parse_produce_json,
     record_json,
 )
-from epochlog_broker.log.batch import Record
 from epochlog_broker.log.config import MiB
 from epochlog_broker.log.storage_id import StorageIdError
 from epochlog_broker.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE

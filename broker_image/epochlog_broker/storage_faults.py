@@ -21,8 +21,8 @@ import enum
 import errno
 from dataclasses import dataclass
 
-from epochlog.errors import CorruptRecordError, EpochlogError
-from epochlog.heartbeat import PartitionAssignment
+from epochlog.protocol.errors import CorruptRecordError, EpochlogError
+from epochlog.protocol.heartbeat import PartitionAssignment
 
 RETRY_BASE_MS = 1_000
 RETRY_MAX_MS = 10_000

@@ -9,7 +9,7 @@
 - `metadata`: leader discovery and the leader cache;
 - `records`, `transport`, `errors`: what travels, how, and what can go wrong.
 
-Broker errors come back as the typed `epochlog.errors` classes
+Broker errors come back as the typed `epochlog.protocol.errors` classes
 (`ERRORS_BY_CODE`); the client's own are in `epochlog.client.errors`.
 """
 

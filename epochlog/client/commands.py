@@ -27,7 +27,7 @@ from epochlog.client.consumer import Consumer
 from epochlog.client.errors import ClientError
 from epochlog.client.producer import Producer
 from epochlog.client.records import ConsumerRecord, RecordMetadata
-from epochlog.errors import EpochlogError, UnknownPartitionError
+from epochlog.protocol.errors import EpochlogError, UnknownPartitionError
 
 T = TypeVar("T")
 

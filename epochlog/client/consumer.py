@@ -31,7 +31,7 @@ from epochlog.client.client import EARLIEST, LATEST, Client, check_partition_nam
 from epochlog.client.errors import RetriesExhaustedError, is_retriable
 from epochlog.client.metadata import Leader
 from epochlog.client.records import ConsumerRecord, FetchAnswer
-from epochlog.errors import OffsetOutOfRangeError
+from epochlog.protocol.errors import OffsetOutOfRangeError
 
 log = structlog.get_logger("epochlog.client")
 

@@ -2,7 +2,7 @@
 
 A broker's error body `{"error": {"code", "message", "retriable", ...}}` is
 turned back into the typed `EpochlogError` subclass of its code
-(`epochlog.errors.ERRORS_BY_CODE`), with every other field of the body
+(`epochlog.protocol.errors.ERRORS_BY_CODE`), with every other field of the body
 (`leader`, `leaderAddress`, `leaderEpoch`, `highWatermark`, ...) in
 `details`. What is left is client-side: a broker that could not be reached,
 an answer that is not epochlog's, a delivery that ran out of time, a partition
@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from epochlog.errors import (
+from epochlog.protocol.errors import (
     ERRORS_BY_CODE,
     EpochlogError,
     ErrorCode,

@@ -41,7 +41,7 @@ from epochlog.client.errors import (
 )
 from epochlog.client.records import parse_json
 from epochlog.client.transport import Transport
-from epochlog.errors import (
+from epochlog.protocol.errors import (
     EpochlogError,
     FencedLeaderEpochError,
     LeaderNotAvailableError,

@@ -61,7 +61,7 @@ from epochlog.client.records import (
     make_record,
     produce_body,
 )
-from epochlog.errors import OutOfOrderSequenceError
+from epochlog.protocol.errors import OutOfOrderSequenceError
 
 log = structlog.get_logger("epochlog.client")
 

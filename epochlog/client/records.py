@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
 from epochlog.client.errors import UnexpectedResponseError
-from epochlog.errors import EpochlogError
-from epochlog_broker.framing import BATCH_CONTENT_TYPE, unframe
-from epochlog_broker.log.batch import NO_PRODUCER_ID, Record, encode_batch
+from epochlog.protocol.batch import NO_PRODUCER_ID, Record, encode_batch
+from epochlog.protocol.errors import EpochlogError
+from epochlog.protocol.framing import BATCH_CONTENT_TYPE, unframe
 
 __all__ = [
     "BATCH_CONTENT_TYPE",

@@ -1,14 +1,8 @@
-"""A Kubernetes API emulator for development and tests.
+"""The local cluster: the Kubernetes API emulator, the operator and brokers as processes.
 
-Production runs on a real Kubernetes cluster. This package emulates the part of
-the Kubernetes API that epochlog uses, in one local process, so that the
-operator, `kubectl` and the tests can run without a cluster: custom resources
-defined by the CRDs in `crds/` (schema validation, defaulting and CEL rules,
-the status subresource, `metadata.generation`, resourceVersion conflicts),
-namespaces, core/v1 Events, watches, discovery and `kubectl get` tables.
-
-It is built on kmock's `KubernetesEmulator` (`emulator.py`) and extends it where
-a real API server behaves differently in ways that matter to a controller.
-Run it with `python -m epochlog.devcluster.apiserver --port N --crds crds/
---kubeconfig PATH`, or in-process with `epochlog.devcluster.apiserver.ApiServer`.
+`local` runs a whole cluster on loopback for `epochlog demo` and
+`epochlog local ...`; `local_process` starts and stops its processes;
+`local_workload` drives traffic; `nemesis` injects faults into real processes
+and judges the outcome with `epochlog.checker`. The API emulator itself lives in
+`epochlog.kubeapi`.
 """

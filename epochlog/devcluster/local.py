@@ -1,7 +1,7 @@
 """The embedded local cluster: API emulator, operator and brokers as real processes on loopback.
 
 `LocalCluster` owns one cluster kept in a state directory: it starts the
-Kubernetes API emulator (`epochlog.devcluster.apiserver`), one operator
+Kubernetes API emulator (`epochlog.kubeapi.apiserver`), one operator
 (`python -m epochlog_operator --standalone`) and N brokers (`epochlog broker`),
 each a real OS process in its own session on a free loopback port, logging to
 `logs/<name>.log`, brokers keeping their data in `brokers/<id>/`. It records
@@ -336,7 +336,7 @@ class LocalCluster:
                 argv=[
                     py,
                     "-m",
-                    "epochlog.devcluster.apiserver",
+                    "epochlog.kubeapi.apiserver",
                     "--port",
                     str(api_port),
                     "--crds",

@@ -2,7 +2,7 @@
 
 This module owns what runs against a live cluster of OS processes (the
 embedded `LocalCluster`: API emulator, real operator, real brokers) to judge
-it with the simulator's checker (`epochlog.sim.checker.check_observations`):
+it with the simulator's checker (`epochlog.checker.checks.check_observations`):
 
 - `Workload`: acks=all idempotent producers writing unique values, consumers
   reading from offset 0 up to the high watermark, ListOffsets(latest)
@@ -53,14 +53,14 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from epochlog.checker.checks import ReplicaLog, Violation, check_observations
+from epochlog.checker.history import Ack, History, OffsetSeen, Read, StatusWrite
 from epochlog.client import Client, Consumer, Producer
 from epochlog.client.errors import is_retriable
 from epochlog.client.metadata import Leader
-from epochlog.errors import OffsetNotAvailableError, OffsetOutOfRangeError
+from epochlog.protocol.batch import decode_records
+from epochlog.protocol.errors import OffsetNotAvailableError, OffsetOutOfRangeError
 from epochlog.resources import PartitionStatus
-from epochlog.sim.checker import ReplicaLog, Violation, check_observations
-from epochlog.sim.history import Ack, History, OffsetSeen, Read, StatusWrite
-from epochlog_broker.log.batch import decode_records
 from epochlog_broker.log.fs import OsFileSystem
 from epochlog_broker.log.inspect import check_partition_dir
 from epochlog_broker.log.segment import iter_batches, segment_name

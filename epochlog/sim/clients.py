@@ -16,8 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from epochlog.errors import EpochlogError, NotEnoughReplicasAfterAppendError, RequestTimedOutError
-from epochlog.sim.history import Ack, History, OffsetSeen, Read
+from epochlog.checker.history import Ack, History, OffsetSeen, Read
+from epochlog.protocol.errors import (
+    EpochlogError,
+    NotEnoughReplicasAfterAppendError,
+    RequestTimedOutError,
+)
 from epochlog.sim.nodes import SimBroker, Store
 from epochlog.sim.world import TIMEOUT, Process, World
 from epochlog_broker.core import ProduceDone, ProducerFields, ReadResult

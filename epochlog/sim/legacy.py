@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Final
 
-from epochlog.heartbeat import BrokerHeartbeat, PartitionRole
+from epochlog.protocol.heartbeat import BrokerHeartbeat, PartitionRole
 from epochlog.resources import PartitionStatus
 from epochlog_broker.core import BrokerCore, Effect, Hosted
 from epochlog_broker.replication.follower import Follower, FollowerAction

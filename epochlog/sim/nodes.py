@@ -20,14 +20,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from epochlog.errors import EpochlogError, InvalidRequestError
-from epochlog.heartbeat import BrokerHeartbeat, HeartbeatResponse
+from epochlog.checker.history import History, Refusal, StatusWrite
+from epochlog.protocol.batch import Record
+from epochlog.protocol.errors import EpochlogError, InvalidRequestError
+from epochlog.protocol.heartbeat import BrokerHeartbeat, HeartbeatResponse
 from epochlog.resources import ConditionStatus, ConditionType, PartitionSpec, PartitionStatus
 from epochlog.sim import legacy as legacy_mod
-from epochlog.sim.history import History, Refusal, StatusWrite
 from epochlog.sim.world import CONTROLLER, TIMEOUT, Process, World
 from epochlog_broker.core import BrokerCore, Effect, ProduceDone, ProducerFields, SendToLeader
-from epochlog_broker.log.batch import Record
 from epochlog_broker.log.config import LogConfig
 from epochlog_broker.log.simfs import CrashFileSystem
 from epochlog_broker.replication.leader import Leader

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from epochlog.sim.checker import Violation
+from epochlog.checker.checks import Violation
 
 if TYPE_CHECKING:
     from epochlog.sim.scenario import Sim

@@ -25,8 +25,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Final
 
+from epochlog.checker.checks import Violation
 from epochlog.resources import PartitionSpec
-from epochlog.sim.checker import Violation
 from epochlog.sim.legacy import check_names
 from epochlog.sim.scenario import Sim, spec
 from epochlog.sim.world import CONTROLLER, NetworkConfig

@@ -31,11 +31,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from epochlog.errors import EpochlogError
+from epochlog.checker.checks import Checker, ReplicaLog, Timing, Violation
+from epochlog.checker.history import Ack, History, OffsetSeen, Refusal
+from epochlog.protocol.errors import EpochlogError
 from epochlog.resources import PartitionSpec, PartitionStatus
-from epochlog.sim.checker import Checker, ReplicaLog, Violation
 from epochlog.sim.clients import ClientConfig, Consumer, OffsetsClient, Producer
-from epochlog.sim.history import Ack, History, OffsetSeen, Refusal
 from epochlog.sim.legacy import check_names
 from epochlog.sim.nodes import ProduceRequest, SimBroker, SimConfig, SimController, Store
 from epochlog.sim.world import CONTROLLER, TIMEOUT, Hold, NetworkConfig, Process, World
@@ -122,7 +122,13 @@ class Sim:
         self.client_config = clients or ClientConfig()
         self.clients: list[Producer | Consumer | OffsetsClient] = []
         self._lag_max_ms = {s.name: s.replica_lag_time_max_ms for s in self.specs}
-        self.checker = Checker(self.history, self.config, self.world.net, self._lag_max_ms)
+        timing = Timing(
+            heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+            reconcile_interval_ms=self.config.reconcile_interval_ms,
+            fetch_wait_ms=self.config.fetch_wait_ms,
+            max_network_delay_ms=self.world.net.max_delay_ms,
+        )
+        self.checker = Checker(self.history, timing, self._lag_max_ms)
         self._client = Process(self.world, SCENARIO_CLIENT, "scenario")
         self.healed_at: int | None = None
 

@@ -32,8 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-CONTROLLER: Final = 0
-"""Node id of the controller (the operator)."""
+from epochlog.checker.history import CONTROLLER as CONTROLLER
 
 START_TIME_MS: Final = 1_767_225_600_000
 """Simulated wall clock at the start of every run (2026-01-01T00:00:00Z)."""

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from epochlog.errors import EpochlogError
+from epochlog.protocol.errors import EpochlogError
 from epochlog_operator.settings import OperatorSettings, add_arguments
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from epochlog.heartbeat import (
+from epochlog.protocol.heartbeat import (
     BrokerHeartbeat,
     HeartbeatResponse,
     HeldAssignment,

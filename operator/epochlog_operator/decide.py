@@ -44,7 +44,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from epochlog.heartbeat import HeldAssignment, PartitionReport
+from epochlog.protocol.heartbeat import HeldAssignment, PartitionReport
 from epochlog.resources import EpochHistoryEntry, PartitionSpec, PartitionStatus
 from epochlog_operator.assignment import BrokerLoad, assign_replicas
 from epochlog_operator.conditions import partition_conditions

@@ -37,7 +37,7 @@ import enum
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from epochlog.heartbeat import PartitionReport
+from epochlog.protocol.heartbeat import PartitionReport
 from epochlog_operator.isr import INELIGIBLE, IsrRemoval, RemovalReason
 from epochlog_operator.liveness import BrokerState, LivenessView
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pydantic import PrivateAttr
 
-from epochlog.heartbeat import BrokerHeartbeat, PartitionReport
+from epochlog.protocol.heartbeat import BrokerHeartbeat, PartitionReport
 
 
 class IndexedHeartbeat(BrokerHeartbeat):

@@ -29,7 +29,7 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from epochlog.heartbeat import IsrProposal, PartitionReport
+from epochlog.protocol.heartbeat import IsrProposal, PartitionReport
 from epochlog_operator.liveness import BrokerState, LivenessView
 
 

@@ -25,7 +25,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from epochlog.heartbeat import BrokerHeartbeat, HeldAssignment, PartitionReport, PartitionRole
+from epochlog.protocol.heartbeat import (
+    BrokerHeartbeat,
+    HeldAssignment,
+    PartitionReport,
+    PartitionRole,
+)
 from epochlog_operator.liveness import LivenessView
 
 

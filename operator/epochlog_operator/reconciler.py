@@ -49,8 +49,8 @@ import aiohttp
 import structlog
 from pydantic import ValidationError
 
-from epochlog.errors import LeaderNotAvailableError
-from epochlog.heartbeat import BrokerHeartbeat, HeartbeatResponse
+from epochlog.protocol.errors import LeaderNotAvailableError
+from epochlog.protocol.heartbeat import BrokerHeartbeat, HeartbeatResponse
 from epochlog.resources import ConditionType, PartitionSpec, PartitionStatus
 from epochlog_operator.controller import ControllerCore
 from epochlog_operator.decide import Decision, PartitionInput

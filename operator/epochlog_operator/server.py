@@ -20,7 +20,7 @@ import structlog
 from aiohttp import web
 from pydantic import ValidationError
 
-from epochlog.errors import EpochlogError, InvalidRequestError
+from epochlog.protocol.errors import EpochlogError, InvalidRequestError
 from epochlog_operator.indexed import IndexedHeartbeat
 from epochlog_operator.metrics import CONTENT_TYPE, Metrics
 from epochlog_operator.reconciler import Reconciler

@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from epochlog.errors import InvalidRequestError
+from epochlog.protocol.errors import InvalidRequestError
 
 DEFAULT_STATUS_REFRESH_INTERVAL_MS: Final = 5000
 DEFAULT_RECONCILE_INTERVAL_MS: Final = 500

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from epochlog.heartbeat import BrokerHeartbeat
+from epochlog.protocol.heartbeat import BrokerHeartbeat
 from epochlog.resources import PartitionSpec, PartitionStatus
 from epochlog_operator.controller import ControllerCore
 from epochlog_operator.decide import PartitionInput

@@ -20,8 +20,8 @@ import pytest
 import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
-from epochlog_broker.framing import BATCH_CONTENT_TYPE, unframe
-from epochlog_broker.log.batch import Record, encode_batch
+from epochlog.protocol.batch import Record, encode_batch
+from epochlog.protocol.framing import BATCH_CONTENT_TYPE, unframe
 from tests.broker.cluster import ApiError, Cluster
 from tests.broker.controller import spec
 

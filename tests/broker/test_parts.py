@@ -10,18 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from epochlog.errors import (
+from epochlog.protocol.batch import Record, RecordBatch, encode_batch
+from epochlog.protocol.errors import (
     FencedLeaderEpochError,
     InvalidRequestError,
     RecordTooLargeError,
     StorageError,
 )
-from epochlog.heartbeat import HeartbeatResponse, PartitionAssignment
+from epochlog.protocol.framing import frame, stored, unframe
+from epochlog.protocol.heartbeat import HeartbeatResponse, PartitionAssignment
 from epochlog_broker.broker import Signal
 from epochlog_broker.client_batch import ClientBatch
 from epochlog_broker.config import BrokerConfig, parse_listen, parse_peers
 from epochlog_broker.core import BrokerCore, ProduceDone, ProducerFields
-from epochlog_broker.framing import frame, stored, unframe
 from epochlog_broker.http_api import (
     Encoding,
     acks_param,
@@ -30,7 +31,6 @@ from epochlog_broker.http_api import (
     parse_produce_json,
 )
 from epochlog_broker.identity import DataDirClaim
-from epochlog_broker.log.batch import Record, RecordBatch, encode_batch
 from epochlog_broker.log.fs import OsFileSystem
 from epochlog_broker.replica_wire import (
     FetchBody,

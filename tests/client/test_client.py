@@ -26,7 +26,7 @@ from epochlog.client import (
     SyncProducer,
 )
 from epochlog.client.errors import BrokerUnreachableError, RetriesExhaustedError
-from epochlog.errors import (
+from epochlog.protocol.errors import (
     OffsetOutOfRangeError,
     ProducerFencedError,
     RecordTooLargeError,

@@ -22,7 +22,7 @@ from aiohttp import web
 
 from epochlog.client import Client, Consumer, OffsetsWentBackError
 from epochlog.client.errors import BrokerError, UnexpectedResponseError
-from epochlog.errors import OffsetOutOfRangeError
+from epochlog.protocol.errors import OffsetOutOfRangeError
 
 NAME = "p-0"
 

@@ -12,7 +12,7 @@ import pytest
 
 from epochlog.client import Client, Producer
 from epochlog.client.errors import error_from_response
-from epochlog.errors import NotEnoughReplicasAfterAppendError
+from epochlog.protocol.errors import NotEnoughReplicasAfterAppendError
 from tests.broker.cluster import Cluster
 from tests.client.helpers import AFTER_APPEND_BODY, AnswerDroppingProxy, read_all, values
 

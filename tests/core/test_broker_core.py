@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from epochlog.errors import (
+from epochlog.protocol.batch import Record
+from epochlog.protocol.errors import (
     FencedLeaderEpochError,
     NotLeaderOrFollowerError,
     OffsetNotAvailableError,
@@ -14,9 +15,8 @@ from epochlog.errors import (
     UnknownLeaderEpochError,
     UnknownPartitionError,
 )
-from epochlog.heartbeat import HeartbeatResponse, PartitionAssignment, PartitionRole
+from epochlog.protocol.heartbeat import HeartbeatResponse, PartitionAssignment, PartitionRole
 from epochlog_broker.core import BrokerCore, ProduceDone, SendToLeader
-from epochlog_broker.log.batch import Record
 from epochlog_broker.log.fs import OsFileSystem
 from epochlog_broker.replication.messages import Acks, FetchData, FetchRequest
 

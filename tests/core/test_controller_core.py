@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from epochlog.heartbeat import BrokerHeartbeat, IsrProposal, PartitionReport, PartitionRole
+from epochlog.protocol.heartbeat import BrokerHeartbeat, IsrProposal, PartitionReport, PartitionRole
 from epochlog.resources import PartitionSpec, PartitionStatus
 from epochlog_operator.controller import ControllerCore
 from epochlog_operator.decide import PartitionInput

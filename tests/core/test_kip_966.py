@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from epochlog.errors import NotEnoughReplicasAfterAppendError, NotEnoughReplicasError
-from epochlog.heartbeat import HeartbeatResponse, PartitionAssignment
+from epochlog.protocol.batch import Record
+from epochlog.protocol.errors import NotEnoughReplicasAfterAppendError, NotEnoughReplicasError
+from epochlog.protocol.heartbeat import HeartbeatResponse, PartitionAssignment
 from epochlog_broker.core import BrokerCore, ProduceDone, ProducerFields
-from epochlog_broker.log.batch import Record
 from epochlog_broker.log.fs import OsFileSystem
 from epochlog_broker.replication.messages import Acks, FetchRequest
 

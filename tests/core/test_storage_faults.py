@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from epochlog.cli import main
-from epochlog.errors import ErrorCode, NotLeaderOrFollowerError, ReplicaOfflineError
-from epochlog.heartbeat import HeartbeatResponse, PartitionAssignment, PartitionRole
+from epochlog.protocol.batch import Record
+from epochlog.protocol.errors import ErrorCode, NotLeaderOrFollowerError, ReplicaOfflineError
+from epochlog.protocol.heartbeat import HeartbeatResponse, PartitionAssignment, PartitionRole
 from epochlog_broker.core import BrokerCore, ProduceDone, SendToLeader
 from epochlog_broker.log import CrashFileSystem, LogConfig, OsFileSystem, PartitionLog
-from epochlog_broker.log.batch import Record
 from epochlog_broker.log.repair import apply_repair, plan_repair
 from epochlog_broker.log.segment import segment_name
 from epochlog_broker.replication.follower import Follower

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from epochlog.heartbeat import HeartbeatResponse, PartitionAssignment
+from epochlog.protocol.batch import Record
+from epochlog.protocol.heartbeat import HeartbeatResponse, PartitionAssignment
 from epochlog_broker.core import BrokerCore
 from epochlog_broker.held_assignment import ASSIGNMENT_CHECKPOINT
-from epochlog_broker.log.batch import Record
 from epochlog_broker.log.fs import OsFileSystem
 from epochlog_broker.log.storage_id import META_FILE, StorageIdError
 from epochlog_broker.replication.messages import Acks

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from epochlog.devcluster.apiserver import ApiServer
+from epochlog.kubeapi.apiserver import ApiServer
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = REPO / "crds"

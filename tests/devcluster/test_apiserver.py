@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kmock import resource
 
-from epochlog.devcluster.apiserver import ApiServer
+from epochlog.kubeapi.apiserver import ApiServer
 from tests.devcluster.conftest import EVENTS, PARTITIONS, Http, partition
 
 ORDERS_0 = f"{PARTITIONS}/orders-0"

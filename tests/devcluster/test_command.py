@@ -1,4 +1,4 @@
-"""`python -m epochlog.devcluster.apiserver` as a real process, used by the real kubectl."""
+"""`python -m epochlog.kubeapi.apiserver` as a real process, used by the real kubectl."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ async def test_command_serves_and_writes_a_kubeconfig(tmp_path: Path) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "epochlog.devcluster.apiserver",
+        "epochlog.kubeapi.apiserver",
         "--port",
         str(port),
         "--crds",

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from epochlog.crd import CRD_FILE, crd_yaml, partition_crd
-from epochlog.devcluster.registry import types_of_crd
-from epochlog.devcluster.schema import StructuralSchema
+from epochlog.kubeapi.registry import types_of_crd
+from epochlog.kubeapi.schema import StructuralSchema
 from epochlog.resources import PartitionSpec, PartitionStatus
 from tests.devcluster.conftest import CRDS
 

@@ -6,9 +6,9 @@ checked from client observations, status versions and final replica logs alone.
 
 from __future__ import annotations
 
+from epochlog.checker.checks import ReplicaLog, check_observations
+from epochlog.checker.history import Ack, History, OffsetSeen, Read, StatusWrite
 from epochlog.resources import PartitionStatus
-from epochlog.sim.checker import ReplicaLog, check_observations
-from epochlog.sim.history import Ack, History, OffsetSeen, Read, StatusWrite
 
 P = "t-0"
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from epochlog_broker.log.batch import (
+from epochlog.protocol.batch import (
     HEADER,
     HEADER_SIZE,
     BatchFormatError,

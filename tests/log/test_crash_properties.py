@@ -13,7 +13,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from epochlog.errors import FencedLeaderEpochError, StorageError
+from epochlog.protocol.errors import FencedLeaderEpochError, StorageError
 from epochlog_broker.log import LogConfig, LogRecord, PartitionLog, Record
 from epochlog_broker.log.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,

@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from epochlog.errors import (
+from epochlog.protocol.batch import encode_batch
+from epochlog.protocol.errors import (
     FencedLeaderEpochError,
     InvalidRequestError,
     OffsetOutOfRangeError,
@@ -15,7 +16,6 @@ from epochlog.errors import (
     StorageError,
 )
 from epochlog_broker.log import LogConfig, LogRecord, PartitionLog, Record
-from epochlog_broker.log.batch import encode_batch
 from epochlog_broker.log.checkpoints import read_leader_epochs
 from epochlog_broker.log.epochs import EpochEntry
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from epochlog.errors import CorruptRecordError
+from epochlog.protocol.errors import CorruptRecordError
 from epochlog_broker.log import LogConfig, OsFileSystem, PartitionLog, Record
 from epochlog_broker.log.checkpoints import (
     HighWatermarkCheckpoint,

@@ -8,9 +8,9 @@ import zlib
 
 import pytest
 
-from epochlog.errors import CorruptRecordError
+from epochlog.protocol.batch import encode_batch
+from epochlog.protocol.errors import CorruptRecordError
 from epochlog_broker.log import LogConfig, PartitionLog, Record
-from epochlog_broker.log.batch import encode_batch
 from epochlog_broker.log.checkpoints import read_leader_epochs, write_leader_epochs
 from epochlog_broker.log.epochs import EpochEntry
 from epochlog_broker.log.fs import ensure_dir

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from epochlog.heartbeat import (
+from epochlog.protocol.heartbeat import (
     BrokerHeartbeat,
     FollowerProgress,
     HeldAssignment,

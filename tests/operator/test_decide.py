@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from epochlog.heartbeat import IsrProposal
+from epochlog.protocol.heartbeat import IsrProposal
 from epochlog.resources import (
     ConditionStatus,
     ConditionType,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from epochlog.heartbeat import PartitionReport, PartitionRole
+from epochlog.protocol.heartbeat import PartitionReport, PartitionRole
 from epochlog_operator.election import (
     OfflineReason,
     OffsetRange,

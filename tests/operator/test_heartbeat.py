@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from epochlog.heartbeat import BrokerHeartbeat, HeartbeatResponse, PartitionAssignment
+from epochlog.protocol.heartbeat import BrokerHeartbeat, HeartbeatResponse, PartitionAssignment
 from epochlog.resources import PartitionStatus
 from epochlog_operator.observations import ReceivedHeartbeat
 

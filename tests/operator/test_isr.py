@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from epochlog.heartbeat import IsrProposal, PartitionReport, PartitionRole
+from epochlog.protocol.heartbeat import IsrProposal, PartitionReport, PartitionRole
 from epochlog_operator.isr import (
     RemovalReason,
     assess_isr,

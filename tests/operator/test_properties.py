@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from epochlog.heartbeat import IsrProposal, PartitionReport, PartitionRole
+from epochlog.protocol.heartbeat import IsrProposal, PartitionReport, PartitionRole
 from epochlog.resources import PartitionSpec, PartitionStatus
 from epochlog_operator.decide import Decision
 from epochlog_operator.events import EventReason

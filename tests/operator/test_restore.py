@@ -10,7 +10,7 @@ broker 1 only heard of elected it and truncated x1, x2 away on 2 and 3.
 
 from __future__ import annotations
 
-from epochlog.heartbeat import HeldAssignment
+from epochlog.protocol.heartbeat import HeldAssignment
 from epochlog.resources import ConditionStatus, ConditionType, PartitionStatus
 from epochlog_operator.events import EventReason
 

@@ -9,7 +9,7 @@ or be elected.
 
 from __future__ import annotations
 
-from epochlog.heartbeat import IsrProposal
+from epochlog.protocol.heartbeat import IsrProposal
 from epochlog.resources import ConditionType, PartitionStatus
 from epochlog_operator.events import EventReason
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import aiohttp
 
-from epochlog.heartbeat import (
+from epochlog.protocol.heartbeat import (
     BrokerHeartbeat,
     FollowerProgress,
     HeartbeatResponse,

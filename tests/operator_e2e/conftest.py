@@ -24,7 +24,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from epochlog.devcluster.apiserver import ApiServer
+from epochlog.kubeapi.apiserver import ApiServer
 from epochlog.resources import PartitionStatus
 from tests.operator_e2e.brokers import Cluster
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from epochlog.errors import InvalidRequestError
+from epochlog.protocol.errors import InvalidRequestError
 from epochlog_operator.indexed import IndexedHeartbeat
 from epochlog_operator.metrics import Metrics
 from epochlog_operator.peering import acts

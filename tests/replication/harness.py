@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from epochlog.errors import EpochlogError, NotLeaderOrFollowerError
+from epochlog.protocol.errors import EpochlogError, NotLeaderOrFollowerError
 from epochlog_broker.log.epochs import EpochHistory
 from epochlog_broker.replication.follower import (
     Append,

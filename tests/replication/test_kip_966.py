@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from epochlog.errors import (
+from epochlog.protocol.errors import (
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from epochlog.errors import (
+from epochlog.protocol.errors import (
     FencedLeaderEpochError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from epochlog.errors import OutOfOrderSequenceError, ProducerFencedError
+from epochlog.protocol.errors import OutOfOrderSequenceError, ProducerFencedError
 from epochlog_broker.replication.producers import KEEP, NO_PRODUCER, ProducerStates
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from epochlog.errors import NotEnoughReplicasError
+from epochlog.protocol.errors import NotEnoughReplicasError
 from epochlog_broker.log.epochs import EpochHistory
 from epochlog_broker.replication.leader import Leader, ProduceCompleted
 from epochlog_broker.replication.messages import Acks, FetchRequest

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from epochlog.errors import NotLeaderOrFollowerError, OffsetNotAvailableError
+from epochlog.protocol.errors import NotLeaderOrFollowerError, OffsetNotAvailableError
 from epochlog_broker.log.epochs import EpochEntry, EpochHistory
 from epochlog_broker.replication.follower import Follower, SendOffsetsForLeaderEpoch, Truncate
 from epochlog_broker.replication.leader import Leader, ProduceFailed

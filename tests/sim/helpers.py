@@ -5,8 +5,8 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Callable, Iterable
 
+from epochlog.checker.checks import Violation
 from epochlog.resources import PartitionStatus
-from epochlog.sim.checker import Violation
 from epochlog.sim.scenario import Sim
 from epochlog_broker.log.checkpoints import REPLICATION_OFFSET_CHECKPOINT, read_high_watermarks
 from epochlog_broker.replication.follower import Follower

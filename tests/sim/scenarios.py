@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from epochlog.errors import EpochlogError, OffsetNotAvailableError
+from epochlog.protocol.errors import EpochlogError, OffsetNotAvailableError
 from epochlog.sim.nodes import SimConfig
 from epochlog.sim.scenario import Produced, Sim, spec
 from epochlog.sim.world import CONTROLLER

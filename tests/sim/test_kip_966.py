@@ -10,7 +10,7 @@ read nor ListOffsets shows them; after healing, B and C rejoin and the HW moves 
 
 from __future__ import annotations
 
-from epochlog.errors import NotEnoughReplicasAfterAppendError, NotEnoughReplicasError
+from epochlog.protocol.errors import NotEnoughReplicasAfterAppendError, NotEnoughReplicasError
 from epochlog.sim.nodes import SimConfig
 from epochlog.sim.scenario import Sim, spec
 from epochlog_broker.core import ReadResult

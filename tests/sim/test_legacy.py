@@ -4,7 +4,7 @@ scenario on the real code passes every check."""
 
 from __future__ import annotations
 
-from epochlog.errors import OffsetNotAvailableError
+from epochlog.protocol.errors import OffsetNotAvailableError
 from epochlog.sim.legacy import (
     ACK_BEFORE_FSYNC,
     COUNT_LAG,

@@ -10,7 +10,7 @@ produces in flight and the controller's refusals.
 
 from __future__ import annotations
 
-from epochlog.sim.history import StatusWrite
+from epochlog.checker.history import StatusWrite
 from epochlog.sim.nodes import ProduceRequest
 from epochlog.sim.scenario import SCENARIO_CLIENT, Sim, spec
 from epochlog.sim.world import CONTROLLER

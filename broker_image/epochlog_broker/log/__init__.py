@@ -6,7 +6,7 @@
 tests and the deterministic simulator use.
 """
 
-from epochlog_broker.log.batch import LogRecord, Record, RecordBatch
+from epochlog.protocol.batch import LogRecord, Record, RecordBatch
 from epochlog_broker.log.config import LogConfig
 from epochlog_broker.log.epochs import EpochEntry, EpochHistory
 from epochlog_broker.log.fs import FileSystem, OsFileSystem

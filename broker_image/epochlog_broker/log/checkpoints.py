@@ -24,7 +24,7 @@ import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from epochlog.errors import StorageError
+from epochlog.protocol.errors import StorageError
 from epochlog_broker.log.epochs import EpochEntry
 from epochlog_broker.log.fs import FileSystem, read_all
 

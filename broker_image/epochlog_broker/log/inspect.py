@@ -12,7 +12,7 @@ import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from epochlog.errors import StorageError
+from epochlog.protocol.errors import StorageError
 from epochlog_broker.log.checkpoints import LEADER_EPOCH_CHECKPOINT, read_leader_epochs
 from epochlog_broker.log.epochs import EpochHistory
 from epochlog_broker.log.fs import FileSystem, read_all

@@ -29,15 +29,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from epochlog.errors import (
-    CorruptRecordError,
-    FencedLeaderEpochError,
-    InvalidRequestError,
-    OffsetOutOfRangeError,
-    RecordTooLargeError,
-    StorageError,
-)
-from epochlog_broker.log.batch import (
+from epochlog.protocol.batch import (
     HEADER,
     BatchFormatError,
     BatchHeader,
@@ -45,6 +37,14 @@ from epochlog_broker.log.batch import (
     Record,
     RecordBatch,
     encode_batch,
+)
+from epochlog.protocol.errors import (
+    CorruptRecordError,
+    FencedLeaderEpochError,
+    InvalidRequestError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    StorageError,
 )
 from epochlog_broker.log.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,

@@ -16,8 +16,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from epochlog.errors import CorruptRecordError
-from epochlog_broker.log.batch import (
+from epochlog.protocol.batch import (
     HEADER,
     HEADER_SIZE,
     MAGIC,
@@ -28,7 +27,8 @@ from epochlog_broker.log.batch import (
     decode_records,
     encode_batch,
 )
-from epochlog_broker.log.batch import Record as _Record
+from epochlog.protocol.batch import Record as _Record
+from epochlog.protocol.errors import CorruptRecordError
 from epochlog_broker.log.checkpoints import atomic_write
 from epochlog_broker.log.fs import File, FileSystem, read_all
 from epochlog_broker.log.index import IndexFormatError, OffsetIndex

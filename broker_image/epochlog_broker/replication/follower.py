@@ -41,7 +41,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from epochlog.errors import (
+from epochlog.protocol.errors import (
     EpochlogError,
     FencedLeaderEpochError,
     InvalidRequestError,

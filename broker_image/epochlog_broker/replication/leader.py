@@ -57,7 +57,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from epochlog.errors import (
+from epochlog.protocol.errors import (
     EpochlogError,
     FencedLeaderEpochError,
     NotEnoughReplicasAfterAppendError,

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
-from epochlog.errors import OutOfOrderSequenceError, ProducerFencedError
+from epochlog.protocol.errors import OutOfOrderSequenceError, ProducerFencedError
 
 KEEP: Final = 5
 NO_PRODUCER: Final = -1

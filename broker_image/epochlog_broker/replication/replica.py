@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from epochlog.errors import NotLeaderOrFollowerError
+from epochlog.protocol.errors import NotLeaderOrFollowerError
 from epochlog_broker.log.epochs import EpochHistory
 from epochlog_broker.replication.follower import Follower, FollowerAction
 from epochlog_broker.replication.leader import Leader, LeaderAction

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from epochlog.devcluster.registry import ResourceType
+from epochlog.kubeapi.registry import ResourceType
 
 _PATCH_TYPES = (
     "application/json-patch+json",

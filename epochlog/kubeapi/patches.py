@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from epochlog.devcluster.errors import bad_request, unprocessable, unsupported_media_type
+from epochlog.kubeapi.errors import bad_request, unprocessable, unsupported_media_type
 
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"

@@ -22,8 +22,8 @@ from typing import Any, Final
 
 from kmock import ObjectsArray, resource
 
-from epochlog.devcluster.errors import expired
-from epochlog.devcluster.registry import ResourceType
+from epochlog.kubeapi.errors import expired
+from epochlog.kubeapi.registry import ResourceType
 
 LOG_SIZE: Final = 10_000
 HISTORY_KEPT: Final = 8

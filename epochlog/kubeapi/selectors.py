@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from epochlog.devcluster.errors import bad_request
+from epochlog.kubeapi.errors import bad_request
 
 Matcher = Callable[[Mapping[str, Any]], bool]
 

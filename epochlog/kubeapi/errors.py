@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from epochlog.devcluster.registry import ResourceType
+    from epochlog.kubeapi.registry import ResourceType
 
 
 class ErrorKind(enum.Enum):

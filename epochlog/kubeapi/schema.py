@@ -16,8 +16,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from epochlog.devcluster.cel import CelCompileError, CelRule, compile_rule
-from epochlog.devcluster.errors import ErrorKind, FieldError
+from epochlog.kubeapi.cel import CelCompileError, CelRule, compile_rule
+from epochlog.kubeapi.errors import ErrorKind, FieldError
 
 # Fields of every object that the schema of a custom resource does not describe.
 _OBJECT_ROOT_FIELDS = frozenset({"apiVersion", "kind", "metadata"})

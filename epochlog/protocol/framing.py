@@ -16,8 +16,8 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from epochlog.errors import InvalidRequestError
-from epochlog_broker.log.batch import BatchFormatError, RecordBatch
+from epochlog.protocol.batch import BatchFormatError, RecordBatch
+from epochlog.protocol.errors import InvalidRequestError
 
 BATCH_CONTENT_TYPE: Final = "application/vnd.epochlog.batch"
 _LEN = struct.Struct(">I")

@@ -27,7 +27,7 @@ brokerEpoch must be larger on every start of the broker process than on any
 earlier start (a persisted counter, or the start time in ms): the controller
 takes a smaller one for a late message from a dead process.
 
-Naming and wire conventions are those of `epochlog.wire`.
+Naming and wire conventions are those of `epochlog.protocol.wire`.
 """
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ from typing import Annotated, Final, Self
 
 from pydantic import Field, model_validator
 
+from epochlog.protocol.wire import BrokerId, BrokerKey, NonNegativeInt, PositiveInt, WireModel
 from epochlog.resources import (
     DEFAULT_MIN_INSYNC_REPLICAS,
     DEFAULT_REPLICA_LAG_TIME_MAX_MS,
     PartitionSpec,
     PartitionStatus,
 )
-from epochlog.wire import BrokerId, BrokerKey, NonNegativeInt, PositiveInt, WireModel
 
 DEFAULT_HEARTBEAT_INTERVAL_MS: Final = 500
 

@@ -59,13 +59,21 @@ import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from epochlog.checker.history import CONTROLLER, History, StatusWrite
 from epochlog.resources import PartitionStatus
-from epochlog.sim.history import History, StatusWrite
-from epochlog.sim.nodes import SimConfig
-from epochlog.sim.world import CONTROLLER, NetworkConfig
 
 ReplicaLog = tuple[list[tuple[int, int, str]], int]
 """A replica's records as (offset, leaderEpoch, value) and its high watermark."""
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """The delays of the run being judged (ms): how late a healthy system may act."""
+
+    heartbeat_interval_ms: int = 500
+    reconcile_interval_ms: int = 200
+    fetch_wait_ms: int = 25
+    max_network_delay_ms: int = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,13 +91,11 @@ class Checker:
     def __init__(
         self,
         history: History,
-        config: SimConfig,
-        network: NetworkConfig,
+        timing: Timing,
         lag_max_ms: Mapping[str, int],
     ) -> None:
         self.h = history
-        self.config = config
-        self.net = network
+        self.timing = timing
         self.lag_max_ms = lag_max_ms
         self.violations: list[Violation] = []
         self._reported_stuck: set[tuple[str, int, int]] = set()
@@ -181,7 +187,7 @@ class Checker:
         leader = status.leader
         assert leader is not None
         lag_max = self.lag_max_ms[partition]
-        write = self.config.reconcile_interval_ms + 2 * self.net.max_delay_ms + 100
+        write = self.timing.reconcile_interval_ms + 2 * self.timing.max_network_delay_ms + 100
         epoch_start = self._epoch_start(partition, status.leader_epoch)
         for f in status.isr:
             if f == leader:
@@ -198,7 +204,7 @@ class Checker:
                 continue  # a silent leader is a matter for fencing, not for ISR lag
             # A heartbeat is built up to one network delay before it is received, and
             # the leader measures lag from its build time.
-            built_after = since + lag_max + self.net.max_delay_ms
+            built_after = since + lag_max + self.timing.max_network_delay_ms
             reports = [x for x in self.h.heartbeats_in.get(leader, []) if x > built_after]
             if not reports or now <= reports[0] + write:
                 continue
@@ -441,8 +447,8 @@ class Checker:
                 )
 
     def _check_isr_removals(self) -> None:
-        tol = self.config.heartbeat_interval_ms + self.config.reconcile_interval_ms
-        tol += 2 * self.net.max_delay_ms + self.config.fetch_wait_ms + 50
+        tol = self.timing.heartbeat_interval_ms + self.timing.reconcile_interval_ms
+        tol += 2 * self.timing.max_network_delay_ms + self.timing.fetch_wait_ms + 50
         previous: dict[str, StatusWrite] = {}
         for w in self.h.status_writes:
             before = previous.get(w.partition)
@@ -502,7 +508,7 @@ class Checker:
             return False
         beats = [x for x in self.h.heartbeats_in.get(broker, []) if start <= x <= end]
         points = [start, *beats, end]
-        gap = 2 * self.config.heartbeat_interval_ms
+        gap = 2 * self.timing.heartbeat_interval_ms
         return all(b - a <= gap for a, b in itertools.pairwise(points))
 
     def _broker_epoch_at(self, broker: int, t: int) -> int | None:
@@ -592,5 +598,5 @@ def check_observations(
     settled: bool = True,
 ) -> list[Violation]:
     """`Checker.observed` for a history recorded from real clients and processes."""
-    checker = Checker(history, SimConfig(), NetworkConfig(), {})
+    checker = Checker(history, Timing(), {})
     return checker.observed(end=end, logs=logs, statuses=statuses, settled=settled)

@@ -23,9 +23,9 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from epochlog.devcluster import errors
-from epochlog.devcluster.errors import ErrorKind, FieldError
-from epochlog.devcluster.registry import ResourceType
+from epochlog.kubeapi import errors
+from epochlog.kubeapi.errors import ErrorKind, FieldError
+from epochlog.kubeapi.registry import ResourceType
 
 _SERVER_META: Final = (
     "uid",

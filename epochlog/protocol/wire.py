@@ -1,6 +1,6 @@
 """The base of every JSON model epochlog exchanges: camelCase on the wire, snake_case in Python.
 
-Resources (`epochlog.resources`) and heartbeats (`epochlog.heartbeat`) derive from
+Resources (`epochlog.resources`) and heartbeats (`epochlog.protocol.heartbeat`) derive from
 `WireModel`. One rule for all of them: Python attributes are snake_case and the
 JSON name of each field is generated from it with pydantic's `to_camel`
 (`leader_epoch` <-> `leaderEpoch`). Models accept either spelling on input and

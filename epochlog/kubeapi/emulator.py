@@ -31,11 +31,11 @@ from kmock import KubernetesEmulator, RawHandler, Request, ResourceInfo, resourc
 from kmock._internal import enums, parsing, rendering
 from typing_extensions import override
 
-from epochlog.devcluster import errors, objects
-from epochlog.devcluster.errors import ApiError, ErrorKind, FieldError
-from epochlog.devcluster.openapi import openapi_group_version, openapi_index
-from epochlog.devcluster.patches import apply_patch
-from epochlog.devcluster.registry import (
+from epochlog.kubeapi import errors, objects
+from epochlog.kubeapi.errors import ApiError, ErrorKind, FieldError
+from epochlog.kubeapi.openapi import openapi_group_version, openapi_index
+from epochlog.kubeapi.patches import apply_patch
+from epochlog.kubeapi.registry import (
     BUILTINS,
     CRDS,
     EVENTS,
@@ -45,9 +45,9 @@ from epochlog.devcluster.registry import (
     ResourceType,
     types_of_crd,
 )
-from epochlog.devcluster.selectors import field_matcher, label_matcher
-from epochlog.devcluster.store import Change, Store
-from epochlog.devcluster.tables import NAME_COLUMN, table
+from epochlog.kubeapi.selectors import field_matcher, label_matcher
+from epochlog.kubeapi.store import Change, Store
+from epochlog.kubeapi.tables import NAME_COLUMN, table
 
 DEFAULT_NAMESPACES: Final = ("default", "kube-system", "kube-public", "kube-node-lease")
 # Namespaces a real cluster refuses to delete.

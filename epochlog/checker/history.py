@@ -17,8 +17,12 @@ ms since the run started; the ground-truth fields stay empty there.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 
 from epochlog.resources import PartitionStatus
+
+CONTROLLER: Final = 0
+"""The node id histories give the controller (brokers are 1..n)."""
 
 
 @dataclass(frozen=True, slots=True)

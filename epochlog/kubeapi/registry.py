@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from epochlog.devcluster.schema import SchemaError, StructuralSchema
-from epochlog.devcluster.tables import Column, JsonPathError, check_json_path
+from epochlog.kubeapi.schema import SchemaError, StructuralSchema
+from epochlog.kubeapi.tables import Column, JsonPathError, check_json_path
 
 VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
 _META_FIELDS = frozenset({"metadata.name", "metadata.namespace"})

@@ -5,7 +5,7 @@ Kubernetes cluster. It serves plain HTTP on 127.0.0.1 without authentication,
 loads the CRDs from a folder (`crds/`), and writes a kubeconfig so that the
 real `kubectl`, kopf and the kubernetes client can talk to it:
 
-    python -m epochlog.devcluster.apiserver --port 8001 --crds crds/ --kubeconfig dev.kubeconfig
+    python -m epochlog.kubeapi.apiserver --port 8001 --crds crds/ --kubeconfig dev.kubeconfig
     kubectl --kubeconfig dev.kubeconfig get partitions
 
 In tests:
@@ -28,9 +28,9 @@ from typing import Any, Self
 import yaml
 from kmock import Server
 
-from epochlog.devcluster.emulator import KubernetesApi
-from epochlog.devcluster.errors import ApiError
-from epochlog.devcluster.registry import CRDS
+from epochlog.kubeapi.emulator import KubernetesApi
+from epochlog.kubeapi.errors import ApiError
+from epochlog.kubeapi.registry import CRDS
 
 HOST = "127.0.0.1"
 CONTEXT = "epochlog-dev"
@@ -150,7 +150,7 @@ async def _serve(port: int, crds: Path | None, kubeconfig_path: Path | None) -> 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m epochlog.devcluster.apiserver",
+        prog="python -m epochlog.kubeapi.apiserver",
         description="Kubernetes API emulator for development and tests (not for production).",
     )
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free)")
