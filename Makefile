@@ -3,27 +3,44 @@ SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
 EXTRAS ?= dev,operator
+# Test processes (pytest-xdist): `auto` is one per core. Tests that share a module- or
+# package-scoped fixture stay on one worker (tests/sharing.py).
+WORKERS ?= auto
+PYTEST := $(BIN)/pytest -q -p no:cacheprovider -n $(WORKERS)
 
-.PHONY: venv test lint typecheck unit demo bench soak sim clean
+.PHONY: venv lock test lint typecheck unit demo bench soak sim clean
 
 venv:
 	@scripts/bootstrap.sh $(EXTRAS)
 
+# Writes the locks that scripts/bootstrap.sh installs from, keeping every pinned version
+# that still satisfies pyproject.toml; `make lock UPGRADE=--upgrade` moves to the newest.
+# Uses the uv of an existing .venv and does not depend on `venv`: a pyproject.toml
+# that the current lock no longer satisfies must not stop the lock from being rewritten.
+LOCK := $(BIN)/uv pip compile -q pyproject.toml requirements/tools.in --generate-hashes \
+	--python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+	--custom-compile-command "make lock" $(UPGRADE)
+lock:
+	$(LOCK) --extra dev --extra operator -o requirements/dev.txt
+	$(LOCK) --extra dev --extra operator --extra spark -o requirements/spark.txt
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: venv
 	$(BIN)/mypy
 
 unit: venv
-	$(BIN)/pytest
+	$(PYTEST)
 
 test: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(PYTEST)
 
 demo: venv
 	$(BIN)/epochlog demo
@@ -35,9 +52,10 @@ bench: venv
 	$(BIN)/python -m benchmarks.failover_bench
 
 soak: venv
-	HYPOTHESIS_PROFILE=soak $(BIN)/pytest -q -p no:cacheprovider --timeout 3600
+	HYPOTHESIS_PROFILE=soak $(PYTEST) --timeout 3600
 	$(BIN)/epochlog --log-level critical sim --seeds 20000
-	EPOCHLOG_NEMESIS_SECONDS=600 $(BIN)/pytest -q -p no:cacheprovider tests/e2e/test_nemesis.py
+	EPOCHLOG_NEMESIS_SECONDS=600 $(BIN)/pytest -q -p no:cacheprovider --timeout 3600 \
+		tests/e2e/test_nemesis.py
 
 sim: venv
 	$(BIN)/epochlog --log-level critical sim --seeds $(or $(SEEDS),1000)

@@ -1,8 +1,9 @@
 """Broker throughput and latency on three real broker processes: RF3, acks=all, fsync on.
 
-Starts the test controller (the real ControllerCore) in this process and three
-`epochlog broker` processes on loopback, each with its own data directory
-under `--dir`, and measures:
+Starts the embedded cluster (`epochlog.devcluster.local`: the Kubernetes API
+emulator, the real operator and three `epochlog broker` processes on loopback,
+started through `epochlog.harness`) under `--dir`, each broker with its own
+data directory, and measures:
 
 - produce throughput with acks=all for 100 B and 1 KiB records, with JSON
   bodies and with binary batches (`application/vnd.epochlog.batch`), as
@@ -13,8 +14,8 @@ under `--dir`, and measures:
   tenth of the peak binary 1 KiB throughput;
 - consume throughput from offset 0 to the high watermark, JSON and binary.
 
-Everything shares this machine's cores: the three brokers, the controller and
-the load generator. Run with
+Everything shares this machine's cores: the three brokers, the operator, the
+API emulator and the load generator. Run with
 `.venv/bin/python -m benchmarks.broker_bench [--dir DIR] [--seconds S]`.
 """
 
@@ -38,17 +39,20 @@ from typing import Any
 import aiohttp
 
 from benchmarks.log_bench import raw_write_fdatasync
+from epochlog.devcluster.local import DevSettings, LocalCluster
+from epochlog.devcluster.partitions import partition_manifest
+from epochlog.harness import READY_PATH, wait_healthy, wait_until
 from epochlog.logs import configure
 from epochlog.protocol.batch import Record, encode_batch
 from epochlog.protocol.framing import BATCH_CONTENT_TYPE, unframe
-from tests.broker.cluster import Cluster
-from tests.broker.controller import spec
 
 MiB = 1 << 20
 REQUEST_BYTES = 256 * 1024
 """Record values per produce request in the throughput runs."""
 BODIES = 8
 """Distinct request bodies per run, so no layer sees the same bytes every time."""
+REPLICAS = (1, 2, 3)
+"""Every partition on every broker, broker 1 its preferred leader."""
 
 
 @dataclass
@@ -227,48 +231,96 @@ async def run(args: argparse.Namespace) -> int:
     print(f"raw write + fdatasync (1 MiB writes): {raws[0]:.1f} MiB/s", flush=True)
 
     os.environ["EPOCHLOG_LOG_LEVEL"] = "warning"
-    results: list[Throughput] = []
-    # Latency is measured on a partition of its own, with a fresh log.
-    partitions = [spec("bench", 0), spec("latency", 0)]
-    async with Cluster(root / "cluster", partitions, heartbeat_interval_ms=500) as c:
-        leader = await c.wait_leader("bench-0", timeout_s=30)
-        lat_leader = await c.wait_leader("latency-0", timeout_s=30)
-        await c.wait_ready(timeout_s=30)
-
-        def full_isr() -> bool:
-            return all(
-                (status := c.controller.status(p.name)) is not None and len(status.isr) == 3
-                for p in partitions
-            )
-
-        await c.wait_until(full_isr, 30, "all three replicas in the ISR")
-        url = c.brokers[leader].url + "/v1/partitions/bench-0/records"
-        http = c.http
-        for size in (100, 1024):
-            for fmt, make in (("JSON", json_bodies), ("binary", binary_bodies)):
-                bodies = make(size, rng)
-                label = f"{size:>4} B {fmt}"
-                t = await produce_throughput(
-                    http, url, label, size, bodies, args.seconds, args.concurrency
-                )
-                results.append(t)
-                print(
-                    f"  produce {label:<12} {t.records_per_s:10.0f} records/s "
-                    f"{t.mib_per_s:8.1f} MiB/s",
-                    flush=True,
-                )
-        peak = next(t for t in results if t.label.strip() == "1024 B binary")
-        # Let the load generator's garbage go and the disk settle first.
-        gc.collect()
-        await asyncio.sleep(2)
-        lat_url = c.brokers[lat_leader].url + "/v1/partitions/latency-0/records"
-        latencies, per, req_rate = await produce_latency(
-            http, lat_url, peak.records_per_s / 10, 1024, 2 * args.seconds, rng
-        )
-        reads = [await consume(http, url, binary=False), await consume(http, url, binary=True)]
+    cluster = LocalCluster(
+        root / "cluster", brokers=3, settings=DevSettings(checkpoint_interval_ms=1000)
+    )
+    try:
+        await cluster.up(example_partitions=False)
+        url, lat_url = await _partitions(cluster)
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
+            results, latencies, per, req_rate, reads = await _measure(args, http, url, lat_url, rng)
+    finally:
+        await cluster.down()
     raws.append(raw_write_fdatasync(raw_path, args.raw_mib))
+    _report(args, raws, results, latencies, per, req_rate, reads)
+    shutil.rmtree(root, ignore_errors=True)
+    # Figures, not a gate: throughput moves with the disk and with what else runs here.
+    return 0
+
+
+async def _partitions(cluster: LocalCluster) -> tuple[str, str]:
+    """bench-0 and latency-0 (latency is measured on a partition of its own, with a fresh
+    log), every replica ready and in the ISR; their record URLs on their leaders."""
+    names = ("bench-0", "latency-0")
+    leaders: dict[str, int] = {}
+    for name in names:
+        topic, _, index = name.rpartition("-")
+        await cluster.apply(
+            partition_manifest(topic, int(index), replica_lag_time_max_ms=10_000, replicas=REPLICAS)
+        )
+        status = await cluster.wait_leader(name, timeout=cluster.settings.startup_timeout_s)
+        await cluster.wait_serving(name, status)
+        assert status.leader is not None
+        leaders[name] = status.leader
+    for b in REPLICAS:
+        info = cluster.processes[f"broker-{b}"]
+        await wait_healthy(info.process, info.url + READY_PATH)
+
+    async def full_isr() -> bool:
+        statuses = [(await cluster.partition(name)).status for name in names]
+        return all(s is not None and len(s.isr) == len(REPLICAS) for s in statuses)
+
+    await wait_until(full_isr, "all three replicas in the ISR", interval_s=0.1)
+    bench_url, lat_url = (
+        f"{cluster.broker_url(leaders[name])}/v1/partitions/{name}/records" for name in names
+    )
+    return bench_url, lat_url
+
+
+async def _measure(
+    args: argparse.Namespace,
+    http: aiohttp.ClientSession,
+    url: str,
+    lat_url: str,
+    rng: random.Random,
+) -> tuple[list[Throughput], list[float], int, float, list[Throughput]]:
+    """Produce throughput, then latency at a tenth of the peak, then consume throughput."""
+    results: list[Throughput] = []
+    for size in (100, 1024):
+        for fmt, make in (("JSON", json_bodies), ("binary", binary_bodies)):
+            bodies = make(size, rng)
+            label = f"{size:>4} B {fmt}"
+            t = await produce_throughput(
+                http, url, label, size, bodies, args.seconds, args.concurrency
+            )
+            results.append(t)
+            print(
+                f"  produce {label:<12} {t.records_per_s:10.0f} records/s {t.mib_per_s:8.1f} MiB/s",
+                flush=True,
+            )
+    peak = next(t for t in results if t.label.strip() == "1024 B binary")
+    # Let the load generator's garbage go and the disk settle first.
+    gc.collect()
+    await asyncio.sleep(2)
+    latencies, per, req_rate = await produce_latency(
+        http, lat_url, peak.records_per_s / 10, 1024, 2 * args.seconds, rng
+    )
+    reads = [await consume(http, url, binary=False), await consume(http, url, binary=True)]
+    return results, latencies, per, req_rate, reads
+
+
+def _report(
+    args: argparse.Namespace,
+    raws: list[float],
+    results: list[Throughput],
+    latencies: list[float],
+    per: int,
+    req_rate: float,
+    reads: list[Throughput],
+) -> None:
     raw = statistics.median(raws)
     third = raw / 3
+    peak = next(t for t in results if t.label.strip() == "1024 B binary")
 
     print()
     print(
@@ -306,9 +358,6 @@ async def run(args: argparse.Namespace) -> int:
     print(
         f"\nload average at end: {os.getloadavg()[0]:.2f} (the brokers, the load and anything else)"
     )
-    shutil.rmtree(root, ignore_errors=True)
-    # Figures, not a gate: throughput moves with the disk and with what else runs here.
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

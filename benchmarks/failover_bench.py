@@ -31,8 +31,9 @@ import time
 from pathlib import Path
 
 from epochlog.client import Client
-from epochlog.devcluster.local import DevSettings, LocalCluster, partition_manifest
+from epochlog.devcluster.local import DevSettings, LocalCluster
 from epochlog.devcluster.local_workload import SteadyProducer, read_back, verify
+from epochlog.devcluster.partitions import partition_manifest
 from epochlog.logs import configure
 
 TOPIC = "failover"
@@ -49,7 +50,7 @@ async def _wait_in_isr(cluster: LocalCluster, broker: int, timeout: float = 60) 
     deadline = time.monotonic() + timeout
     while True:
         status = await cluster.wait_leader(NAME)
-        if broker in status.get("isr", []) and len(status["isr"]) == 3:
+        if broker in status.isr and len(status.isr) == 3:
             return
         if time.monotonic() > deadline:
             raise TimeoutError(f"broker {broker} did not rejoin the ISR of {NAME}: {status}")
@@ -94,7 +95,8 @@ async def bench(args: argparse.Namespace) -> int:
             for run in range(1, args.runs + 1):
                 await asyncio.sleep(args.steady_s)
                 status = await cluster.wait_leader(NAME)
-                old, epoch = int(status["leader"]), int(status["leaderEpoch"])
+                assert status.leader is not None  # wait_leader returns a led status
+                old, epoch = status.leader, status.leader_epoch
                 killed_at = time.monotonic()
                 cluster.kill(f"broker-{old}")
                 new = await cluster.wait_leader(
@@ -107,9 +109,9 @@ async def bench(args: argparse.Namespace) -> int:
                 failover = ack.at - killed_at
                 failovers.append(failover)
                 elections.append(elected)
-                epochs = f"{epoch}->{new['leaderEpoch']}"
+                epochs = f"{epoch}->{new.leader_epoch}"
                 print(
-                    f"{run:>3}  {'b' + str(old):>6}  {epochs:>9}  {'b' + str(new['leader']):>3}  "
+                    f"{run:>3}  {'b' + str(old):>6}  {epochs:>9}  {'b' + str(new.leader):>3}  "
                     f"{elected:>7.2f}s  {failover:>8.2f}s",
                     flush=True,
                 )

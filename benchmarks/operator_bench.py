@@ -1,9 +1,9 @@
 """The operator at scale: 1,000 Partitions and 10 scripted brokers against the API emulator.
 
-Runs the emulator and the operator as separate processes and ten scripted
-brokers (tests/operator_e2e/brokers.py) in this one, heartbeating over HTTP
-while their leaders take writes, so that high watermarks and lag move all the
-time. It reports:
+Runs the emulator and the operator as separate processes (through
+`epochlog.harness`) and ten scripted brokers (`epochlog.harness.scripted_brokers`)
+in this one, heartbeating over HTTP while their leaders take writes, so that
+high watermarks and lag move all the time. It reports:
 
 - setup: how long creating the Partitions and electing all their leaders took;
 - steady state: status writes per Partition per status refresh interval,
@@ -22,10 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
-import signal
-import socket
 import sys
 import tempfile
 import time
@@ -34,36 +31,36 @@ from typing import Any
 
 import aiohttp
 
-from tests.operator_e2e.brokers import Cluster
+from epochlog.devcluster.partitions import PartitionEvent, partition_manifest, partitions_path
+from epochlog.harness import (
+    APISERVER_READY_PATH,
+    READY_PATH,
+    ManagedProcess,
+    apiserver_argv,
+    child_env,
+    free_ports,
+    operator_argv,
+    url,
+    wait_healthy,
+)
+from epochlog.harness.scripted_brokers import ScriptedBrokers
+from epochlog.objects import to_body
+from epochlog.resources import PartitionStatus
 
 REPO = Path(__file__).resolve().parents[1]
-PARTITIONS = "/apis/epochlog.dev/v1alpha1/namespaces/default/partitions"
-
-# The emulator keeps the last requests for tests to inspect, and kmock's routing
-# scans them on every request: thousands kept make each request cost
-# milliseconds, which would be measured here as the operator's slowness. The
-# bench keeps few (it inspects none).
-_EMULATOR = (
-    "import sys\n"
-    "import epochlog.kubeapi.emulator as emulator\n"
-    "from epochlog.kubeapi.apiserver import main\n"
-    f"emulator.REQUESTS_KEPT = {100}\n"
-    "sys.exit(main(sys.argv[1:]))\n"
-)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+PARTITIONS = partitions_path("default")
+REQUESTS_KEPT = 100
+"""The emulator keeps the last requests for tests to inspect, and kmock's routing scans
+them on every request: thousands kept make each request cost milliseconds, which would be
+measured here as the operator's slowness. The bench keeps few (it inspects none)."""
+STOP_GRACE_S = 15
 
 
 class Watch:
-    """The latest status of every Partition, and the time each (name, epoch) leader appeared."""
+    """The latest status of every Partition, and how many MODIFIED events the watch saw."""
 
     def __init__(self) -> None:
-        self.status: dict[str, dict[str, Any]] = {}
+        self.status: dict[str, PartitionStatus] = {}
         self.modified = 0
         self.changed = asyncio.Event()
 
@@ -76,13 +73,14 @@ class Watch:
                 async for line in rsp.content:
                     if not line.strip():
                         continue
-                    event = json.loads(line)
-                    obj = event["object"]
-                    rv = obj["metadata"]["resourceVersion"]
-                    if event["type"] == "MODIFIED":
+                    event = PartitionEvent.model_validate_json(line)
+                    meta = event.object.metadata
+                    rv = meta.resource_version or rv
+                    if event.type == "MODIFIED":
                         self.modified += 1
-                    if obj.get("status"):
-                        self.status[obj["metadata"]["name"]] = obj["status"]
+                    status = event.status
+                    if status is not None and meta.name:
+                        self.status[meta.name] = status
                         self.changed.set()
 
     async def until(self, check: Any, timeout: float, what: str) -> float:
@@ -119,36 +117,41 @@ async def _metric(session: aiohttp.ClientSession, url: str, name: str) -> float:
     )
 
 
-async def _wait_http(session: aiohttp.ClientSession, url: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(aiohttp.ClientError):
-            async with session.get(url) as rsp:
-                if rsp.status == 200:
-                    return
-        await asyncio.sleep(0.1)
-    raise TimeoutError(f"{url} did not answer in {timeout} s")
-
-
 async def bench(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="epochlog-operator-bench-"))
-    api_port, op_port = _free_port(), _free_port()
+    api_port, op_port = free_ports(2)
     kubeconfig = work / "kubeconfig"
-    api_url = f"http://127.0.0.1:{api_port}"
-    op_url = f"http://127.0.0.1:{op_port}"
+    api_url, op_url = url(api_port), url(op_port)
     session_s = args.session_timeout_ms / 1000
     refresh_s = args.refresh_interval_ms / 1000
-    procs: list[asyncio.subprocess.Process] = []
-    env = {**os.environ, "EPOCHLOG_LOG_LEVEL": "info"}
-
-    async def spawn(*argv: str, log: str) -> asyncio.subprocess.Process:
-        out = (work / log).open("wb")
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, *argv, stdout=out, stderr=asyncio.subprocess.STDOUT, env=env, cwd=REPO
-        )
-        out.close()
-        procs.append(proc)
-        return proc
+    env = child_env({"EPOCHLOG_LOG_LEVEL": "info"})
+    emulator = ManagedProcess(
+        apiserver_argv(
+            port=api_port,
+            crds=REPO / "crds",
+            kubeconfig=kubeconfig,
+            requests_kept=REQUESTS_KEPT,
+        ),
+        work / "apiserver.log",
+        "apiserver",
+        env=env,
+        cwd=REPO,
+    )
+    operator = ManagedProcess(
+        operator_argv(
+            port=op_port,
+            kubeconfig=kubeconfig,
+            standalone=True,
+            heartbeat_interval_ms=args.heartbeat_ms,
+            broker_session_timeout_ms=args.session_timeout_ms,
+            status_refresh_interval_ms=args.refresh_interval_ms,
+            reconcile_interval_ms=args.reconcile_ms,
+        ),
+        work / "operator.log",
+        "operator",
+        env=env,
+        cwd=REPO,
+    )
 
     print(
         f"operator bench: {args.partitions} Partitions (RF 3), {args.brokers} scripted brokers, "
@@ -159,56 +162,23 @@ async def bench(args: argparse.Namespace) -> int:
         watch = Watch()
         watcher: asyncio.Task[None] | None = None
         try:
-            await spawn(
-                "-c",
-                _EMULATOR,
-                "--port",
-                str(api_port),
-                "--crds",
-                str(REPO / "crds"),
-                "--kubeconfig",
-                str(kubeconfig),
-                log="apiserver.log",
-            )
-            await _wait_http(session, api_url + "/version", 30)
-            await spawn(
-                "-m",
-                "epochlog_operator",
-                "--kubeconfig",
-                str(kubeconfig),
-                "--standalone",
-                "--listen-address",
-                "127.0.0.1",
-                "--listen-port",
-                str(op_port),
-                "--heartbeat-interval-ms",
-                str(args.heartbeat_ms),
-                "--broker-session-timeout-ms",
-                str(args.session_timeout_ms),
-                "--status-refresh-interval-ms",
-                str(args.refresh_interval_ms),
-                "--reconcile-interval-ms",
-                str(args.reconcile_ms),
-                log="operator.log",
-            )
-            await _wait_http(session, op_url + "/readyz", 30)
+            emulator.start()
+            await wait_healthy(emulator, api_url + APISERVER_READY_PATH)
+            operator.start()
+            await wait_healthy(operator, op_url + READY_PATH)
             watcher = asyncio.create_task(watch.run(session, api_url))
 
             def urls() -> list[str]:
                 return [op_url + "/v1/heartbeat"]
 
-            async with Cluster(urls, list(range(args.brokers)), args.heartbeat_ms) as cluster:
+            brokers = ScriptedBrokers(urls, list(range(args.brokers)), args.heartbeat_ms)
+            async with brokers as cluster:
                 await asyncio.sleep(session_s)  # the operator's grace period
                 started = time.monotonic()
                 sem = asyncio.Semaphore(8)
 
                 async def create(i: int) -> None:
-                    body = {
-                        "apiVersion": "epochlog.dev/v1alpha1",
-                        "kind": "Partition",
-                        "metadata": {"name": f"bench-{i}"},
-                        "spec": {"topic": "bench", "partition": i},
-                    }
+                    body = to_body(partition_manifest("bench", i))
                     async with sem, session.post(api_url + PARTITIONS, json=body) as rsp:
                         assert rsp.status == 201, await rsp.text()
 
@@ -217,8 +187,7 @@ async def bench(args: argparse.Namespace) -> int:
 
                 def all_led() -> bool:
                     return len(watch.status) == args.partitions and all(
-                        s.get("leader") is not None and len(s.get("isr") or ()) == 3
-                        for s in watch.status.values()
+                        s.leader is not None and len(s.isr) == 3 for s in watch.status.values()
                     )
 
                 await watch.until(all_led, 300, "every Partition to have a leader and 3 in sync")
@@ -248,15 +217,15 @@ async def bench(args: argparse.Namespace) -> int:
                 print(f"one reconcile sweep of {args.partitions} Partitions: {sweep * 1000:.0f} ms")
 
                 victim = 0
-                led = {n for n, s in watch.status.items() if s.get("leader") == victim}
-                hosted = {n for n, s in watch.status.items() if victim in (s.get("isr") or ())}
-                epochs = {n: watch.status[n]["leaderEpoch"] for n in led}
+                led = {n for n, s in watch.status.items() if s.leader == victim}
+                hosted = {n for n, s in watch.status.items() if victim in s.isr}
+                epochs = {n: watch.status[n].leader_epoch for n in led}
                 conflicts0 = await _metric(
                     session, op_url, "epochlog_operator_status_conflicts_total"
                 )
                 pids: dict[str, int | None] = {
-                    "emulator": procs[0].pid,
-                    "operator": procs[1].pid,
+                    "emulator": emulator.pid,
+                    "operator": operator.pid,
                     "brokers": None,
                 }
                 cpu0 = {k: _cpu_seconds(pid) for k, pid in pids.items()}
@@ -264,17 +233,17 @@ async def bench(args: argparse.Namespace) -> int:
                 cluster.brokers[victim].kill()
 
                 def first_re_elected() -> bool:
-                    return any(watch.status[n]["leaderEpoch"] > epochs[n] for n in led)
+                    return any(watch.status[n].leader_epoch > epochs[n] for n in led)
 
                 def re_elected() -> bool:
                     return all(
-                        watch.status[n].get("leader") not in (None, victim)
-                        and watch.status[n]["leaderEpoch"] > epochs[n]
+                        watch.status[n].leader not in (None, victim)
+                        and watch.status[n].leader_epoch > epochs[n]
                         for n in led
                     )
 
                 def dropped() -> bool:
-                    return all(victim not in (watch.status[n].get("isr") or ()) for n in hosted)
+                    return all(victim not in watch.status[n].isr for n in hosted)
 
                 await watch.until(first_re_elected, 60, "a first re-election")
                 first_s = time.monotonic() - killed
@@ -305,14 +274,8 @@ async def bench(args: argparse.Namespace) -> int:
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError, aiohttp.ClientError):
                     await watcher
-            for proc in reversed(procs):
-                if proc.returncode is None:
-                    proc.send_signal(signal.SIGTERM)
-                    try:
-                        await asyncio.wait_for(proc.wait(), 15)
-                    except TimeoutError:
-                        proc.kill()
-                        await proc.wait()
+            for process in (operator, emulator):
+                await process.stop(STOP_GRACE_S)
     print(f"logs in {work}")
     return 0
 

@@ -81,28 +81,12 @@ def _cmd_log_dump(args: argparse.Namespace) -> int:
                     shown += 1
                 else:
                     from epochlog.protocol.batch import decode_records
+                    from epochlog.protocol.bodies import Encoding, record_json
 
                     for r in decode_records(f.pread(h.size, pos), h):
                         if r.offset < args.offset:
                             continue
-                        print(
-                            json.dumps(
-                                {
-                                    "offset": r.offset,
-                                    "leaderEpoch": r.leader_epoch,
-                                    "timestamp": r.timestamp,
-                                    "key": None
-                                    if r.key is None
-                                    else r.key.decode(errors="replace"),
-                                    "value": None
-                                    if r.value is None
-                                    else r.value.decode(errors="replace"),
-                                    "headers": {
-                                        k: v.decode(errors="replace") for k, v in r.headers
-                                    },
-                                }
-                            )
-                        )
+                        print(json.dumps(record_json(r, Encoding.UTF8)))
                         shown += 1
                         if shown >= args.max:
                             return 0

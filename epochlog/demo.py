@@ -21,7 +21,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from epochlog_broker.log import CrashFileSystem, LogConfig, OsFileSystem, PartitionLog, Record
 from epochlog_broker.log.segment import segment_name
@@ -29,6 +29,7 @@ from epochlog_broker.log.segment import segment_name
 if TYPE_CHECKING:
     from epochlog.devcluster.local import DevSettings, LocalCluster
     from epochlog.devcluster.local_workload import Verdict
+    from epochlog.resources import PartitionStatus
 
 
 def _say(text: str = "") -> None:
@@ -152,8 +153,8 @@ async def _cluster_demo(
 ) -> tuple[Verdict, list[str]]:
     """The demo proper; returns the verdict and the summary lines of the election."""
     from epochlog.client import Client
-    from epochlog.devcluster.local import partition_manifest
     from epochlog.devcluster.local_workload import SteadyProducer, read_back, verify
+    from epochlog.devcluster.partitions import partition_manifest
 
     s = cluster.settings
 
@@ -172,14 +173,14 @@ async def _cluster_demo(
         await cluster.apply(
             partition_manifest(DEMO_TOPIC, i, replica_lag_time_max_ms=s.replica_lag_time_max_ms)
         )
-    before: dict[str, dict[str, Any]] = {}
+    before: dict[str, PartitionStatus] = {}
     for name in names:
         before[name] = await cluster.wait_leader(name, timeout=s.startup_timeout_s)
         await cluster.wait_serving(name, before[name])
         st = before[name]
         _say(
-            f"   {name}: leader broker {st['leader']}, leaderEpoch {st['leaderEpoch']}, "
-            f"isr {st['isr']}"
+            f"   {name}: leader broker {st.leader}, leaderEpoch {st.leader_epoch}, "
+            f"isr {list(st.isr)}"
         )
 
     client = Client(
@@ -196,8 +197,9 @@ async def _cluster_demo(
 
         victim = names[0]
         old = before[victim]
-        old_leader, old_epoch = int(old["leader"]), int(old["leaderEpoch"])
-        others = [n for n in names if n != victim and int(before[n]["leader"]) == old_leader]
+        assert old.leader is not None  # wait_leader returns a status with a leader
+        old_leader, old_epoch = old.leader, old.leader_epoch
+        others = [n for n in names if n != victim and before[n].leader == old_leader]
         _say(
             f"\n== 4. SIGKILL broker-{old_leader}, the leader of {victim} "
             f"(leaderEpoch {old_epoch})"
@@ -213,12 +215,12 @@ async def _cluster_demo(
             victim, not_in={old_leader}, min_leader_epoch=old_epoch + 1, timeout=60
         )
         elected_s = time.monotonic() - killed_at
-        new_epoch = int(new["leaderEpoch"])
+        new_epoch = new.leader_epoch
         ack = await producer.wait_ack(victim, min_epoch=new_epoch, after=killed_at, timeout=60)
         first_write_s = ack.at - killed_at
         election = [
-            f"{victim}: leader broker {old_leader} -> broker {new['leader']}, "
-            f"leaderEpoch {old_epoch} -> {new_epoch}, ISR {new['isr']}",
+            f"{victim}: leader broker {old_leader} -> broker {new.leader}, "
+            f"leaderEpoch {old_epoch} -> {new_epoch}, ISR {list(new.isr)}",
             f"elected {elected_s:.2f} s after the SIGKILL "
             f"(session timeout {s.session_timeout_ms / 1000:.1f} s)",
             f"first acks=all write acknowledged by the new leader {first_write_s:.2f} s "
@@ -252,12 +254,12 @@ async def _cluster_demo(
         await cluster.restart(f"broker-{old_leader}")
         deadline = time.monotonic() + 30
         status = await cluster.wait_leader(victim)
-        while old_leader not in status.get("isr", []) and time.monotonic() < deadline:
+        while old_leader not in status.isr and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
             status = await cluster.wait_leader(victim)
         _say(
-            f"   {victim}: leader broker {status['leader']}, leaderEpoch "
-            f"{status['leaderEpoch']}, isr {status['isr']}"
+            f"   {victim}: leader broker {status.leader}, leaderEpoch "
+            f"{status.leader_epoch}, isr {list(status.isr)}"
         )
         return verdict, election
     finally:

@@ -1,12 +1,27 @@
 #!/usr/bin/env bash
-# Creates .venv and installs epochlog with the requested extras. Installs the
-# Debian packages it needs when they are missing (python3 venv support; a Java
-# runtime when the spark extra is asked for). Idempotent: re-runs only when
-# pyproject.toml or the extras change.
+# Creates .venv and installs epochlog with the requested extras, at the exact
+# versions (and hashes) of the lock in requirements/: dev.txt holds the dev and
+# operator extras, spark.txt those and the spark extra (`make lock` writes both).
+# Nothing is resolved here, so a fresh clone installs what CI installed when the
+# lock was written. Installs the Debian packages it needs when they are missing
+# (python3 venv support; a Java runtime when the spark extra is asked for).
+# Idempotent: re-installs only when pyproject.toml, the lock or the extras change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-dev}"
 venv=.venv
+
+lock=requirements/dev.txt
+for extra in ${extras//,/ }; do
+    case "$extra" in
+        dev | operator) ;;
+        spark) lock=requirements/spark.txt ;;
+        *)
+            echo "bootstrap: no lock holds the extra '$extra' (see requirements/)" >&2
+            exit 2
+            ;;
+    esac
+done
 
 apt_install() {
     if [ "$(id -u)" = 0 ]; then
@@ -40,10 +55,16 @@ if [ ! -x "$venv/bin/python" ]; then
     fi
 fi
 
-stamp="$venv/.installed-$(cat pyproject.toml | sha256sum | cut -c1-16)-${extras//,/_}"
+stamp="$venv/.installed-$(cat pyproject.toml "$lock" | sha256sum | cut -c1-16)-${extras//,/_}"
 if [ ! -f "$stamp" ]; then
-    "$venv/bin/python" -m pip install -q --upgrade pip
-    "$venv/bin/python" -m pip install -q -e ".[${extras}]"
+    # The lock pins pip, setuptools and wheel too: the project is built with the
+    # locked setuptools (no build isolation, which would fetch the newest one).
+    "$venv/bin/python" -m pip install -q --require-hashes --no-deps -r "$lock"
+    "$venv/bin/python" -m pip install -q --no-deps --no-build-isolation -e .
+    if ! problems=$("$venv/bin/python" -m pip check); then
+        echo "$problems" >&2
+        exit 1
+    fi
     rm -f "$venv"/.installed-*
     touch "$stamp"
 fi

@@ -1,14 +1,21 @@
-"""Shared test configuration: hypothesis profiles.
+"""Shared test configuration: hypothesis profiles and how tests share xdist workers.
 
 `make test` uses the "ci" profile; `make soak` sets HYPOTHESIS_PROFILE=soak to run
 the same properties with many more examples. Tests that need a specific number
-of examples scale it with `examples(n)`.
+of examples scale it with `examples(n)`. Neither profile has a per-example
+deadline: hypothesis' default (200 ms) fails examples on a loaded machine.
+
+`make test` spreads the tests over pytest-xdist workers; the tests that share a
+module- or package-scoped fixture run on one worker, one after the other
+(tests/sharing.py).
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 SOAK_FACTOR = 50
@@ -31,3 +38,13 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def examples(n: int) -> int:
     """`n` examples in CI, SOAK_FACTOR times more under the soak profile."""
     return n * SOAK_FACTOR if os.environ.get("HYPOTHESIS_PROFILE") == "soak" else n
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under `-n` with the default `--dist load`: tests/sharing.py."""
+    if config.getoption("dist") != "load":
+        return None
+    from tests.sharing import SharedFixtureScheduling
+
+    return SharedFixtureScheduling(config, log)

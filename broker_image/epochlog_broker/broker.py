@@ -6,15 +6,17 @@ loops that feed the core its events, as the simulator's `SimBroker` does on a
 simulated world:
 
 - heartbeats to the controller every heartbeatIntervalMs; answers are applied
-  to the core (role changes). A `fenced` answer restarts the core in place:
-  logs closed cleanly, a new brokerEpoch, logs reopened, so the broker rejoins
+  to the core (role changes). When the core answers with `Restart` (the
+  controller fenced this brokerEpoch) the core is restarted in place: logs
+  closed cleanly, a new brokerEpoch, logs reopened, so the broker rejoins
   without a process restart;
 - group commit: one flusher fsyncs, in a worker thread, every log appended to
   since its last round, so the event loop keeps serving while the disk works
   and every append made meanwhile joins the next round;
 - replica fetchers (`fetcher`): each `SendToLeader` effect becomes an HTTP
-  request to the leader, whose answer (or failure, after a backoff) goes back
-  to the core;
+  request to the leader, sent after the delay the core stamped on it (its
+  backoff rule is the simulator's too); the answer, the leader's error or the
+  failure goes back to the core's `on_leader_answer`;
 - produce timeouts (`tick`) and the HW checkpoint on timers;
 - storage faults: a replica taken offline by a storage error (disk full, I/O
   error, damaged data) is retried every `RECOVERY_INTERVAL_MS`; the core says
@@ -43,19 +45,19 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 import aiohttp
 import structlog
 from pydantic import ValidationError
 
 from epochlog.protocol.batch import Record
+from epochlog.protocol.bodies import HostedPartition, HostedRole, PartitionsListing
+from epochlog.protocol.epochs import reported_epoch
 from epochlog.protocol.errors import (
     EpochlogError,
-    InvalidRequestError,
     NotLeaderOrFollowerError,
     RequestTimedOutError,
-    UnknownLeaderEpochError,
 )
 from epochlog.protocol.heartbeat import HeartbeatResponse
 from epochlog_broker.config import BrokerConfig
@@ -68,6 +70,7 @@ from epochlog_broker.core import (
     ProduceDone,
     ProducerFields,
     ReadResult,
+    Restart,
     SendToLeader,
 )
 from epochlog_broker.fetcher import Fetchers, Outcome
@@ -129,13 +132,6 @@ class _Partition:
     """Leader: new data for followers' parked fetches; also role changes."""
     progress: Signal = field(default_factory=Signal)
     """Leader: the HW moved (consumers' long polls); also role changes."""
-    high_watermark: int = -1
-    leader_high_watermark: int | None = None
-    """Follower: the leader's HW in its last fetch answer."""
-    failures: int = 0
-    """Follower: failed requests to the leader in a row (backoff)."""
-    failing_leader: tuple[int, int] | None = None
-    """Follower: (leader id, leader epoch) the counted failures were requests to."""
 
 
 def _sync_logs(core: BrokerCore, names: Sequence[str]) -> list[tuple[str, int | EpochlogError]]:
@@ -211,6 +207,7 @@ class Broker:
             data_dir=self._claim.data_dir,
             address=cfg.address,
             log_config=cfg.log,
+            fetch_backoff=cfg.fetch_backoff,
         )
         reports = await asyncio.to_thread(core.open)
         self.core = core
@@ -301,8 +298,10 @@ class Broker:
                 waiter = self._waiters.pop(e.request_id, None)
                 if waiter is not None and not waiter.done():
                     waiter.set_result(e)
-            else:
+            elif isinstance(e, SendToLeader):
                 self._send_to_leader(e)
+            # A `Restart` comes only from `on_heartbeat_response`, whose caller carries
+            # it out (`_apply_heartbeat_response`).
         core = self.core
         if core is not None and core.dirty:
             self._dirty.set()
@@ -325,17 +324,11 @@ class Broker:
     def _progress(self, name: str) -> None:
         """Wake the long polls of `name` if its high watermark moved."""
         core = self.core
-        host = core.partitions.get(name) if core is not None else None
-        if host is None:
-            return
-        hw = host.replica.high_watermark
-        part = self._part(name)
-        if hw != part.high_watermark:
+        if core is not None and core.high_watermark_moved(name):
             # Parked follower fetches are not woken: a follower learns the HW with
             # the next data or at the end of its wait, which costs no extra round
             # trip per acknowledged request.
-            part.high_watermark = hw
-            part.progress.notify()
+            self._part(name).progress.notify()
 
     def _notify_all(self) -> None:
         for part in self._parts.values():
@@ -383,7 +376,7 @@ class Broker:
             done = await asyncio.wait_for(waiter, timeout_ms / 1000 + 5)
         except TimeoutError:
             raise RequestTimedOutError(
-                f"{name}: no answer in {timeout_ms} ms", leaderEpoch=leader_epoch
+                f"{name}: no answer in {timeout_ms} ms", leader_epoch=leader_epoch
             ) from None
         finally:
             self._waiters.pop(request_id, None)
@@ -467,19 +460,7 @@ class Broker:
         core = self.core
         if core is None or self._stopping or self._fetchers is None:
             return
-        part = self._part(e.partition)
-        # The backoff is for the leader that failed: the first request to a new leader
-        # (the usual case right after a failover) goes at once, not up to a second later.
-        if part.failures and part.failing_leader != (e.leader_id, e.request.leader_epoch):
-            part.failures = 0
-        failures = part.failures
-        cfg = self.config
-        delay_ms = (
-            0
-            if failures == 0
-            else min(cfg.replica_backoff_ms * 2 ** (failures - 1), cfg.replica_backoff_max_ms)
-        )
-        self._fetchers.send(core, e, delay_ms / 1000)
+        self._fetchers.send(core, e, e.delay_ms / 1000)
 
     async def _cancel_fetches(self) -> None:
         if self._fetchers is not None:
@@ -489,60 +470,10 @@ class Broker:
         async with self._disk:
             if core is not self.core:
                 return
-            effects = self._on_leader_answer(core, e, o)
-        self.run(effects)
-
-    def _on_leader_answer(self, core: BrokerCore, e: SendToLeader, o: Outcome) -> list[Effect]:
-        part = self._part(e.partition)
-        answer = o.answer
-        if answer is None:
-            return self._leader_failed(core, e, part, o.error, o.failure)
-        try:
-            if isinstance(answer, EpochEndOffset):
-                effects = core.on_epoch_end_offset(e.partition, e.session, answer)
-            else:
-                effects = core.on_fetch_response(e.partition, e.session, answer)
-        except InvalidRequestError as exc:
-            # The answer does not fit our log (batches not at our log end, another
-            # epoch): nothing was applied; ask again.
-            return self._leader_failed(core, e, part, None, f"unusable answer: {exc.message}")
-        except EpochlogError as exc:
-            log.error("replica_append_failed", partition=e.partition, error=str(exc))
-            self.metrics.replica_requests.labels(e.partition, str(exc.code)).inc()
-            return []
-        if part.failures:
-            log.info("leader_reachable", partition=e.partition, leader=e.leader_id)
-        part.failures = 0
-        if isinstance(answer, FetchData):
-            part.leader_high_watermark = answer.high_watermark
-        self.metrics.replica_requests.labels(e.partition, "ok").inc()
-        return effects
-
-    def _leader_failed(
-        self,
-        core: BrokerCore,
-        e: SendToLeader,
-        part: _Partition,
-        error: EpochlogError | None,
-        failure: str,
-    ) -> list[Effect]:
-        part.failures += 1
-        part.failing_leader = (e.leader_id, e.request.leader_epoch)
-        result = str(error.code) if error is not None else "unreachable"
-        self.metrics.replica_requests.labels(e.partition, result).inc()
-        # The first failure in a row is worth a warning, unless it is the usual race of
-        # a new epoch reaching the follower before the leader.
-        expected = isinstance(error, UnknownLeaderEpochError)
-        event = log.warning if part.failures == 1 and not expected else log.debug
-        event(
-            "replica_request_failed",
-            partition=e.partition,
-            leader=e.leader_id,
-            leaderEpoch=e.request.leader_epoch,
-            error=failure,
-            failures=part.failures,
-        )
-        return core.on_request_failed(e.partition, e.session, error)
+            answer = o.answer if o.answer is not None else o.error
+            applied = core.on_leader_answer(e, answer, o.failure)
+        self.metrics.replica_requests.labels(e.partition, applied.result).inc()
+        self.run(applied.effects)
 
     # -- loops -----------------------------------------------------------------------------
 
@@ -700,12 +631,12 @@ class Broker:
             if core is not self.core:
                 return
             effects = core.on_heartbeat_response(response, now_ms())
-            fenced = core.fenced
             self.config.learned_peers.update(
                 {b: a for b, a in response.brokers.items() if b != self.config.broker_id}
             )
-        if fenced:
-            await self._restart("fenced by the controller")
+        restart = next((e for e in effects if isinstance(e, Restart)), None)
+        if restart is not None:
+            await self._restart(restart.reason)
             return
         self.heartbeat_applied = True
         self.run(effects)
@@ -728,49 +659,49 @@ class Broker:
         for name, host in sorted(core.partitions.items()):
             if not isinstance(host.replica.role, Follower):
                 continue
-            part = self._parts.get(name)
-            leader_hw = part.leader_high_watermark if part is not None else None
+            leader_high_watermark = host.leader_high_watermark
             end = host.log.persisted_log_end_offset
-            if leader_hw is None:
+            if leader_high_watermark is None:
                 waiting.append(f"{name}: no answer from the leader yet")
-            elif end < leader_hw:
-                waiting.append(f"{name}: at {end}, leader's high watermark is {leader_hw}")
+            elif end < leader_high_watermark:
+                waiting.append(
+                    f"{name}: at {end}, leader's high watermark is {leader_high_watermark}"
+                )
         return not waiting, waiting
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> PartitionsListing:
         core = self.core
         partitions = []
         if core is not None:
             for name, host in sorted(core.partitions.items()):
                 replica, plog, role = host.replica, host.log, host.replica.role
                 a = replica.assignment
-                entry: dict[str, Any] = {
-                    "name": name,
-                    "role": "leader"
+                entry = HostedPartition(
+                    name=name,
+                    role=HostedRole.LEADER
                     if isinstance(role, Leader)
-                    else "follower"
+                    else HostedRole.FOLLOWER
                     if isinstance(role, Follower)
-                    else "offline",
-                    "leader": a.leader if a else None,
-                    "leaderEpoch": max(replica.leader_epoch, 0),
-                    "partitionEpoch": a.partition_epoch if a else 0,
-                    "isr": sorted(a.isr) if a else [],
-                    "replicas": list(a.replicas) if a else [],
-                    "highWatermark": replica.high_watermark,
-                    "logStartOffset": plog.log_start_offset,
-                    "logEndOffset": plog.log_end_offset,
-                    "persistedLogEndOffset": plog.persisted_log_end_offset,
-                    "storageError": core.storage_error_of(name),
-                }
-                if isinstance(role, Follower):
-                    entry["followerState"] = role.state.value
+                    else HostedRole.OFFLINE,
+                    leader=a.leader if a else None,
+                    leader_epoch=reported_epoch(replica.leader_epoch),
+                    partition_epoch=a.partition_epoch if a else 0,
+                    isr=tuple(sorted(a.isr)) if a else (),
+                    replicas=tuple(a.replicas) if a else (),
+                    high_watermark=replica.high_watermark,
+                    log_start_offset=plog.log_start_offset,
+                    log_end_offset=plog.log_end_offset,
+                    persisted_log_end_offset=plog.persisted_log_end_offset,
+                    storage_error=core.storage_error_of(name),
+                    follower_state=role.state.value if isinstance(role, Follower) else None,
+                )
                 partitions.append(entry)
-        return {
-            "brokerId": self.config.broker_id,
-            "brokerEpoch": core.broker_epoch if core else None,
-            "address": self.config.address,
-            "partitions": partitions,
-        }
+        return PartitionsListing(
+            broker_id=self.config.broker_id,
+            broker_epoch=core.broker_epoch if core else None,
+            address=self.config.address,
+            partitions=tuple(partitions),
+        )
 
     def metric_label(self, name: str) -> str:
         """`name` if hosted: requests for unknown names must not create metric series."""

@@ -19,6 +19,7 @@ from typing import Final
 
 from epochlog.protocol.heartbeat import DEFAULT_HEARTBEAT_INTERVAL_MS
 from epochlog_broker.log.config import LogConfig, MiB
+from epochlog_broker.replication.fetch_backoff import FetchBackoff
 
 DEFAULT_PORT: Final = 8080
 
@@ -53,6 +54,7 @@ class BrokerConfig:
     replica_request_timeout_ms: int = 5000
     """Time allowed to a replica request beyond its wait at the leader."""
     replica_backoff_ms: int = 50
+    """Wait before retrying a failed request to the leader; doubles with each failure."""
     replica_backoff_max_ms: int = 1000
 
     max_record_bytes: int = 1 * MiB
@@ -84,6 +86,12 @@ class BrokerConfig:
         if host in ("", "0.0.0.0", "::"):
             host = socket.gethostname()
         return f"http://{host}:{self.port}"
+
+    @property
+    def fetch_backoff(self) -> FetchBackoff:
+        """When a follower sends its next request to its leader (the core applies it)."""
+        # No wait after an answer without data: the leader held that fetch already.
+        return FetchBackoff(self.replica_backoff_ms, self.replica_backoff_max_ms)
 
     @property
     def heartbeat_timeout_s(self) -> float:

@@ -12,14 +12,22 @@ real logic on a simulated disk.
 
 Protocol with the shell:
 - `open()` once, then a heartbeat (`heartbeat()`) every heartbeat interval;
-  hand the controller's answer to `on_heartbeat_response`.
+  hand the controller's answer to `on_heartbeat_response`. A `Restart` effect
+  (the controller fenced this brokerEpoch) asks the shell to close the core and
+  open a new one with a new brokerEpoch.
 - Produce, consumer reads and ListOffsets: `produce`, `read`, `list_offsets`.
   They raise typed errors; a produce is answered later by a `ProduceDone`.
-- Replication: `SendToLeader` effects go to the leader's `handle_fetch` /
-  `handle_offsets_for_leader_epoch`; their answers (or failures) come back
-  through `on_fetch_response`, `on_epoch_end_offset` and `on_request_failed`,
-  tagged with the session of the role that sent them (answers to a role that
-  has since been replaced are dropped).
+- Replication: a `SendToLeader` effect goes, after its `delay_ms`, to the
+  leader's `handle_fetch` / `handle_offsets_for_leader_epoch`; the answer, the
+  leader's error or the lack of an answer comes back through
+  `on_leader_answer`, which counts failures in a row (the backoff of the next
+  request, `FetchBackoff`), keeps the leader's high watermark for readiness
+  (`Hosted.leader_high_watermark`) and asks again after an answer that does not
+  fit the log. Answers to a role that has since been replaced are dropped
+  (`on_fetch_response`, `on_epoch_end_offset` and `on_request_failed` are the
+  steps it takes, matched by the session of the role that sent the request).
+- Long polls: after a leader's fetch or a flush, `high_watermark_moved(name)`
+  says whether to wake the consumers waiting on `name`.
 - `flush()` when `dirty` is set (group commit: one fsync covers every append
   since the last); nothing counts as persisted, for acks or for the fetch
   offset a follower reports, before it. `tick()` at `next_deadline_ms()`.
@@ -45,12 +53,13 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import structlog
 
 from epochlog.protocol.batch import LogRecord, Record, RecordBatch
+from epochlog.protocol.epochs import reported_epoch
 from epochlog.protocol.errors import (
     CorruptRecordError,
     EpochlogError,
@@ -80,6 +89,7 @@ from epochlog_broker.log.fs import FileSystem, ensure_dir
 from epochlog_broker.log.partition_log import PartitionLog, RecoveryReport
 from epochlog_broker.log.repair import RepairPlan, apply_repair, plan_repair, probe_space
 from epochlog_broker.log.storage_id import load_or_format, new_storage_id
+from epochlog_broker.replication.fetch_backoff import FetchBackoff, LeaderFailures
 from epochlog_broker.replication.follower import (
     Append,
     Follower,
@@ -150,12 +160,16 @@ def _held(a: Assignment | None) -> HeldAssignment | None:
 
 @dataclass(frozen=True, slots=True)
 class SendToLeader:
-    """Send `request` to broker `leader_id`; report the answer with the same `session`."""
+    """After `delay_ms`, send `request` to broker `leader_id`; hand what comes back to
+    `on_leader_answer` with this effect."""
 
     partition: str
     leader_id: int
     session: int
     request: FetchRequest | OffsetsForLeaderEpochRequest
+    delay_ms: int = 0
+    """The backoff after failed requests to this leader, or the wait after an answer
+    without data (`FetchBackoff`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +184,29 @@ class ProduceDone:
     error: EpochlogError | None = None
 
 
-Effect = SendToLeader | ProduceDone
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """Close the core and open it again with a new brokerEpoch (the controller fenced
+    this one: it must rejoin as a new process would)."""
+
+    reason: str
+
+
+Effect = SendToLeader | ProduceDone | Restart
+
+LeaderAnswer = FetchData | DivergingEpoch | EpochEndOffset
+"""What a leader answers a `SendToLeader` request with, when it answers without an error."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAnswerApplied:
+    """What `on_leader_answer` made of an answer: the effects to carry out, and how the
+    request ended for the shell's replica-request metric."""
+
+    effects: list[Effect]
+    result: str
+    """"ok", the error code of the leader's error or of an answer that could not be
+    appended, or "unreachable" (no answer, or one that does not fit the log)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +266,12 @@ class Hosted:
     lead_barrier: int = -1
     """The newest leader epoch this replica led or was to lead when a fault hit it: it
     leads only a newer one (data of that epoch may be gone from its disk)."""
+    leader_failures: LeaderFailures = field(default_factory=LeaderFailures)
+    """Follower: failed requests in a row to the leader (the backoff of the next one)."""
+    leader_high_watermark: int | None = None
+    """Follower: the leader's high watermark in its last fetch answer."""
+    announced_high_watermark: int = -1
+    """The high watermark `high_watermark_moved` last reported."""
 
     def rebuild_producers(self) -> None:
         self.producers = producers_of(self.log)
@@ -311,6 +353,9 @@ class BrokerCore:
     make_storage_id: Callable[[], str] = field(default=new_storage_id, repr=False)
     storage_id: str = ""
 
+    fetch_backoff: FetchBackoff = field(default_factory=FetchBackoff)
+    """When a follower's next request to its leader goes (`BrokerConfig.fetch_backoff`)."""
+
     storage_retry_ms: int = 1_000
     """First wait before bringing back a replica after a storage fault (then doubling)."""
     storage_retry_max_ms: int = 10_000
@@ -320,7 +365,7 @@ class BrokerCore:
         """Replicas taken offline so far: the shell reports a new one at once."""
         self._deferred: list[Effect] = []
         self._pending: dict[int, _Pending] = {}
-        self._hw_checkpoint: HighWatermarkCheckpoint | None = None
+        self._high_watermark_checkpoint: HighWatermarkCheckpoint | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -337,12 +382,12 @@ class BrokerCore:
             broker=self.broker_id,
             storageId=self.storage_id,
         )
-        self._hw_checkpoint = HighWatermarkCheckpoint.load(self.fs, self.data_dir)
-        if self._hw_checkpoint.load_error is not None:
+        self._high_watermark_checkpoint = HighWatermarkCheckpoint.load(self.fs, self.data_dir)
+        if self._high_watermark_checkpoint.load_error is not None:
             log.warning(
                 "hw_checkpoint_damaged",
                 broker=self.broker_id,
-                error=str(self._hw_checkpoint.load_error),
+                error=str(self._high_watermark_checkpoint.load_error),
             )
         reports = []
         for name in sorted(self.fs.listdir(self.data_dir)):
@@ -358,10 +403,10 @@ class BrokerCore:
             host.log.close()
 
     @property
-    def hw_checkpoint(self) -> HighWatermarkCheckpoint:
-        if self._hw_checkpoint is None:
+    def high_watermark_checkpoint(self) -> HighWatermarkCheckpoint:
+        if self._high_watermark_checkpoint is None:
             raise RuntimeError("BrokerCore.open() was not called")
-        return self._hw_checkpoint
+        return self._high_watermark_checkpoint
 
     def _host(self, name: str) -> Hosted:
         host = self.partitions.get(name)
@@ -372,7 +417,7 @@ class BrokerCore:
             broker_id=self.broker_id,
             broker_epoch=self.broker_epoch,
             config=PartitionConfig(),
-            high_watermark=self.hw_checkpoint.get(name) or 0,
+            high_watermark=self.high_watermark_checkpoint.get(name) or 0,
         )
         host = self._open_host(name, replica)
         try:
@@ -480,7 +525,7 @@ class BrokerCore:
             return []
         fault = StorageFault.of(exc)
         replica = host.replica
-        hw = replica.high_watermark
+        high_watermark = replica.high_watermark
         effects: list[Effect] = []
         if isinstance(replica.role, Leader):
             effects = self._leader_effects(replica.role.resign())
@@ -501,7 +546,7 @@ class BrokerCore:
             leaderEpoch=replica.leader_epoch,
             logEndOffset=host.log.log_end_offset,
             persistedLogEndOffset=host.log.persisted_log_end_offset,
-            highWatermark=hw,
+            highWatermark=high_watermark,
             fault=fault.kind.value,
             error=fault.reason,
         )
@@ -598,15 +643,15 @@ class BrokerCore:
         fault = host.fault
         assert fault is not None
         # A repair may cut below the HW this replica knew: it learns it again from the leader.
-        hw = min(old.high_watermark, outcome.log.log_end_offset)
+        high_watermark = min(old.high_watermark, outcome.log.log_end_offset)
         host.replica = self.replica_class(
             partition=name,
             broker_id=self.broker_id,
             broker_epoch=self.broker_epoch,
             config=old.config,
-            high_watermark=hw,
+            high_watermark=high_watermark,
         )
-        self.hw_checkpoint.update(name, hw)
+        self.high_watermark_checkpoint.update(name, high_watermark)
         host.log = outcome.log
         host.recovery = outcome.log.recovery
         host.producers = outcome.producers
@@ -618,7 +663,7 @@ class BrokerCore:
             partition=name,
             broker=self.broker_id,
             logEndOffset=outcome.log.log_end_offset,
-            highWatermark=hw,
+            highWatermark=high_watermark,
             leaderEpoch=outcome.log.latest_epoch,
             attempts=fault.attempts + 1,
             fault=fault.kind.value,
@@ -656,7 +701,7 @@ class BrokerCore:
         replica, plog = host.replica, host.log
         role = replica.role
         persisted = plog.persisted_log_end_offset
-        last_epoch = max(0, plog.epochs.epoch_for_offset(persisted - 1)) if persisted else 0
+        last_epoch = reported_epoch(plog.epochs.epoch_for_offset(persisted - 1))
         held = _held(replica.assignment) or host.held
         if isinstance(role, Leader):
             hb = role.heartbeat()
@@ -698,7 +743,7 @@ class BrokerCore:
         return PartitionReport(
             name=name,
             role=PartitionRole.FOLLOWER,
-            leader_epoch=max(0, replica.leader_epoch, plog.latest_epoch),
+            leader_epoch=reported_epoch(max(replica.leader_epoch, plog.latest_epoch)),
             partition_epoch=assignment.partition_epoch if assignment else 0,
             log_end_offset=persisted,
             last_epoch=last_epoch,
@@ -712,7 +757,7 @@ class BrokerCore:
             if not self.fenced:
                 log.warning("broker_fenced", broker=self.broker_id, brokerEpoch=self.broker_epoch)
             self.fenced = True
-            return []
+            return [Restart("fenced by the controller")]
         effects: list[Effect] = []
         for pa in response.assignments:
             if pa.name in self.partitions or self.broker_id in pa.replicas:
@@ -748,7 +793,7 @@ class BrokerCore:
         facts = LogFacts(
             plog.log_end_offset,
             plog.persisted_log_end_offset,
-            self.hw_checkpoint.get(pa.name) or 0,
+            self.high_watermark_checkpoint.get(pa.name) or 0,
             plog.epochs,
         )
         assignment = Assignment(
@@ -1004,8 +1049,20 @@ class BrokerCore:
                 effects += self._leader_effects(host.replica.role.tick(now_ms))
         return effects
 
+    def high_watermark_moved(self, name: str) -> bool:
+        """Whether `name`'s high watermark moved since this last answered True: the shell
+        wakes the consumers' long polls on `name` then."""
+        host = self.partitions.get(name)
+        if host is None:
+            return False
+        high_watermark = host.replica.high_watermark
+        if high_watermark == host.announced_high_watermark:
+            return False
+        host.announced_high_watermark = high_watermark
+        return True
+
     def checkpoint_high_watermarks(self) -> dict[str, int]:
-        cp = self.hw_checkpoint
+        cp = self.high_watermark_checkpoint
         for name, host in self.partitions.items():
             cp.update(name, host.replica.high_watermark)
         return cp.write(self._checkpointed_partitions())
@@ -1072,6 +1129,58 @@ class BrokerCore:
         host, follower = found
         return self._follower_effects(host, follower.on_epoch_end_offset(answer))
 
+    def on_leader_answer(
+        self, sent: SendToLeader, answer: LeaderAnswer | EpochlogError | None, failure: str = ""
+    ) -> LeaderAnswerApplied:
+        """What came back for `sent`: the leader's answer, its typed error, or nothing
+        (None: no answer in time, no connection; `failure` says why, for the log)."""
+        host = self.partitions[sent.partition]
+        if answer is None or isinstance(answer, EpochlogError):
+            return self._leader_failed(host, sent, answer, failure)
+        try:
+            if isinstance(answer, EpochEndOffset):
+                effects = self.on_epoch_end_offset(sent.partition, sent.session, answer)
+            else:
+                effects = self.on_fetch_response(sent.partition, sent.session, answer)
+        except InvalidRequestError as exc:
+            # The answer does not fit our log (batches not at our log end, another
+            # epoch): nothing was applied; ask again.
+            return self._leader_failed(host, sent, None, f"unusable answer: {exc.message}")
+        except EpochlogError as exc:
+            log.error("replica_append_failed", partition=sent.partition, error=str(exc))
+            return LeaderAnswerApplied([], str(exc.code))
+        if host.leader_failures.succeeded():
+            log.info("leader_reachable", partition=sent.partition, leader=sent.leader_id)
+        if isinstance(answer, FetchData):
+            host.leader_high_watermark = answer.high_watermark
+        # The next request was stamped while the failures still counted: an answer ends
+        # the backoff, and only an answer without data makes the next fetch wait.
+        idle = isinstance(answer, FetchData) and not answer.batches
+        delay_ms = self.fetch_backoff.idle_fetch_ms if idle else 0
+        effects = [
+            replace(e, delay_ms=delay_ms) if isinstance(e, SendToLeader) else e for e in effects
+        ]
+        return LeaderAnswerApplied(effects, "ok")
+
+    def _leader_failed(
+        self, host: Hosted, sent: SendToLeader, error: EpochlogError | None, failure: str
+    ) -> LeaderAnswerApplied:
+        failures = host.leader_failures.failed(sent.leader_id, sent.request.leader_epoch)
+        # The first failure in a row is worth a warning, unless it is the usual race of
+        # a new epoch reaching the follower before the leader.
+        expected = isinstance(error, UnknownLeaderEpochError)
+        event = log.warning if failures == 1 and not expected else log.debug
+        event(
+            "replica_request_failed",
+            partition=sent.partition,
+            leader=sent.leader_id,
+            leaderEpoch=sent.request.leader_epoch,
+            error=failure or (str(error) if error is not None else "no answer"),
+            failures=failures,
+        )
+        effects = self.on_request_failed(sent.partition, sent.session, error)
+        return LeaderAnswerApplied(effects, str(error.code) if error is not None else "unreachable")
+
     def on_request_failed(
         self, name: str, session: int, error: EpochlogError | None
     ) -> list[Effect]:
@@ -1114,7 +1223,11 @@ class BrokerCore:
                     )
                 out += self._after_append(host)
             elif isinstance(a, SendFetch | SendOffsetsForLeaderEpoch):
-                out.append(SendToLeader(host.log.name, a.leader_id, host.session, a.request))
+                failures = host.leader_failures.towards(a.leader_id, a.request.leader_epoch)
+                delay_ms = self.fetch_backoff.delay_ms(failures)
+                out.append(
+                    SendToLeader(host.log.name, a.leader_id, host.session, a.request, delay_ms)
+                )
         return out
 
     # -- clients ---------------------------------------------------------------------------
@@ -1131,27 +1244,27 @@ class BrokerCore:
         """Records from `offset` below the high watermark (consumers read from the leader)."""
         host = self._get(name)
         role = self._leader(host, leader_epoch)
-        hw = host.replica.client_high_watermark()
+        high_watermark = host.replica.client_high_watermark()
         plog = host.log
         if not plog.log_start_offset <= offset <= plog.log_end_offset:
             raise OffsetOutOfRangeError(
                 f"{name}: offset {offset} is outside [{plog.log_start_offset}, "
                 f"{plog.log_end_offset}]",
                 logStartOffset=plog.log_start_offset,
-                highWatermark=hw,
+                highWatermark=high_watermark,
                 leaderEpoch=role.leader_epoch,
             )
         try:
             records = (
                 plog.read_records(
-                    offset, max_records=max_records, max_bytes=max_bytes, upper_bound=hw
+                    offset, max_records=max_records, max_bytes=max_bytes, upper_bound=high_watermark
                 )
-                if offset < hw
+                if offset < high_watermark
                 else []
             )
         except _DISK_ERRORS as exc:
             raise self._disk_failed(host, exc) from exc
-        return ReadResult(records, hw, plog.log_start_offset, role.leader_epoch)
+        return ReadResult(records, high_watermark, plog.log_start_offset, role.leader_epoch)
 
     def read_batches(
         self,
@@ -1164,21 +1277,25 @@ class BrokerCore:
         """`read` as stored batches, for readers that decode batches themselves."""
         host = self._get(name)
         role = self._leader(host, leader_epoch)
-        hw = host.replica.client_high_watermark()
+        high_watermark = host.replica.client_high_watermark()
         plog = host.log
         if not plog.log_start_offset <= offset <= plog.log_end_offset:
             raise OffsetOutOfRangeError(
                 f"{name}: offset {offset} is outside [{plog.log_start_offset}, "
                 f"{plog.log_end_offset}]",
                 logStartOffset=plog.log_start_offset,
-                highWatermark=hw,
+                highWatermark=high_watermark,
                 leaderEpoch=role.leader_epoch,
             )
         try:
-            batches = plog.read_batches(offset, max_bytes, hw) if offset < hw else []
+            batches = (
+                plog.read_batches(offset, max_bytes, high_watermark)
+                if offset < high_watermark
+                else []
+            )
         except _DISK_ERRORS as exc:
             raise self._disk_failed(host, exc) from exc
-        return BatchReadResult(batches, hw, plog.log_start_offset, role.leader_epoch)
+        return BatchReadResult(batches, high_watermark, plog.log_start_offset, role.leader_epoch)
 
     def list_offsets(
         self, name: str, at: str | int, *, leader_epoch: int | None = None
@@ -1186,17 +1303,17 @@ class BrokerCore:
         """ListOffsets: (offset, leaderEpoch) for earliest, latest or a timestamp in ms."""
         host = self._get(name)
         role = self._leader(host, leader_epoch)
-        hw = host.replica.client_high_watermark()
+        high_watermark = host.replica.client_high_watermark()
         if at == EARLIEST:
             return host.log.log_start_offset, role.leader_epoch
         if at == LATEST:
-            return hw, role.leader_epoch
+            return high_watermark, role.leader_epoch
         if not isinstance(at, int) or at < 0:
             raise InvalidRequestError(f"{name}: at must be earliest, latest or a time in ms")
         offset = host.log.log_start_offset
-        while offset < hw:
+        while offset < high_watermark:
             try:
-                records = host.log.read_records(offset, upper_bound=hw)
+                records = host.log.read_records(offset, upper_bound=high_watermark)
             except _DISK_ERRORS as exc:
                 raise self._disk_failed(host, exc) from exc
             for r in records:
@@ -1205,4 +1322,4 @@ class BrokerCore:
             if not records:
                 break
             offset = records[-1].offset + 1
-        return hw, role.leader_epoch
+        return high_watermark, role.leader_epoch

@@ -22,18 +22,13 @@ import structlog
 
 from epochlog.protocol.errors import EpochlogError, LeaderNotAvailableError
 from epochlog_broker.config import BrokerConfig
-from epochlog_broker.core import BrokerCore, SendToLeader
+from epochlog_broker.core import BrokerCore, LeaderAnswer, SendToLeader
 from epochlog_broker.replica_wire import ReplicaClient, ReplicaRequestFailed
 from epochlog_broker.replication.messages import (
-    DivergingEpoch,
-    EpochEndOffset,
-    FetchData,
     FetchRequest,
 )
 
 log = structlog.get_logger("epochlog.broker")
-
-LeaderAnswer = FetchData | DivergingEpoch | EpochEndOffset
 
 
 @dataclass(frozen=True, slots=True)

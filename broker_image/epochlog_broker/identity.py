@@ -2,9 +2,9 @@
 
 `DataDirClaim` holds an exclusive `flock` on `<data_dir>/.lock` for the life of
 the process, so two brokers can never write the same logs, and keeps
-`broker.meta` (JSON: brokerId, brokerEpoch). Opening refuses a directory that
-belongs to another broker id: a volume mounted on the wrong pod would
-otherwise be replicated over as if it were this broker's.
+`broker.meta` (`BrokerMeta` as JSON: brokerId, brokerEpoch). Opening refuses a
+directory that belongs to another broker id: a volume mounted on the wrong pod
+would otherwise be replicated over as if it were this broker's.
 
 `next_epoch()` returns a brokerEpoch larger than every earlier one of this
 directory and not below the wall clock in ms, and makes it durable before
@@ -17,15 +17,23 @@ directory was wiped.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import time
-from typing import Any
+
+from pydantic import ValidationError
 
 from epochlog.protocol.errors import StorageError
+from epochlog.protocol.wire import BrokerId, NonNegativeInt, WireModel, describe_validation_error
 
 LOCK_FILE = ".lock"
 META_FILE = "broker.meta"
+
+
+class BrokerMeta(WireModel):
+    """`broker.meta`: the broker the directory belongs to and its last brokerEpoch."""
+
+    broker_id: BrokerId | None = None
+    broker_epoch: NonNegativeInt = 0
 
 
 class DataDirClaim:
@@ -47,39 +55,39 @@ class DataDirClaim:
             ) from None
         self._lock_fd = fd
         meta = self._read_meta()
-        owner = meta.get("brokerId")
+        owner = meta.broker_id
         if owner is not None and owner != self.broker_id:
             self.release()
             raise StorageError(
                 f"data directory {self.data_dir} belongs to broker {owner}, not {self.broker_id}"
             )
-        epoch = meta.get("brokerEpoch", 0)
-        self._epoch = epoch if isinstance(epoch, int) and epoch >= 0 else 0
+        self._epoch = meta.broker_epoch
 
     def release(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    def _read_meta(self) -> dict[str, Any]:
+    def _read_meta(self) -> BrokerMeta:
         path = os.path.join(self.data_dir, META_FILE)
         try:
             with open(path, "rb") as f:
-                data = json.loads(f.read())
+                data = f.read()
         except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
+            return BrokerMeta()
+        except OSError as exc:
             raise StorageError(f"cannot read {path}: {exc}") from exc
-        if not isinstance(data, dict):
-            raise StorageError(f"{path} does not hold a JSON object")
-        return data
+        try:
+            return BrokerMeta.model_validate_json(data)
+        except ValidationError as exc:
+            raise StorageError(f"{path}: {describe_validation_error(exc)}") from exc
 
     def next_epoch(self, now_ms: int | None = None) -> int:
         if self._lock_fd is None:
             raise RuntimeError("DataDirClaim.acquire() was not called")
         now = int(time.time() * 1000) if now_ms is None else now_ms
         epoch = max(self._epoch + 1, now)
-        body = json.dumps({"brokerId": self.broker_id, "brokerEpoch": epoch}).encode()
+        body = BrokerMeta(broker_id=self.broker_id, broker_epoch=epoch).model_dump_json().encode()
         path = os.path.join(self.data_dir, META_FILE)
         tmp = path + ".tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

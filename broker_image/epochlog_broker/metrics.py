@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from epochlog.protocol.epochs import reported_epoch
 from epochlog_broker.core import BrokerCore
 from epochlog_broker.replication.follower import Follower
 from epochlog_broker.replication.leader import Leader
@@ -88,7 +89,7 @@ class PartitionCollector(Collector):
                 families["persisted"].add_metric([name], plog.persisted_log_end_offset)
                 families["hw"].add_metric([name], replica.high_watermark)
                 families["start"].add_metric([name], plog.log_start_offset)
-                families["epoch"].add_metric([name], max(replica.leader_epoch, 0))
+                families["epoch"].add_metric([name], reported_epoch(replica.leader_epoch))
                 assignment = replica.assignment
                 families["isr"].add_metric([name], len(assignment.isr) if assignment else 0)
                 kind = (

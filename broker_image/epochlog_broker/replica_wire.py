@@ -1,29 +1,40 @@
-"""Replication between brokers over HTTP: the internal endpoints' bodies and their client.
+"""Replication between brokers over HTTP: the replica bodies as the core's messages, and
+their client.
 
-A follower sends its `FetchRequest` as JSON to
-`POST /internal/v1/partitions/{name}/fetch` (with `maxWaitMs`, how long the
-leader may hold a caught-up fetch, and `maxBytes`), and gets back a framed
-body (`framing`): a JSON header with `type` "data" (leaderEpoch,
-highWatermark, the batches) or "diverging" (leaderEpoch, highWatermark, epoch,
-endOffset), then the stored batches, which the follower appends verbatim.
-`POST /internal/v1/partitions/{name}/offsets-for-leader-epoch` answers
-`{"epoch","endOffset"}`. Errors are the API's error bodies and come back as
-the same typed exceptions.
+The bodies are `epochlog.protocol.replica`: a follower sends its
+`FetchRequest` as a `FetchBody` to `POST /internal/v1/partitions/{name}/fetch`
+(with `maxWaitMs`, how long the leader may hold a caught-up fetch, and
+`maxBytes`), and gets back a framed body (`framing`) whose header is "data"
+(then the stored batches, which the follower appends verbatim) or
+"diverging". `POST /internal/v1/partitions/{name}/offsets-for-leader-epoch`
+answers an `EpochAnswerBody`. Errors are the API's error bodies and come back
+as the same typed exceptions.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Annotated, Any, Final, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import aiohttp
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
 from epochlog.protocol.batch import RecordBatch
-from epochlog.protocol.errors import ERRORS_BY_CODE, EpochlogError, ErrorCode, InvalidRequestError
+from epochlog.protocol.bodies import decode_model
+from epochlog.protocol.errors import EpochlogError, InvalidRequestError, decode_error_answer
 from epochlog.protocol.framing import BATCH_CONTENT_TYPE, StoredBatch, frame, unframe
-from epochlog.protocol.wire import BrokerId, NonNegativeInt, PositiveInt, WireModel
+from epochlog.protocol.replica import (
+    EPOCH_PATH,
+    FETCH_PATH,
+    EpochAnswerBody,
+    EpochQueryBody,
+    FetchAnswerKind,
+    FetchBody,
+    data_header,
+    decode_fetch_header,
+    diverging_header,
+)
+from epochlog.protocol.wire import WireModel, describe_validation_error
 from epochlog_broker.replication.messages import (
     Batch,
     DivergingEpoch,
@@ -33,65 +44,26 @@ from epochlog_broker.replication.messages import (
     OffsetsForLeaderEpochRequest,
 )
 
-FETCH_PATH: Final = "/internal/v1/partitions/{name}/fetch"
-EPOCH_PATH: Final = "/internal/v1/partitions/{name}/offsets-for-leader-epoch"
-
-EpochOrUndefined = Annotated[int, Field(strict=True, ge=-1)]
-
-
-class FetchBody(WireModel):
-    replica_id: BrokerId
-    broker_epoch: NonNegativeInt
-    leader_epoch: NonNegativeInt
-    fetch_offset: NonNegativeInt
-    last_fetched_epoch: EpochOrUndefined = -1
-    max_wait_ms: NonNegativeInt = 0
-    max_bytes: PositiveInt = 1 << 20
-
-    def request(self) -> FetchRequest:
-        return FetchRequest(
-            self.replica_id,
-            self.broker_epoch,
-            self.leader_epoch,
-            self.fetch_offset,
-            self.last_fetched_epoch,
-        )
-
-
-class EpochQueryBody(WireModel):
-    replica_id: BrokerId
-    leader_epoch: NonNegativeInt
-    epoch: EpochOrUndefined
-
-    def request(self) -> OffsetsForLeaderEpochRequest:
-        return OffsetsForLeaderEpochRequest(self.replica_id, self.leader_epoch, self.epoch)
-
-
-class EpochAnswerBody(WireModel):
-    epoch: EpochOrUndefined
-    end_offset: EpochOrUndefined
-
-
 M = TypeVar("M", bound=WireModel)
 
 
 def parse_body(model: type[M], body: bytes) -> M:
-    try:
-        return model.model_validate_json(body)
-    except ValidationError as exc:
-        raise InvalidRequestError(describe_validation_error(exc)) from None
+    """A replica request body; problems are INVALID_REQUEST naming the field."""
+    return decode_model(model, body)
 
 
-def describe_validation_error(exc: ValidationError) -> str:
-    """One line per problem, naming the field: "records.0.value: Input should be ..."."""
-    parts = []
-    for err in exc.errors(include_url=False)[:5]:
-        where = ".".join(str(p) for p in err["loc"])
-        parts.append(f"{where}: {err['msg']}" if where else str(err["msg"]))
-    more = exc.error_count() - len(parts)
-    if more > 0:
-        parts.append(f"and {more} more")
-    return "; ".join(parts)
+def fetch_request(body: FetchBody) -> FetchRequest:
+    return FetchRequest(
+        body.replica_id,
+        body.broker_epoch,
+        body.leader_epoch,
+        body.fetch_offset,
+        body.last_fetched_epoch,
+    )
+
+
+def epoch_query(body: EpochQueryBody) -> OffsetsForLeaderEpochRequest:
+    return OffsetsForLeaderEpochRequest(body.replica_id, body.leader_epoch, body.epoch)
 
 
 # -- leader side: answers ----------------------------------------------------------------
@@ -99,69 +71,48 @@ def describe_validation_error(exc: ValidationError) -> str:
 
 def encode_fetch_answer(answer: FetchData | DivergingEpoch) -> bytes:
     if isinstance(answer, DivergingEpoch):
-        return frame(
-            {
-                "type": "diverging",
-                "leaderEpoch": answer.leader_epoch,
-                "highWatermark": answer.high_watermark,
-                "epoch": answer.epoch,
-                "endOffset": answer.end_offset,
-            },
-            [],
+        header = diverging_header(
+            answer.leader_epoch, answer.high_watermark, answer.epoch, answer.end_offset
         )
+        return frame(header, [])
     batches: list[StoredBatch] = []
     for b in answer.batches:
         if not isinstance(b.payload, RecordBatch):
             raise TypeError("fetch answers carry the stored batches")
         batches.append((b.base_offset, b.last_offset, b.leader_epoch, b.payload.raw))
-    header = {
-        "type": "data",
-        "leaderEpoch": answer.leader_epoch,
-        "highWatermark": answer.high_watermark,
-    }
-    return frame(header, batches)
+    return frame(data_header(answer.leader_epoch, answer.high_watermark), batches)
 
 
-def encode_epoch_answer(answer: EpochEndOffset) -> dict[str, Any]:
-    return EpochAnswerBody(epoch=answer.epoch, end_offset=answer.end_offset).model_dump(
-        mode="json", by_alias=True
-    )
+def encode_epoch_answer(answer: EpochEndOffset) -> EpochAnswerBody:
+    return EpochAnswerBody(epoch=answer.epoch, end_offset=answer.end_offset)
 
 
 # -- follower side: decoding -------------------------------------------------------------
 
 
 def decode_fetch_answer(body: bytes) -> FetchData | DivergingEpoch:
-    header, batches = unframe(body)
-    kind = header.get("type")
-    ints = {k: header.get(k) for k in ("leaderEpoch", "highWatermark", "epoch", "endOffset")}
-    if type(ints["leaderEpoch"]) is not int or type(ints["highWatermark"]) is not int:
-        raise InvalidRequestError(f"fetch answer header without epochs: {header}")
-    if kind == "diverging":
-        if type(ints["epoch"]) is not int or type(ints["endOffset"]) is not int:
-            raise InvalidRequestError(f"diverging answer without epoch/endOffset: {header}")
+    raw_header, batches = unframe(body)
+    header = decode_fetch_header(raw_header)
+    if header.kind is FetchAnswerKind.DIVERGING:
         return DivergingEpoch(
-            ints["leaderEpoch"], ints["highWatermark"], ints["epoch"], ints["endOffset"]
+            header.leader_epoch, header.high_watermark, header.epoch, header.end_offset
         )
-    if kind != "data":
-        raise InvalidRequestError(f"fetch answer of unknown type {kind!r}")
     return FetchData(
-        ints["leaderEpoch"],
-        ints["highWatermark"],
+        header.leader_epoch,
+        header.high_watermark,
         tuple(Batch(b.base_offset, b.last_offset, b.leader_epoch, b) for b in batches),
     )
 
 
 def error_from_body(status: int, body: bytes) -> EpochlogError | None:
-    """The typed error an error body names; None when it names none (not our server)."""
-    try:
-        data = json.loads(body)
-        err = data["error"]
-        cls = ERRORS_BY_CODE[ErrorCode(err["code"])]
-    except (ValueError, KeyError, TypeError):
+    """The typed error an error body names; None when it names none (not our server, or a
+    code this broker does not know)."""
+    decoded = decode_error_answer(body)
+    if decoded is None or decoded.error is None:
         return None
-    details = {k: v for k, v in err.items() if k not in ("code", "message", "retriable")}
-    return cls(str(err.get("message", f"HTTP {status}")), **details)
+    if "message" not in decoded.body.model_fields_set:
+        return type(decoded.error)(f"HTTP {status}", **decoded.body.details())
+    return decoded.error
 
 
 class ReplicaRequestFailed(Exception):
@@ -207,7 +158,7 @@ class ReplicaClient:
             last_fetched_epoch=request.last_fetched_epoch,
             max_wait_ms=max_wait_ms,
             max_bytes=max_bytes,
-        ).model_dump(mode="json", by_alias=True)
+        ).model_dump(mode="json")
         url = base_url + FETCH_PATH.format(name=quote(partition, safe=""))
         raw = await self._post(url, body, timeout_s + max_wait_ms / 1000)
         try:
@@ -225,7 +176,7 @@ class ReplicaClient:
     ) -> EpochEndOffset:
         body = EpochQueryBody(
             replica_id=request.replica_id, leader_epoch=request.leader_epoch, epoch=request.epoch
-        ).model_dump(mode="json", by_alias=True)
+        ).model_dump(mode="json")
         url = base_url + EPOCH_PATH.format(name=quote(partition, safe=""))
         raw = await self._post(url, body, timeout_s)
         try:
@@ -246,6 +197,8 @@ __all__ = [
     "decode_fetch_answer",
     "encode_epoch_answer",
     "encode_fetch_answer",
+    "epoch_query",
     "error_from_body",
+    "fetch_request",
     "parse_body",
 ]

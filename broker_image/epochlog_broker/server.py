@@ -16,7 +16,9 @@ Produce takes JSON (`http_api`) or one encoded batch with Content-Type
 `application/vnd.epochlog.batch` gets the stored batches framed (`framing`):
 its header holds highWatermark, logStartOffset, leaderEpoch and the `offset`
 asked for; the reader skips records below `offset` (the first batch may start
-earlier) and at or above highWatermark.
+earlier) and at or above highWatermark. Every body and parameter name is
+`epochlog.protocol.bodies` (client API), `.replica` (replication) or
+`.errors` (error bodies).
 
 Errors are `{"error":{"code","message","retriable","leader","leaderEpoch",...}}`
 with the protocol's HTTP status; `leaderAddress` is added when the leader's
@@ -38,14 +40,34 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import structlog
 from aiohttp import web
 
 from epochlog.protocol.batch import Record
-from epochlog.protocol.errors import EpochlogError, RecordTooLargeError, StorageError
+from epochlog.protocol.bodies import (
+    HealthAnswer,
+    OffsetsAnswer,
+    Params,
+    ProduceAnswer,
+    ReadyAnswer,
+    dump_json,
+    encode_read_answer,
+    read_header,
+)
+from epochlog.protocol.errors import (
+    INTERNAL_ERROR,
+    EpochlogError,
+    ErrorAnswer,
+    ErrorCode,
+    RecordTooLargeError,
+    StorageError,
+    error_answer,
+    generic_error_answer,
+)
 from epochlog.protocol.framing import BATCH_CONTENT_TYPE, frame, stored
+from epochlog.protocol.replica import EPOCH_PATH, FETCH_PATH, EpochQueryBody, FetchBody
+from epochlog.protocol.wire import WireModel
 from epochlog_broker.broker import Broker
 from epochlog_broker.client_batch import ClientBatch
 from epochlog_broker.config import BrokerConfig
@@ -57,18 +79,15 @@ from epochlog_broker.http_api import (
     int_param,
     optional_epoch,
     parse_produce_json,
-    record_json,
 )
 from epochlog_broker.log.config import MiB
 from epochlog_broker.log.storage_id import StorageIdError
 from epochlog_broker.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from epochlog_broker.replica_wire import (
-    EPOCH_PATH,
-    FETCH_PATH,
-    EpochQueryBody,
-    FetchBody,
     encode_epoch_answer,
     encode_fetch_answer,
+    epoch_query,
+    fetch_request,
     parse_body,
 )
 
@@ -82,25 +101,24 @@ DEFAULT_MAX_BYTES = 1 * MiB
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _json(body: Any, status: int = 200) -> web.Response:
-    return web.Response(
-        body=json.dumps(body, separators=(",", ":"), default=str).encode(),
-        status=status,
-        content_type="application/json",
-    )
+def _json(body: bytes, status: int = 200) -> web.Response:
+    return web.Response(body=body, status=status, content_type="application/json")
+
+
+def _answer(model: WireModel, status: int = 200) -> web.Response:
+    return _json(dump_json(model), status)
+
+
+def _error(answer: ErrorAnswer, status: int) -> web.Response:
+    # Details are whatever an error was raised with: anything JSON cannot hold is shown
+    # as text rather than failing the answer.
+    return _json(json.dumps(answer.dump(), separators=(",", ":"), default=str).encode(), status)
 
 
 def error_response(exc: EpochlogError, broker: Broker, partition: str | None) -> web.Response:
-    body = exc.to_dict()
-    err = body["error"]
     leader, epoch = broker.leader_hint(partition) if partition else (None, None)
-    err.setdefault("leader", leader)
-    err.setdefault("leaderEpoch", epoch)
-    if isinstance(err["leader"], int) and "leaderAddress" not in err:
-        url = broker.config.peer_url(err["leader"])
-        if url is not None:
-            err["leaderAddress"] = url
-    return _json(body, exc.http_status)
+    answer = error_answer(exc, leader=leader, leader_epoch=epoch, leader_url=broker.config.peer_url)
+    return _error(answer, exc.http_status)
 
 
 @web.middleware
@@ -120,32 +138,13 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return _json(
-            {
-                "error": {
-                    "code": "INVALID_REQUEST",
-                    "message": f"{request.method} {request.path}: {exc.reason}",
-                    "retriable": False,
-                    "leader": None,
-                    "leaderEpoch": None,
-                }
-            },
-            exc.status,
-        )
+        message = f"{request.method} {request.path}: {exc.reason}"
+        answer = generic_error_answer(ErrorCode.INVALID_REQUEST, message, retriable=False)
+        return _error(answer, exc.status)
     except Exception as exc:
         log.exception("request_failed", method=request.method, path=request.path)
-        return _json(
-            {
-                "error": {
-                    "code": "INTERNAL_ERROR",
-                    "message": f"{type(exc).__name__}: {exc}",
-                    "retriable": True,
-                    "leader": None,
-                    "leaderEpoch": None,
-                }
-            },
-            500,
-        )
+        message = f"{type(exc).__name__}: {exc}"
+        return _error(generic_error_answer(INTERNAL_ERROR, message, retriable=True), 500)
 
 
 async def _body(request: web.Request, limit: int) -> bytes:
@@ -165,12 +164,12 @@ async def produce(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     q = request.query
     started = time.perf_counter()
-    acks_label = q.get("acks", "all")
+    acks_label = q.get(Params.ACKS, "all")
     result = "ok"
     try:
         acks = acks_param(q)
         timeout_ms = int_param(
-            q, "timeoutMs", cfg.default_timeout_ms, minimum=1, maximum=cfg.max_timeout_ms
+            q, Params.TIMEOUT_MS, cfg.default_timeout_ms, minimum=1, maximum=cfg.max_timeout_ms
         )
         leader_epoch = optional_epoch(q)
         body = await _body(request, cfg.max_request_bytes)
@@ -203,12 +202,12 @@ async def produce(request: web.Request) -> web.Response:
         m.produce_latency.labels(acks_label).observe(time.perf_counter() - started)
     broker.metrics.produce_records.labels(name).inc(count)
     broker.metrics.produce_bytes.labels(name).inc(payload)
-    return _json(
-        {
-            "baseOffset": done.base_offset,
-            "lastOffset": done.last_offset,
-            "leaderEpoch": done.leader_epoch,
-        }
+    return _answer(
+        ProduceAnswer(
+            base_offset=done.base_offset,
+            last_offset=done.last_offset,
+            leader_epoch=done.leader_epoch,
+        )
     )
 
 
@@ -220,14 +219,14 @@ async def read_records(request: web.Request) -> web.Response:
     started = time.perf_counter()
     result = "ok"
     try:
-        offset = int_param(q, "offset")
+        offset = int_param(q, Params.OFFSET)
         max_records = int_param(
-            q, "maxRecords", DEFAULT_MAX_RECORDS, minimum=1, maximum=MAX_RECORDS
+            q, Params.MAX_RECORDS, DEFAULT_MAX_RECORDS, minimum=1, maximum=MAX_RECORDS
         )
         max_bytes = int_param(
-            q, "maxBytes", DEFAULT_MAX_BYTES, minimum=1, maximum=cfg.max_request_bytes
+            q, Params.MAX_BYTES, DEFAULT_MAX_BYTES, minimum=1, maximum=cfg.max_request_bytes
         )
-        max_wait_ms = int_param(q, "maxWaitMs", 0, minimum=0, maximum=cfg.max_wait_ms)
+        max_wait_ms = int_param(q, Params.MAX_WAIT_MS, 0, minimum=0, maximum=cfg.max_wait_ms)
         leader_epoch = optional_epoch(q)
         if BATCH_CONTENT_TYPE in request.headers.get("Accept", ""):
             batches = await broker.read_batches(
@@ -237,15 +236,13 @@ async def read_records(request: web.Request) -> web.Response:
                 max_wait_ms=max_wait_ms,
                 leader_epoch=leader_epoch,
             )
-            body = frame(
-                {
-                    "offset": offset,
-                    "highWatermark": batches.high_watermark,
-                    "logStartOffset": batches.log_start_offset,
-                    "leaderEpoch": batches.leader_epoch,
-                },
-                [stored(b) for b in batches.batches],
+            header = read_header(
+                offset=offset,
+                high_watermark=batches.high_watermark,
+                log_start_offset=batches.log_start_offset,
+                leader_epoch=batches.leader_epoch,
             )
+            body = frame(header, [stored(b) for b in batches.batches])
             broker.metrics.fetch_bytes.labels(name, "consumer").inc(len(body))
             return web.Response(body=body, content_type=BATCH_CONTENT_TYPE)
         encoding = encoding_param(q)
@@ -263,12 +260,13 @@ async def read_records(request: web.Request) -> web.Response:
             sum(len(r.value or b"") + len(r.key or b"") for r in res.records)
         )
         return _json(
-            {
-                "records": [record_json(r, encoding) for r in res.records],
-                "highWatermark": res.high_watermark,
-                "logStartOffset": res.log_start_offset,
-                "leaderEpoch": res.leader_epoch,
-            }
+            encode_read_answer(
+                res.records,
+                encoding=encoding,
+                high_watermark=res.high_watermark,
+                log_start_offset=res.log_start_offset,
+                leader_epoch=res.leader_epoch,
+            )
         )
     except EpochlogError as exc:
         result = str(exc.code)
@@ -283,33 +281,31 @@ async def list_offsets(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     at = at_param(request.query)
     offset, epoch = broker.list_offsets(name, at, optional_epoch(request.query))
-    return _json({"offset": offset, "leaderEpoch": epoch})
+    return _answer(OffsetsAnswer(offset=offset, leader_epoch=epoch))
 
 
 async def list_partitions(request: web.Request) -> web.Response:
-    return _json(request.app[BROKER_KEY].describe())
+    return _answer(request.app[BROKER_KEY].describe())
 
 
 async def healthz(request: web.Request) -> web.Response:
     broker = request.app[BROKER_KEY]
     core = broker.core
-    return _json(
-        {
-            "status": "failed" if broker.failed else "ok",
-            "error": broker.failed,
-            "brokerId": broker.config.broker_id,
-            "brokerEpoch": core.broker_epoch if core else None,
-            "restarts": broker.restarts,
-        },
-        503 if broker.failed else 200,
+    answer = HealthAnswer(
+        status="failed" if broker.failed else "ok",
+        error=broker.failed,
+        broker_id=broker.config.broker_id,
+        broker_epoch=core.broker_epoch if core else None,
+        restarts=broker.restarts,
     )
+    return _answer(answer, 503 if broker.failed else 200)
 
 
 async def readyz(request: web.Request) -> web.Response:
     broker = request.app[BROKER_KEY]
     ready, waiting = broker.readiness()
     broker.metrics.ready.set(1 if ready else 0)
-    return _json({"ready": ready, "waiting": waiting}, 200 if ready else 503)
+    return _answer(ReadyAnswer(ready=ready, waiting=tuple(waiting)), 200 if ready else 503)
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -333,7 +329,7 @@ async def replica_fetch(request: web.Request) -> web.Response:
         body = parse_body(FetchBody, await _body(request, 1 * MiB))
         answer = await broker.serve_fetch(
             name,
-            body.request(),
+            fetch_request(body),
             max_wait_ms=min(body.max_wait_ms, cfg.max_wait_ms),
             max_bytes=min(body.max_bytes, cfg.max_request_bytes),
         )
@@ -351,8 +347,8 @@ async def replica_fetch(request: web.Request) -> web.Response:
 async def offsets_for_leader_epoch(request: web.Request) -> web.Response:
     broker = request.app[BROKER_KEY]
     body = parse_body(EpochQueryBody, await _body(request, 1 * MiB))
-    answer = broker.serve_offsets_for_leader_epoch(request.match_info["name"], body.request())
-    return _json(encode_epoch_answer(answer))
+    answer = broker.serve_offsets_for_leader_epoch(request.match_info["name"], epoch_query(body))
+    return _answer(encode_epoch_answer(answer))
 
 
 def build_app(broker: Broker) -> web.Application:

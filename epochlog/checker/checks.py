@@ -60,6 +60,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from epochlog.checker.history import CONTROLLER, History, StatusWrite
+from epochlog.protocol.wire import wire_name
 from epochlog.resources import PartitionStatus
 
 ReplicaLog = tuple[list[tuple[int, int, str]], int]
@@ -319,8 +320,8 @@ class Checker:
             s = w.status
             delivered = self.h.delivered_by(w.partition, w.time)
             for field, value, floor in (
-                ("leaderEpoch", s.leader_epoch, delivered[0]),
-                ("partitionEpoch", s.partition_epoch, delivered[1]),
+                (wire_name("leader_epoch"), s.leader_epoch, delivered[0]),
+                (wire_name("partition_epoch"), s.partition_epoch, delivered[1]),
             ):
                 seen = (w.partition, field)
                 top, top_at = latest.get(seen, (0, 0))
@@ -331,7 +332,7 @@ class Checker:
                     # resource by a controller that restarted since: the history goes on
                     # from what the brokers hold.
                     latest[seen] = (value, w.time)
-                    if field == "leaderEpoch":
+                    if field == wire_name("leader_epoch"):
                         for key in [k for k in leaders if k[0] == w.partition and k[1] > value]:
                             del leaders[key]
                 else:

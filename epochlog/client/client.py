@@ -31,7 +31,7 @@ from epochlog.client.errors import (
     RetriesExhaustedError,
     is_retriable,
 )
-from epochlog.client.metadata import Leader, Metadata
+from epochlog.client.metadata import Metadata, PartitionLeader
 from epochlog.client.records import (
     BATCH_CONTENT_TYPE,
     FetchAnswer,
@@ -42,6 +42,8 @@ from epochlog.client.records import (
     parse_produce_answer,
 )
 from epochlog.client.transport import Transport
+from epochlog.protocol.bodies import Encoding, Params
+from epochlog.protocol.epochs import NO_EPOCH
 
 log = structlog.get_logger("epochlog.client")
 
@@ -154,7 +156,7 @@ class Client:
     async def retrying(
         self,
         partition: str,
-        op: Callable[[Leader], Awaitable[T]],
+        op: Callable[[PartitionLeader], Awaitable[T]],
         *,
         timeout_s: float,
         what: str,
@@ -164,7 +166,7 @@ class Client:
         deadline = loop.time() + timeout_s
         attempt = 0
         while True:
-            leader: Leader | None = None
+            leader: PartitionLeader | None = None
             try:
                 leader = await self.metadata.leader(partition)
                 return await op(leader)
@@ -184,12 +186,14 @@ class Client:
     # -- requests to a leader --------------------------------------------------------------
 
     @staticmethod
-    def _epoch_param(leader: Leader) -> dict[str, str]:
-        return {} if leader.leader_epoch is None else {"leaderEpoch": str(leader.leader_epoch)}
+    def _epoch_param(leader: PartitionLeader) -> dict[str, str]:
+        if leader.leader_epoch == NO_EPOCH:
+            return {}
+        return {Params.LEADER_EPOCH: str(leader.leader_epoch)}
 
     async def produce_request(
         self,
-        leader: Leader,
+        leader: PartitionLeader,
         body: bytes,
         content_type: str,
         *,
@@ -199,7 +203,12 @@ class Client:
     ) -> tuple[int, int, int]:
         """One produce request: (baseOffset, lastOffset, leaderEpoch)."""
         path = f"/v1/partitions/{leader.partition}/records"
-        query = {"acks": acks, "timeoutMs": str(timeout_ms), **self._epoch_param(leader), **params}
+        query = {
+            Params.ACKS: acks,
+            Params.TIMEOUT_MS: str(timeout_ms),
+            **self._epoch_param(leader),
+            **params,
+        }
         answer, _ = await self.transport.request(
             "POST",
             leader.url,
@@ -210,11 +219,12 @@ class Client:
             # The broker answers by timeoutMs; the margin covers the trip and a busy disk.
             timeout_s=timeout_ms / 1000 + min(5.0, self.request_timeout_s),
         )
-        return parse_produce_answer(answer, leader.url + path)
+        done = parse_produce_answer(answer, leader.url + path)
+        return done.base_offset, done.last_offset, done.leader_epoch
 
     async def fetch(
         self,
-        leader: Leader,
+        leader: PartitionLeader,
         offset: int,
         *,
         max_records: int,
@@ -224,14 +234,14 @@ class Client:
     ) -> FetchAnswer:
         path = f"/v1/partitions/{leader.partition}/records"
         query = {
-            "offset": str(offset),
-            "maxRecords": str(max_records),
-            "maxBytes": str(max_bytes),
-            "maxWaitMs": str(max_wait_ms),
+            Params.OFFSET: str(offset),
+            Params.MAX_RECORDS: str(max_records),
+            Params.MAX_BYTES: str(max_bytes),
+            Params.MAX_WAIT_MS: str(max_wait_ms),
             **self._epoch_param(leader),
         }
         if not binary:
-            query["encoding"] = "base64"
+            query[Params.ENCODING] = Encoding.BASE64.value
         answer, ctype = await self.transport.request(
             "GET",
             leader.url,
@@ -245,13 +255,13 @@ class Client:
             return parse_fetch_binary(leader.partition, answer, where)
         return parse_fetch_json(leader.partition, answer, where)
 
-    async def list_offsets_once(self, leader: Leader, at: str) -> OffsetAndEpoch:
+    async def list_offsets_once(self, leader: PartitionLeader, at: str) -> OffsetAndEpoch:
         path = f"/v1/partitions/{leader.partition}/offsets"
         answer, _ = await self.transport.request(
             "GET",
             leader.url,
             path,
-            params={"at": at, **self._epoch_param(leader)},
+            params={Params.AT: at, **self._epoch_param(leader)},
             timeout_s=self.request_timeout_s,
         )
         return parse_offsets_answer(answer, leader.url + path)
@@ -270,7 +280,7 @@ class Client:
         attempt = 0
         while True:
 
-            async def once(leader: Leader) -> OffsetAndEpoch:
+            async def once(leader: PartitionLeader) -> OffsetAndEpoch:
                 return await self.list_offsets_once(leader, spec)
 
             answer = await self.retrying(

@@ -1,7 +1,8 @@
 """What `epochlog produce`, `epochlog consume` and `epochlog offsets` do (the CLI's parsing
 is in `epochlog.cli`).
 
-Results go to stdout as JSON lines, one per record; progress, summaries and
+Results go to stdout as JSON lines, one per record, shaped as the broker's
+answers (`epochlog.protocol.bodies`) plus the partition; progress, summaries and
 errors go to stderr, so stdout can be piped into another program. Exit
 status: 0 when everything was done, 1 when a record was not acknowledged or
 a broker kept failing, 2 for bad arguments or a partition no broker hosts,
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
 import json
 import threading
@@ -27,6 +27,8 @@ from epochlog.client.consumer import Consumer
 from epochlog.client.errors import ClientError
 from epochlog.client.producer import Producer
 from epochlog.client.records import ConsumerRecord, RecordMetadata
+from epochlog.protocol.batch import LogRecord
+from epochlog.protocol.bodies import Encoding, OffsetsAnswer, record_json
 from epochlog.protocol.errors import EpochlogError, UnknownPartitionError
 
 T = TypeVar("T")
@@ -145,29 +147,25 @@ def _fail(err: TextIO, exc: BaseException) -> int:
     return 2 if isinstance(exc, UnknownPartitionError) else 1
 
 
-def _text(data: bytes | None, b64: bool) -> str | None:
-    if data is None:
-        return None
-    return base64.b64encode(data).decode() if b64 else data.decode(errors="replace")
-
-
 def record_line(r: ConsumerRecord, b64: bool) -> str:
+    """A record as a JSON read answer writes it (base64 with `b64`, else text with invalid
+    UTF-8 shown as U+FFFD), with its partition first."""
+    stored = LogRecord(
+        r.offset, r.timestamp, r.key, r.value, tuple(r.headers.items()), r.leader_epoch
+    )
+    encoding = Encoding.BASE64 if b64 else Encoding.UTF8
     return json.dumps(
-        {
-            "partition": r.partition,
-            "offset": r.offset,
-            "key": _text(r.key, b64),
-            "value": _text(r.value, b64),
-            "headers": {k: _text(v, b64) for k, v in r.headers.items()},
-            "timestamp": r.timestamp,
-            "leaderEpoch": r.leader_epoch,
-        },
-        ensure_ascii=False,
+        {"partition": r.partition, **record_json(stored, encoding)}, ensure_ascii=False
     )
 
 
+def _offset_line(partition: str, offset: int, leader_epoch: int, **extra: str) -> str:
+    answer = OffsetsAnswer(offset=offset, leader_epoch=leader_epoch).model_dump()
+    return json.dumps({"partition": partition, **extra, **answer})
+
+
 def _meta_line(m: RecordMetadata) -> str:
-    return json.dumps({"partition": m.partition, "offset": m.offset, "leaderEpoch": m.leader_epoch})
+    return _offset_line(m.partition, m.offset, m.leader_epoch)
 
 
 async def stdin_lines(stdin: TextIO, queued: int = 10_000) -> AsyncIterator[str]:
@@ -366,16 +364,5 @@ async def offsets(
             answer = await client.list_offsets(partition, at, timeout_ms=timeout_ms)
         except (EpochlogError, ClientError) as exc:
             return _fail(err, exc)
-    print(
-        json.dumps(
-            {
-                "partition": partition,
-                "at": at,
-                "offset": answer.offset,
-                "leaderEpoch": answer.leader_epoch,
-            }
-        ),
-        file=out,
-        flush=True,
-    )
+    print(_offset_line(partition, answer.offset, answer.leader_epoch, at=at), file=out, flush=True)
     return 0

@@ -29,7 +29,7 @@ import structlog
 
 from epochlog.client.client import EARLIEST, LATEST, Client, check_partition_name
 from epochlog.client.errors import RetriesExhaustedError, is_retriable
-from epochlog.client.metadata import Leader
+from epochlog.client.metadata import PartitionLeader
 from epochlog.client.records import ConsumerRecord, FetchAnswer
 from epochlog.protocol.errors import OffsetOutOfRangeError
 
@@ -170,7 +170,7 @@ class Consumer:
         out_of_range_since: float | None = None
         attempt = 0
         while True:
-            leader: Leader | None = None
+            leader: PartitionLeader | None = None
             try:
                 leader = await self.client.metadata.leader(self.partition)
                 return await self.client.fetch(

@@ -1,8 +1,8 @@
 """Errors the client raises that are not a broker's protocol error, and the decoding of those.
 
-A broker's error body `{"error": {"code", "message", "retriable", ...}}` is
-turned back into the typed `EpochlogError` subclass of its code
-(`epochlog.protocol.errors.ERRORS_BY_CODE`), with every other field of the body
+A broker's error body `{"error": {"code", "message", "retriable", ...}}`
+(`epochlog.protocol.errors.ErrorAnswer`) is turned back into the typed
+`EpochlogError` subclass of its code, with every other field of the body
 (`leader`, `leaderAddress`, `leaderEpoch`, `highWatermark`, ...) in
 `details`. What is left is client-side: a broker that could not be reached,
 an answer that is not epochlog's, a delivery that ran out of time, a partition
@@ -11,15 +11,9 @@ no broker hosts, offsets that went back.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from epochlog.protocol.errors import (
-    ERRORS_BY_CODE,
-    EpochlogError,
-    ErrorCode,
-    UnknownPartitionError,
-)
+from epochlog.protocol.errors import EpochlogError, UnknownPartitionError, decode_error_answer
 
 
 class ClientError(Exception):
@@ -118,14 +112,8 @@ def is_retriable(exc: BaseException) -> bool:
 
 def error_from_response(status: int, body: bytes, url: str) -> Exception:
     """The typed error a non-200 answer stands for."""
-    try:
-        parsed = json.loads(body)
-        err = parsed["error"]
-        code = err["code"]
-        message = err.get("message", "")
-        if not isinstance(code, str) or not isinstance(message, str):
-            raise TypeError("code and message must be strings")
-    except (ValueError, KeyError, TypeError):
+    decoded = decode_error_answer(body)
+    if decoded is None:
         snippet = body[:200].decode(errors="replace").strip()
         # A 5xx without epochlog's body is a proxy or a dying process: worth another try.
         return UnexpectedResponseError(
@@ -133,15 +121,9 @@ def error_from_response(status: int, body: bytes, url: str) -> Exception:
             status=status,
             retriable=status >= 500,
         )
-    details = {k: v for k, v in err.items() if k not in ("code", "message", "retriable")}
-    try:
-        cls = ERRORS_BY_CODE[ErrorCode(code)]
-    except ValueError:
-        return BrokerError(
-            code,
-            message,
-            status=status,
-            retriable=bool(err.get("retriable", False)),
-            details=details,
-        )
-    return cls(message, **details)
+    if decoded.error is not None:
+        return decoded.error
+    err = decoded.body
+    return BrokerError(
+        err.code, err.message, status=status, retriable=err.retriable, details=err.details()
+    )

@@ -11,12 +11,13 @@ answer names the leader's address. A bootstrap URL that reaches several
 brokers (a Service or load balancer) works too: a refusal from it is
 followed to the leader's advertised address.
 
-The cache holds (URL, leader epoch) per partition; requests send the epoch,
-so a broker that is no longer the leader, or the leader of a newer epoch,
-says so instead of answering. Error answers update the cache with their hints
-(`leader`, `leaderAddress`, `leaderEpoch`); anything else that points at a
-stale leader drops the entry, and the next request looks the leader up again.
-One lookup runs per partition at a time; concurrent callers share it.
+The cache holds a `PartitionLeader` (URL, leader epoch) per partition;
+requests send the epoch, so a broker that is no longer the leader, or the
+leader of a newer epoch, says so instead of answering. Error answers update
+the cache with their hints (`leader`, `leaderAddress`, `leaderEpoch`);
+anything else that points at a stale leader drops the entry, and the next
+request looks the leader up again. One lookup runs per partition at a time;
+concurrent callers share it.
 
 A partition that no reachable broker hosts is retriable for
 `metadata_max_wait_s` (brokers that just started have no assignments yet),
@@ -29,7 +30,6 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 
@@ -37,10 +37,11 @@ from epochlog.client.errors import (
     BrokerUnreachableError,
     ClientError,
     NoSuchPartitionError,
-    UnexpectedResponseError,
 )
-from epochlog.client.records import parse_json
+from epochlog.client.records import decode_answer
 from epochlog.client.transport import Transport
+from epochlog.protocol.bodies import HostedRole, Params, PartitionsListing
+from epochlog.protocol.epochs import NO_EPOCH, epoch_from_report
 from epochlog.protocol.errors import (
     EpochlogError,
     FencedLeaderEpochError,
@@ -56,11 +57,17 @@ from epochlog.protocol.errors import (
 log = structlog.get_logger("epochlog.client")
 
 
+PARTITIONS_PATH = "/v1/partitions"
+
+
 @dataclass(frozen=True, slots=True)
-class Leader:
+class PartitionLeader:
+    """What this client knows of a partition's leader: where to reach it, and its epoch
+    (NO_EPOCH when a hint named the leader without one; requests then send none)."""
+
     partition: str
     url: str
-    leader_epoch: int | None
+    leader_epoch: int
     broker_id: int | None
 
 
@@ -71,9 +78,10 @@ class _Seen:
     name: str
     url: str
     broker_id: int | None
-    role: str
+    role: HostedRole
     leader: int | None
     leader_epoch: int
+    """NO_EPOCH when the broker reports none."""
 
 
 class Metadata:
@@ -94,8 +102,8 @@ class Metadata:
         self._broker_urls: dict[int, str] = {}
         """Broker id -> the URL it answered at (or, until then, the address it advertises)."""
         self._reached: set[int] = set()
-        self._leaders: dict[str, Leader] = {}
-        self._lookups: dict[str, asyncio.Task[Leader]] = {}
+        self._leaders: dict[str, PartitionLeader] = {}
+        self._lookups: dict[str, asyncio.Task[PartitionLeader]] = {}
         self._unhosted_since: dict[str, float] = {}
         self._probe_timeout_s = probe_timeout_s
         self._metadata_max_wait_s = metadata_max_wait_s
@@ -109,10 +117,10 @@ class Metadata:
         if url not in self._urls:
             self._urls.append(url)
 
-    def cached(self, partition: str) -> Leader | None:
+    def cached(self, partition: str) -> PartitionLeader | None:
         return self._leaders.get(partition)
 
-    async def leader(self, partition: str) -> Leader:
+    async def leader(self, partition: str) -> PartitionLeader:
         """The cached leader, or the result of a lookup (raises a typed error)."""
         cached = self._leaders.get(partition)
         if cached is not None:
@@ -125,7 +133,7 @@ class Metadata:
         # Shielded: one caller giving up must not cancel the lookup the others wait for.
         return await asyncio.shield(task)
 
-    def _set(self, leader: Leader, why: str) -> None:
+    def _set(self, leader: PartitionLeader, why: str) -> None:
         old = self._leaders.get(leader.partition)
         self._leaders[leader.partition] = leader
         if old is None or (old.url, old.leader_epoch) != (leader.url, leader.leader_epoch):
@@ -139,23 +147,21 @@ class Metadata:
                 why=why,
             )
 
-    def invalidate(self, partition: str, leader: Leader | None = None) -> None:
+    def invalidate(self, partition: str, leader: PartitionLeader | None = None) -> None:
         """Forget the cached leader (only if it is still `leader`, when given)."""
         current = self._leaders.get(partition)
         if current is not None and (leader is None or current == leader):
             del self._leaders[partition]
 
-    def on_error(self, partition: str, used: Leader | None, exc: BaseException) -> None:
+    def on_error(self, partition: str, used: PartitionLeader | None, exc: BaseException) -> None:
         """Learn from a failed request to `used`: follow the error's hint or forget."""
         if not isinstance(exc, EpochlogError):
             # Unreachable, or not epochlog's answer: look again.
             if used is not None:
                 self.invalidate(partition, used)
             return
-        details = exc.details
-        hint_id = details.get("leader")
-        hint_epoch = details.get("leaderEpoch")
-        hint_epoch = hint_epoch if type(hint_epoch) is int else None
+        hint_id = exc.leader
+        hint_epoch = NO_EPOCH if exc.leader_epoch is None else exc.leader_epoch
         if isinstance(
             exc,
             UnknownLeaderEpochError
@@ -171,10 +177,8 @@ class Metadata:
             return
         if isinstance(exc, NotLeaderOrFollowerError | FencedLeaderEpochError):
             known = self._leaders.get(partition)
-            fresher = hint_epoch is not None and (
-                known is None or (known.leader_epoch or -1) <= hint_epoch
-            )
-            for url in self._urls_for(hint_id, details.get("leaderAddress")):
+            fresher = hint_epoch != NO_EPOCH and (known is None or known.leader_epoch <= hint_epoch)
+            for url in self._urls_for(hint_id, exc.leader_address):
                 # A hint naming the URL that just refused (and not a newer epoch there)
                 # would send us round in a circle; that happens when one URL reaches
                 # several brokers (a load balancer): then the advertised address is next.
@@ -182,24 +186,24 @@ class Metadata:
                     used is not None
                     and url == used.url
                     and isinstance(exc, NotLeaderOrFollowerError)
-                    and (hint_epoch or -1) <= (used.leader_epoch or -1)
+                    and hint_epoch <= used.leader_epoch
                 )
                 if fresher and not circular:
-                    broker = hint_id if type(hint_id) is int else None
-                    self._set(Leader(partition, url, hint_epoch, broker), why=str(exc.code))
+                    leader = PartitionLeader(partition, url, hint_epoch, hint_id)
+                    self._set(leader, why=str(exc.code))
                     return
         if used is not None:
             self.invalidate(partition, used)
 
-    def _urls_for(self, broker_id: Any, address: Any) -> list[str]:
+    def _urls_for(self, broker_id: int | None, address: str | None) -> list[str]:
         """Where broker `broker_id` may be reached, best first: the URL it answered us at,
         then the address a peer gave for it."""
         urls: list[str] = []
-        if type(broker_id) is int and broker_id in self._broker_urls:
+        if broker_id is not None and broker_id in self._broker_urls:
             urls.append(self._broker_urls[broker_id])
-        if isinstance(address, str) and address:
+        if address:
             address = address.rstrip("/")
-            if type(broker_id) is int:
+            if broker_id is not None:
                 self._broker_urls.setdefault(broker_id, address)
             if address not in urls:
                 urls.append(address)
@@ -207,14 +211,11 @@ class Metadata:
 
     # -- lookup ----------------------------------------------------------------------------
 
-    async def describe(self, url: str) -> dict[str, Any]:
+    async def describe(self, url: str) -> PartitionsListing:
         body, _ = await self._transport.request(
-            "GET", url, "/v1/partitions", timeout_s=self._probe_timeout_s
+            "GET", url, PARTITIONS_PATH, timeout_s=self._probe_timeout_s
         )
-        doc = parse_json(body, f"{url}/v1/partitions")
-        if not isinstance(doc.get("partitions"), list):
-            raise UnexpectedResponseError(f"{url}/v1/partitions: no partitions list")
-        return doc
+        return decode_answer(PartitionsListing, body, url + PARTITIONS_PATH)
 
     async def _probe(self) -> tuple[list[_Seen], dict[str, str]]:
         """Every known broker's reports, and the failure of each broker that did not answer."""
@@ -228,34 +229,28 @@ class Metadata:
                     raise answer
                 failures[url] = str(answer)
                 continue
-            broker_id = answer.get("brokerId")
-            broker_id = broker_id if type(broker_id) is int else None
+            broker_id = answer.broker_id
             # The URL we reached it at wins over what it advertises (which may be an
             # address only other brokers can reach).
             if broker_id is not None and broker_id not in self._reached:
                 self._broker_urls[broker_id] = url
                 self._reached.add(broker_id)
-            for p in answer["partitions"]:
-                if not isinstance(p, dict) or not isinstance(p.get("name"), str):
-                    continue
-                leader = p.get("leader")
-                epoch = p.get("leaderEpoch")
-                seen.append(
-                    _Seen(
-                        name=p["name"],
-                        url=url,
-                        broker_id=broker_id,
-                        role=str(p.get("role")),
-                        leader=leader if type(leader) is int else None,
-                        leader_epoch=epoch if type(epoch) is int else -1,
-                    )
+            seen.extend(
+                _Seen(
+                    name=p.name,
+                    url=url,
+                    broker_id=broker_id,
+                    role=p.role,
+                    leader=p.leader,
+                    leader_epoch=epoch_from_report(p.leader_epoch),
                 )
-            address = answer.get("address")
-            if broker_id is not None and isinstance(address, str) and address:
-                self._broker_urls.setdefault(broker_id, address.rstrip("/"))
+                for p in answer.partitions
+            )
+            if broker_id is not None and answer.address:
+                self._broker_urls.setdefault(broker_id, answer.address.rstrip("/"))
         return seen, failures
 
-    async def _lookup(self, partition: str) -> Leader:
+    async def _lookup(self, partition: str) -> PartitionLeader:
         seen, failures = await self._probe()
         mine = [s for s in seen if s.name == partition]
         if not seen and failures and len(failures) == len(self._urls):
@@ -274,12 +269,12 @@ class Metadata:
                 + (f" ({len(failures)} did not answer)" if failures else "")
             )
         self._unhosted_since.pop(partition, None)
-        leaders = [s for s in mine if s.role == "leader"]
+        leaders = [s for s in mine if s.role is HostedRole.LEADER]
         best = max(leaders, key=lambda s: s.leader_epoch, default=None)
         hints = [s for s in mine if s.leader is not None]
         newest = max(hints, key=lambda s: s.leader_epoch, default=None)
         if best is not None and (newest is None or newest.leader_epoch <= best.leader_epoch):
-            leader = Leader(partition, best.url, best.leader_epoch, best.broker_id)
+            leader = PartitionLeader(partition, best.url, best.leader_epoch, best.broker_id)
             self._set(leader, why="lookup")
             return leader
         if newest is not None and newest.leader is not None:
@@ -289,7 +284,7 @@ class Metadata:
             if url is not None:
                 self._add_url(url)
                 broker = newest.broker_id if url == newest.url else newest.leader
-                leader = Leader(partition, url, newest.leader_epoch, broker)
+                leader = PartitionLeader(partition, url, newest.leader_epoch, broker)
                 self._set(leader, why="follower hint")
                 return leader
         raise LeaderNotAvailableError(f"{partition}: no leader known yet")
@@ -302,11 +297,11 @@ class Metadata:
                 "GET",
                 follower.url,
                 f"/v1/partitions/{partition}/offsets",
-                params={"at": "latest"},
+                params={Params.AT: "latest"},
                 timeout_s=self._probe_timeout_s,
             )
         except NotLeaderOrFollowerError as exc:
-            urls = self._urls_for(exc.details.get("leader"), exc.details.get("leaderAddress"))
+            urls = self._urls_for(exc.leader, exc.leader_address)
             return urls[0] if urls else None
         except (ClientError, EpochlogError):
             return None

@@ -53,7 +53,7 @@ from epochlog.client.errors import (
     UnexpectedResponseError,
     is_retriable,
 )
-from epochlog.client.metadata import Leader
+from epochlog.client.metadata import PartitionLeader
 from epochlog.client.records import (
     OutgoingRecord,
     ProducerIdentity,
@@ -413,7 +413,7 @@ class Producer:
                 )
                 self._give_back(s, identity, count, maybe_written, "delivery timed out")
                 return
-            leader: Leader | None = None
+            leader: PartitionLeader | None = None
             sending = False
             try:
                 leader = await asyncio.wait_for(self.client.metadata.leader(s.name), remaining)

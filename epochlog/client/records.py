@@ -1,27 +1,41 @@
 """What the client hands out and takes in, and how records travel: JSON or binary batches.
 
-Produce bodies are JSON (`{"records": [...], "producerId", "producerEpoch",
-"baseSequence"}`, UTF-8 text, or base64 with `encoding=base64` when a key,
-value or header is not valid UTF-8) or one record batch in the log's own
-format (`application/vnd.epochlog.batch`, encoded here exactly as the broker
-stores it, which is what makes that path cheap for the broker). Reads ask for
-base64 JSON, so keys, values and headers come back as the exact bytes, or for
-framed binary batches. Either way the caller gets `ConsumerRecord`s.
+Produce bodies are JSON (`epochlog.protocol.bodies`: UTF-8 text, or base64
+with `encoding=base64` when a key, value or header is not valid UTF-8) or one
+record batch in the log's own format (`application/vnd.epochlog.batch`,
+encoded here exactly as the broker stores it, which is what makes that path
+cheap for the broker). Reads ask for base64 JSON, so keys, values and headers
+come back as the exact bytes, or for framed binary batches. Either way the
+caller gets `ConsumerRecord`s.
 """
 
 from __future__ import annotations
 
 import base64
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple
+from functools import partial
+from typing import Final, NamedTuple, TypeVar
 
 from epochlog.client.errors import UnexpectedResponseError
 from epochlog.protocol.batch import NO_PRODUCER_ID, Record, encode_batch
+from epochlog.protocol.bodies import (
+    Encoding,
+    OffsetsAnswer,
+    Params,
+    ProduceAnswer,
+    ProducerIdentity,
+    ReadAnswer,
+    RecordIn,
+    decode_model,
+    decode_read_answer,
+    encode_produce_body,
+    read_answer_from_header,
+)
 from epochlog.protocol.errors import EpochlogError
 from epochlog.protocol.framing import BATCH_CONTENT_TYPE, unframe
+from epochlog.protocol.wire import WireModel
 
 __all__ = [
     "BATCH_CONTENT_TYPE",
@@ -29,6 +43,7 @@ __all__ = [
     "FetchAnswer",
     "OffsetAndEpoch",
     "OutgoingRecord",
+    "ProducerIdentity",
     "RecordMetadata",
 ]
 
@@ -104,16 +119,6 @@ def make_record(
     return OutgoingRecord(None if key is None else as_bytes(key), as_bytes(value), hs)
 
 
-@dataclass(frozen=True, slots=True)
-class ProducerIdentity:
-    """The idempotent producer's fields for one batch: id, epoch, sequence of its first
-    record."""
-
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-
-
 # -- produce bodies ----------------------------------------------------------------------
 
 
@@ -138,6 +143,8 @@ def produce_body(
         body = encode_batch(
             [Record(r.value, r.key, r.headers, r.timestamp_ms) for r in records],
             base_offset=0,
+            # Placeholders: the leader stamps the offsets and its epoch when it appends the
+            # batch (the format holds no negative epoch, so not NO_EPOCH).
             leader_epoch=0,
             timestamp=records[0].timestamp_ms,
             producer_id=identity.producer_id if identity else NO_PRODUCER_ID,
@@ -150,131 +157,66 @@ def produce_body(
     def enc(data: bytes) -> str:
         return data.decode() if text else base64.b64encode(data).decode()
 
-    doc: dict[str, Any] = {
-        "records": [
-            {
-                "key": None if r.key is None else enc(r.key),
-                "value": enc(r.value),
-                **({"headers": {k: enc(v) for k, v in r.headers}} if r.headers else {}),
-            }
-            for r in records
-        ]
-    }
-    if identity is not None:
-        doc["producerId"] = identity.producer_id
-        doc["producerEpoch"] = identity.producer_epoch
-        doc["baseSequence"] = identity.base_sequence
-    params = {} if text else {"encoding": "base64"}
-    return json.dumps(doc, separators=(",", ":")).encode(), "application/json", params
+    wire_records: list[RecordIn] = []
+    for r in records:
+        record: RecordIn = {"key": None if r.key is None else enc(r.key), "value": enc(r.value)}
+        if r.headers:
+            record["headers"] = {k: enc(v) for k, v in r.headers}
+        wire_records.append(record)
+    params = {} if text else {Params.ENCODING: Encoding.BASE64.value}
+    return encode_produce_body(wire_records, identity), "application/json", params
 
 
 # -- answers -----------------------------------------------------------------------------
 
 
-def _int(doc: Mapping[str, Any], name: str, where: str) -> int:
-    value = doc.get(name)
-    if type(value) is not int:
-        raise UnexpectedResponseError(f"{where}: {name} is not an integer: {value!r}")
-    return value
+M = TypeVar("M", bound=WireModel)
+
+FetchAnswer = ReadAnswer[ConsumerRecord]
 
 
-def parse_json(body: bytes, where: str) -> dict[str, Any]:
+def decode_answer(model: type[M], body: bytes, where: str) -> M:
+    """A JSON answer as `model`; anything else is an UnexpectedResponseError."""
     try:
-        doc = json.loads(body)
-    except ValueError as exc:
-        raise UnexpectedResponseError(f"{where}: answer is not JSON ({exc})") from None
-    if not isinstance(doc, dict):
-        raise UnexpectedResponseError(f"{where}: answer is not a JSON object")
-    return doc
+        return decode_model(model, body)
+    except EpochlogError as exc:
+        raise UnexpectedResponseError(f"{where}: {exc.message}") from None
 
 
-def parse_produce_answer(body: bytes, where: str) -> tuple[int, int, int]:
-    """(baseOffset, lastOffset, leaderEpoch)."""
-    doc = parse_json(body, where)
-    return (
-        _int(doc, "baseOffset", where),
-        _int(doc, "lastOffset", where),
-        _int(doc, "leaderEpoch", where),
-    )
+def parse_produce_answer(body: bytes, where: str) -> ProduceAnswer:
+    return decode_answer(ProduceAnswer, body, where)
 
 
 def parse_offsets_answer(body: bytes, where: str) -> OffsetAndEpoch:
-    doc = parse_json(body, where)
-    return OffsetAndEpoch(_int(doc, "offset", where), _int(doc, "leaderEpoch", where))
-
-
-@dataclass(frozen=True, slots=True)
-class FetchAnswer:
-    records: list[ConsumerRecord]
-    high_watermark: int
-    log_start_offset: int
-    leader_epoch: int
-
-
-def _b64(value: Any, where: str) -> bytes:
-    if not isinstance(value, str):
-        raise UnexpectedResponseError(f"{where}: expected a base64 string, got {value!r}")
-    try:
-        return base64.b64decode(value, validate=True)
-    except ValueError as exc:
-        raise UnexpectedResponseError(f"{where}: not base64 ({exc})") from None
+    answer = decode_answer(OffsetsAnswer, body, where)
+    return OffsetAndEpoch(answer.offset, answer.leader_epoch)
 
 
 def parse_fetch_json(partition: str, body: bytes, where: str) -> FetchAnswer:
     """A read answer asked with `encoding=base64`."""
-    doc = parse_json(body, where)
-    raw = doc.get("records")
-    if not isinstance(raw, list):
-        raise UnexpectedResponseError(f"{where}: records is not a list")
-    out: list[ConsumerRecord] = []
-    for r in raw:
-        if not isinstance(r, dict):
-            raise UnexpectedResponseError(f"{where}: a record is not an object")
-        headers = r.get("headers") or {}
-        if not isinstance(headers, dict):
-            raise UnexpectedResponseError(f"{where}: headers is not an object")
-        key, value = r.get("key"), r.get("value")
-        out.append(
-            ConsumerRecord(
-                partition=partition,
-                offset=_int(r, "offset", where),
-                timestamp=_int(r, "timestamp", where),
-                key=None if key is None else _b64(key, where),
-                value=None if value is None else _b64(value, where),
-                headers={str(k): _b64(v, where) for k, v in headers.items()},
-                leader_epoch=_int(r, "leaderEpoch", where),
-            )
-        )
-    return FetchAnswer(
-        out,
-        _int(doc, "highWatermark", where),
-        _int(doc, "logStartOffset", where),
-        _int(doc, "leaderEpoch", where),
-    )
+    try:
+        return decode_read_answer(body, partial(ConsumerRecord, partition))
+    except EpochlogError as exc:
+        raise UnexpectedResponseError(f"{where}: {exc.message}") from None
 
 
 def parse_fetch_binary(partition: str, body: bytes, where: str) -> FetchAnswer:
     """A read answer in the framed batch format; every batch's CRC is checked."""
     try:
         header, batches = unframe(body)
+        out = [
+            ConsumerRecord(
+                partition=partition,
+                offset=r.offset,
+                timestamp=r.timestamp,
+                key=r.key,
+                value=r.value,
+                headers=dict(r.headers),
+                leader_epoch=r.leader_epoch,
+            )
+            for b in batches
+            for r in b.records()
+        ]
+        return read_answer_from_header(header, out)
     except EpochlogError as exc:
         raise UnexpectedResponseError(f"{where}: {exc.message}") from None
-    out = [
-        ConsumerRecord(
-            partition=partition,
-            offset=r.offset,
-            timestamp=r.timestamp,
-            key=r.key,
-            value=r.value,
-            headers=dict(r.headers),
-            leader_epoch=r.leader_epoch,
-        )
-        for b in batches
-        for r in b.records()
-    ]
-    return FetchAnswer(
-        out,
-        _int(header, "highWatermark", where),
-        _int(header, "logStartOffset", where),
-        _int(header, "leaderEpoch", where),
-    )

@@ -2,18 +2,19 @@
 
 `LocalCluster` owns one cluster kept in a state directory: it starts the
 Kubernetes API emulator (`epochlog.kubeapi.apiserver`), one operator
-(`python -m epochlog_operator --standalone`) and N brokers (`epochlog broker`),
-each a real OS process in its own session on a free loopback port, logging to
-`logs/<name>.log`, brokers keeping their data in `brokers/<id>/`. It records
-them in `state.json`, so that `epochlog dev ...`, scripts and tests can find,
-kill, pause, resume and restart them by name after the command that started
-them has exited, and it reads and writes Partitions through the API.
+(`python -m epochlog_operator --standalone`) and N brokers (`epochlog broker`)
+through `epochlog.harness`, each a real OS process in its own session on a free
+loopback port, logging to `logs/<name>.log`, brokers keeping their data in
+`brokers/<id>/`. It records them in `state.json`, so that `epochlog dev ...`,
+scripts and tests can find, kill, pause, resume and restart them by name after
+the command that started them has exited, and it reads and writes Partitions
+through the API as typed objects (`epochlog.devcluster.partitions`).
 
 The API server here is an emulator, for development and tests only: it keeps
 everything in memory and has no authentication. Production runs on a real
 Kubernetes cluster with the Helm chart.
 
-state.json:
+state.json (`ClusterState`):
 
     {"version": 1, "stateDir": ..., "kubeconfig": ..., "bootstrap": [broker URLs],
      "settings": {DevSettings}, "brokers": N, "startedAt": ISO time,
@@ -29,25 +30,53 @@ import dataclasses
 import json
 import os
 import signal
-import sys
 import time
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 import aiohttp
 import structlog
+from pydantic import ValidationError
 
-from epochlog.devcluster import local_process as procs
-from epochlog.resources import GROUP, KIND, PLURAL, VERSION
+from epochlog.client import Client, ClientError
+from epochlog.devcluster.partitions import (
+    NAMESPACE,
+    Partition,
+    PartitionRow,
+    partition_manifest,
+    partition_path,
+    partitions_path,
+)
+from epochlog.harness import (
+    APISERVER_READY_PATH,
+    HEALTH_PATH,
+    READY_PATH,
+    ManagedProcess,
+    NotReadyError,
+    ProcessExitedError,
+    apiserver_argv,
+    broker_argv,
+    child_env,
+    free_ports,
+    operator_argv,
+    url,
+    wait_healthy,
+    wait_port_free,
+    wait_until,
+)
+from epochlog.objects import PartitionObject, to_body
+from epochlog.protocol.bodies import HostedRole
+from epochlog.protocol.errors import EpochlogError
+from epochlog.protocol.wire import WireModel
+from epochlog.resources import PartitionStatus
 
 log = structlog.get_logger(__name__)
 
 STATE_VERSION: Final = 1
 STATE_FILE: Final = "state.json"
 KUBECONFIG_FILE: Final = "kubeconfig"
-NAMESPACE: Final = "default"
 EXAMPLE_TOPIC: Final = "orders"
 EXAMPLE_PARTITIONS: Final = 3
 
@@ -57,6 +86,15 @@ _REPO_CRDS: Final = Path(__file__).resolve().parents[2] / "crds"
 class DevClusterError(Exception):
     """Something the user can act on: no cluster here, one already running, a process that
     would not start (the message names it and shows the end of its log)."""
+
+
+@contextlib.contextmanager
+def _as_dev_errors() -> Iterator[None]:
+    """The harness's waiting errors as `DevClusterError` (their messages end with the log)."""
+    try:
+        yield
+    except (ProcessExitedError, NotReadyError) as exc:
+        raise DevClusterError(str(exc)) from exc
 
 
 @dataclass
@@ -125,72 +163,83 @@ class ProcessInfo:
     data_dir: str | None
     argv: list[str]
     """Its command line, so that it can be restarted identically."""
+    _process: ManagedProcess | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def process(self) -> ManagedProcess:
+        """The OS process: the one started here, or the recorded pid adopted."""
+        if self._process is None or self._process.pid != self.pid:
+            self._process = ManagedProcess.adopt(self.pid, self.argv, Path(self.log), self.name)
+        return self._process
 
     @property
     def alive(self) -> bool:
-        return procs.ours(self.pid, self.argv)
+        return self.process.alive
 
     @property
     def paused(self) -> bool:
-        return self.alive and procs.stopped(self.pid)
+        return self.process.paused
 
     @property
     def health_path(self) -> str:
         # The operator is healthy once it acts (/readyz); a broker once it serves
         # (/healthz: its /readyz also waits for its partitions to catch up).
-        return {
-            "apiserver": f"/apis/{GROUP}/{VERSION}/{PLURAL}",
-            "operator": "/readyz",
-        }.get(self.role, "/healthz")
+        return {"apiserver": APISERVER_READY_PATH, "operator": READY_PATH}.get(
+            self.role, HEALTH_PATH
+        )
+
+    def start(self, env: dict[str, str]) -> None:
+        if self.data_dir:
+            Path(self.data_dir).mkdir(parents=True, exist_ok=True)
+        process = ManagedProcess(self.argv, Path(self.log), self.name, env=env, detached=True)
+        self.pid = process.start()
+        self._process = process
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> ProcessInfo:
-        fields = {f.name for f in dataclasses.fields(cls)}
+        fields = {f.name for f in dataclasses.fields(cls) if f.init}
         return cls(**{k: v for k, v in raw.items() if k in fields})
 
 
-def partition_manifest(
-    topic: str,
-    index: int,
-    *,
-    replication_factor: int = 3,
-    min_insync_replicas: int = 2,
-    replica_lag_time_max_ms: int | None = None,
-    namespace: str = NAMESPACE,
-) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "topic": topic,
-        "partition": index,
-        "replicationFactor": replication_factor,
-        "minInsyncReplicas": min_insync_replicas,
-    }
-    if replica_lag_time_max_ms is not None:
-        spec["replicaLagTimeMaxMs"] = replica_lag_time_max_ms
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": KIND,
-        "metadata": {"name": f"{topic}-{index}", "namespace": namespace},
-        "spec": spec,
-    }
+class ClusterState(WireModel):
+    """state.json, as written by `LocalCluster.save` (see the module docstring)."""
+
+    version: int
+    state_dir: str
+    kubeconfig: str
+    bootstrap: tuple[str, ...]
+    settings: dict[str, Any]
+    """`DevSettings` by attribute name."""
+    brokers: int
+    started_at: str | None = None
+    processes: tuple[dict[str, Any], ...] = ()
+    """`ProcessInfo.to_json()` of each process."""
 
 
-def _resource_path(manifest: dict[str, Any]) -> tuple[str, str]:
-    """(collection path, object path) of a manifest: Partitions, or any namespaced kind whose
-    plural is its lower-case kind + "s"."""
-    api_version = str(manifest.get("apiVersion", ""))
-    kind = str(manifest.get("kind", ""))
-    meta = manifest.get("metadata") or {}
-    name = meta.get("name")
-    if not api_version or not kind or not name:
-        raise DevClusterError("a manifest needs apiVersion, kind and metadata.name")
-    plural = PLURAL if kind == KIND else kind.lower() + "s"
-    namespace = meta.get("namespace") or NAMESPACE
-    prefix = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-    collection = f"{prefix}/namespaces/{namespace}/{plural}"
-    return collection, f"{collection}/{name}"
+class StatusReport(WireModel):
+    """What `epochlog dev status --json` prints."""
+
+    state_dir: str
+    kubeconfig: str
+    bootstrap: tuple[str, ...]
+    processes: tuple[dict[str, Any], ...]
+    """Each process as recorded in state.json, with whether it is alive and paused."""
+    partitions: tuple[PartitionRow, ...] | None
+    """None when the API server could not be asked (`problem` says why)."""
+    problem: str | None
+
+
+class _PartitionList(WireModel):
+    items: tuple[Partition, ...] = ()
+
+
+class _SpecPatch(WireModel):
+    """A merge patch that sets a Partition's spec."""
+
+    spec: dict[str, Any]
 
 
 class LocalCluster:
@@ -251,40 +300,41 @@ class LocalCluster:
         """The cluster recorded in state_dir/state.json."""
         state_file = Path(state_dir).absolute() / STATE_FILE
         try:
-            raw = json.loads(state_file.read_text())
+            state = ClusterState.model_validate_json(state_file.read_bytes())
         except FileNotFoundError:
             raise DevClusterError(
                 f"no cluster in {state_dir}: {state_file} does not exist "
                 "(start one with `epochlog dev up`)"
             ) from None
-        except (OSError, ValueError) as exc:
+        except (OSError, ValidationError) as exc:
             raise DevClusterError(f"{state_file} cannot be read: {exc}") from exc
-        if raw.get("version") != STATE_VERSION:
-            raise DevClusterError(f"{state_file}: unknown state version {raw.get('version')}")
+        if state.version != STATE_VERSION:
+            raise DevClusterError(f"{state_file}: unknown state version {state.version}")
         known = {f.name for f in dataclasses.fields(DevSettings)}
-        settings = DevSettings(**{k: v for k, v in raw.get("settings", {}).items() if k in known})
-        cluster = cls(Path(state_dir), brokers=int(raw.get("brokers", 1)), settings=settings)
-        cluster._processes = {p["name"]: ProcessInfo.from_json(p) for p in raw.get("processes", [])}
-        cluster.started_at = raw.get("startedAt")
+        settings = DevSettings(**{k: v for k, v in state.settings.items() if k in known})
+        cluster = cls(Path(state_dir), brokers=state.brokers, settings=settings)
+        processes = [ProcessInfo.from_json(p) for p in state.processes]
+        cluster._processes = {p.name: p for p in processes}
+        cluster.started_at = state.started_at
         return cluster
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "version": STATE_VERSION,
-            "stateDir": str(self.state_dir),
-            "kubeconfig": str(self.kubeconfig),
-            "bootstrap": self.bootstrap,
-            "settings": dataclasses.asdict(self.settings),
-            "brokers": self.brokers,
-            "startedAt": self.started_at,
-            "processes": [p.to_json() for p in self._processes.values()],
-        }
+    def state(self) -> ClusterState:
+        return ClusterState(
+            version=STATE_VERSION,
+            state_dir=str(self.state_dir),
+            kubeconfig=str(self.kubeconfig),
+            bootstrap=tuple(self.bootstrap),
+            settings=dataclasses.asdict(self.settings),
+            brokers=self.brokers,
+            started_at=self.started_at,
+            processes=tuple(p.to_json() for p in self._processes.values()),
+        )
 
     def save(self) -> None:
         """Write state.json atomically: a reader never sees half a file."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.state_file.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        tmp.write_text(json.dumps(self.state().model_dump(mode="json"), indent=2) + "\n")
         os.replace(tmp, self.state_file)
 
     def _process(self, name: str) -> ProcessInfo:
@@ -309,72 +359,41 @@ class LocalCluster:
         (folder / "partitions.epochlog.dev.yaml").write_text(crd_yaml())
         return folder
 
-    def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.setdefault("EPOCHLOG_LOG_LEVEL", "info")
-        env["PYTHONUNBUFFERED"] = "1"
-        # Settings from the caller's environment must not override the flags given here.
-        for var in ("KUBECONFIG", "EPOCHLOG_BROKER_ID", "EPOCHLOG_CONTROLLER_URL", "POD_NAME"):
-            env.pop(var, None)
-        return env
-
     def _plan(self) -> list[ProcessInfo]:
         """Every process to start, in order, with its port and command line."""
         s = self.settings
         logs = self.state_dir / "logs"
-        py = sys.executable
-        api_port, op_port, *broker_ports = procs.free_ports(2 + self.brokers)
+        api_port, op_port, *broker_ports = free_ports(2 + self.brokers)
         plan = [
             ProcessInfo(
                 name="apiserver",
                 role="apiserver",
                 pid=0,
-                url=f"http://127.0.0.1:{api_port}",
+                url=url(api_port),
                 broker_id=None,
                 log=str(logs / "apiserver.log"),
                 data_dir=None,
-                argv=[
-                    py,
-                    "-m",
-                    "epochlog.kubeapi.apiserver",
-                    "--port",
-                    str(api_port),
-                    "--crds",
-                    str(self._crds()),
-                    "--kubeconfig",
-                    str(self.kubeconfig),
-                ],
+                argv=apiserver_argv(port=api_port, crds=self._crds(), kubeconfig=self.kubeconfig),
             ),
             ProcessInfo(
                 name="operator",
                 role="operator",
                 pid=0,
-                url=f"http://127.0.0.1:{op_port}",
+                url=url(op_port),
                 broker_id=None,
                 log=str(logs / "operator.log"),
                 data_dir=None,
-                argv=[
-                    py,
-                    "-m",
-                    "epochlog_operator",
-                    "--kubeconfig",
-                    str(self.kubeconfig),
-                    "--listen-address",
-                    "127.0.0.1",
-                    "--listen-port",
-                    str(op_port),
+                argv=operator_argv(
+                    port=op_port,
+                    kubeconfig=self.kubeconfig,
                     # One operator: no peering, so that a restarted operator acts at once
                     # instead of waiting for its predecessor's peering entry to expire.
-                    "--standalone",
-                    "--heartbeat-interval-ms",
-                    str(s.heartbeat_interval_ms),
-                    "--broker-session-timeout-ms",
-                    str(s.session_timeout_ms),
-                    "--reconcile-interval-ms",
-                    str(s.reconcile_interval_ms),
-                    "--status-refresh-interval-ms",
-                    str(s.status_refresh_interval_ms),
-                ],
+                    standalone=True,
+                    heartbeat_interval_ms=s.heartbeat_interval_ms,
+                    broker_session_timeout_ms=s.session_timeout_ms,
+                    reconcile_interval_ms=s.reconcile_interval_ms,
+                    status_refresh_interval_ms=s.status_refresh_interval_ms,
+                ),
             ),
         ]
         for b, port in enumerate(broker_ports, start=1):
@@ -384,36 +403,24 @@ class LocalCluster:
                     name=f"broker-{b}",
                     role="broker",
                     pid=0,
-                    url=f"http://127.0.0.1:{port}",
+                    url=url(port),
                     broker_id=b,
                     log=str(logs / f"broker-{b}.log"),
                     data_dir=str(data_dir),
-                    argv=[
-                        py,
-                        "-m",
-                        "epochlog.cli",
-                        "broker",
-                        "--id",
-                        str(b),
-                        "--data-dir",
-                        str(data_dir),
-                        "--listen",
-                        f"127.0.0.1:{port}",
-                        "--controller",
-                        f"http://127.0.0.1:{op_port}",
-                        "--heartbeat-interval-ms",
-                        str(s.heartbeat_interval_ms),
-                        "--checkpoint-interval-ms",
-                        str(s.checkpoint_interval_ms),
-                    ],
+                    argv=broker_argv(
+                        b,
+                        port=port,
+                        data_dir=data_dir,
+                        controller_url=url(op_port),
+                        heartbeat_interval_ms=s.heartbeat_interval_ms,
+                        checkpoint_interval_ms=s.checkpoint_interval_ms,
+                    ),
                 )
             )
         return plan
 
     def _start(self, info: ProcessInfo) -> None:
-        if info.data_dir:
-            Path(info.data_dir).mkdir(parents=True, exist_ok=True)
-        info.pid = procs.spawn(info.argv, Path(info.log), self._env())
+        info.start(child_env())
         self._processes[info.name] = info
         self.save()
         log.info("dev_process_started", process=info.name, pid=info.pid, url=info.url)
@@ -442,7 +449,13 @@ class LocalCluster:
             say(f"starting the Kubernetes API emulator on {api.url}")
             self._start(api)
             await self._wait_healthy(api)
-            await self._wait_for(self.kubeconfig.exists, "the kubeconfig", api)
+            with _as_dev_errors():
+                await wait_until(
+                    self.kubeconfig.exists,
+                    "the kubeconfig",
+                    watching=[api.process],
+                    timeout_s=self.settings.startup_timeout_s,
+                )
             say(f"starting the operator on {operator.url}")
             self._start(operator)
             await self._wait_healthy(operator)
@@ -454,27 +467,28 @@ class LocalCluster:
             say("waiting for every broker to heartbeat to the operator")
             await self._wait_brokers_known()
             if example_partitions:
-                names = [f"{EXAMPLE_TOPIC}-{i}" for i in range(EXAMPLE_PARTITIONS)]
-                say(f"creating example Partitions {', '.join(names)} (replicationFactor 3)")
-                for i in range(EXAMPLE_PARTITIONS):
-                    await self.apply(
-                        partition_manifest(
-                            EXAMPLE_TOPIC,
-                            i,
-                            replica_lag_time_max_ms=self.settings.replica_lag_time_max_ms,
-                        )
-                    )
-                for name in names:
-                    status = await self.wait_leader(name, timeout=self.settings.startup_timeout_s)
-                    await self.wait_serving(name, status)
-                    say(
-                        f"  {name}: leader broker {status['leader']}, "
-                        f"leaderEpoch {status['leaderEpoch']}, isr {status.get('isr')}"
-                    )
+                await self._example_partitions(say)
         except BaseException:
             await self.down()
             raise
         log.info("dev_cluster_up", stateDir=str(self.state_dir), brokers=self.brokers)
+
+    async def _example_partitions(self, say: Callable[[str], None]) -> None:
+        names = [f"{EXAMPLE_TOPIC}-{i}" for i in range(EXAMPLE_PARTITIONS)]
+        say(f"creating example Partitions {', '.join(names)} (replicationFactor 3)")
+        for i in range(EXAMPLE_PARTITIONS):
+            await self.apply(
+                partition_manifest(
+                    EXAMPLE_TOPIC, i, replica_lag_time_max_ms=self.settings.replica_lag_time_max_ms
+                )
+            )
+        for name in names:
+            status = await self.wait_leader(name, timeout=self.settings.startup_timeout_s)
+            await self.wait_serving(name, status)
+            say(
+                f"  {name}: leader broker {status.leader}, "
+                f"leaderEpoch {status.leader_epoch}, isr {list(status.isr)}"
+            )
 
     def _refuse_if_running(self) -> None:
         if not self.state_file.exists():
@@ -490,51 +504,14 @@ class LocalCluster:
                 f"stop it with `epochlog dev down --state-dir {self.state_dir}`"
             )
 
-    def _log_tail(self, info: ProcessInfo, lines: int = 25) -> str:
-        try:
-            text = Path(info.log).read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
-
-    async def _wait_for(
-        self, check: Callable[[], bool], what: str, info: ProcessInfo, timeout: float | None = None
-    ) -> None:
-        deadline = time.monotonic() + (timeout or self.settings.startup_timeout_s)
-        while not check():
-            if not procs.alive(info.pid):
-                raise DevClusterError(
-                    f"{info.name} exited while waiting for {what}; the end of {info.log}:\n"
-                    + self._log_tail(info)
-                )
-            if time.monotonic() > deadline:
-                raise DevClusterError(
-                    f"timed out waiting for {what}; the end of {info.log}:\n" + self._log_tail(info)
-                )
-            await asyncio.sleep(0.05)
-
-    async def _wait_healthy(self, info: ProcessInfo, timeout: float | None = None) -> None:
+    async def _wait_healthy(self, info: ProcessInfo) -> None:
         """Until the process answers 200 on its health path."""
-        deadline = time.monotonic() + (timeout or self.settings.startup_timeout_s)
-        url = info.url + info.health_path
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
-            while True:
-                if not procs.alive(info.pid):
-                    raise DevClusterError(
-                        f"{info.name} exited during startup; the end of {info.log}:\n"
-                        + self._log_tail(info)
-                    )
-                with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
-                    async with http.get(url) as rsp:
-                        if rsp.status == 200:
-                            return
-                if time.monotonic() > deadline:
-                    raise DevClusterError(
-                        f"{info.name} did not answer {url} within "
-                        f"{self.settings.startup_timeout_s:.0f} s; the end of {info.log}:\n"
-                        + self._log_tail(info)
-                    )
-                await asyncio.sleep(0.1)
+        with _as_dev_errors():
+            await wait_healthy(
+                info.process,
+                info.url + info.health_path,
+                timeout_s=self.settings.startup_timeout_s,
+            )
 
     async def _operator_brokers(self, http: aiohttp.ClientSession) -> set[int]:
         """Brokers the operator heard from within a session timeout (from its /metrics)."""
@@ -554,24 +531,22 @@ class LocalCluster:
         """Until the operator has heard from every broker (or those given): Partitions
         created before that would be assigned to fewer brokers."""
         wanted = set(broker_ids if broker_ids is not None else range(1, self.brokers + 1))
-        operator = self._process("operator")
-        deadline = time.monotonic() + self.settings.startup_timeout_s
+        watched = [self._process("operator"), *(self._process(f"broker-{b}") for b in wanted)]
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
-            while True:
+
+            async def heard() -> bool:
                 with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError, ValueError):
-                    if wanted <= await self._operator_brokers(http):
-                        return
-                for info in [operator, *(self._process(f"broker-{b}") for b in wanted)]:
-                    if not procs.alive(info.pid):
-                        raise DevClusterError(
-                            f"{info.name} exited; the end of {info.log}:\n" + self._log_tail(info)
-                        )
-                if time.monotonic() > deadline:
-                    raise DevClusterError(
-                        f"the operator did not hear from brokers {sorted(wanted)}; "
-                        f"see {self.state_dir / 'logs'}"
-                    )
-                await asyncio.sleep(0.1)
+                    return wanted <= await self._operator_brokers(http)
+                return False
+
+            with _as_dev_errors():
+                await wait_until(
+                    heard,
+                    f"the operator to hear from brokers {sorted(wanted)}",
+                    watching=[p.process for p in watched],
+                    timeout_s=self.settings.startup_timeout_s,
+                    interval_s=0.1,
+                )
 
     # -- stopping and faults ---------------------------------------------------------------
 
@@ -579,12 +554,10 @@ class LocalCluster:
         """Stop every process in state.json: SIGTERM, then SIGKILL after the grace period.
         Brokers first (they flush and checkpoint), then the operator, then the API server.
         The brokers' data and the logs stay; state.json goes."""
-        order = {"broker": 0, "operator": 1, "apiserver": 2}
-        by_role = sorted(self._processes.values(), key=lambda p: order.get(p.role, 0))
         for role in ("broker", "operator", "apiserver"):
-            group = [p for p in by_role if p.role == role]
+            group = [p for p in self._processes.values() if p.role == role]
             results = await asyncio.gather(
-                *(procs.stop(p.pid, p.argv, self.settings.grace_period_s) for p in group)
+                *(p.process.stop(self.settings.grace_period_s) for p in group)
             )
             for p, how in zip(group, results, strict=True):
                 log.info("dev_process_stopped", process=p.name, pid=p.pid, how=how)
@@ -592,9 +565,8 @@ class LocalCluster:
 
     def _signal(self, name: str, sig: int) -> ProcessInfo:
         info = self._process(name)
-        if not info.alive:
+        if not info.process.send(sig):
             raise DevClusterError(f"{name} (pid {info.pid}) is not running")
-        procs.send(info.pid, sig)
         log.info(
             "dev_process_signalled", process=name, pid=info.pid, signal=signal.Signals(sig).name
         )
@@ -620,85 +592,67 @@ class LocalCluster:
         The API emulator keeps its objects in memory: restarting it starts it empty.
         """
         info = self._process(name)
-        if info.alive:
-            await procs.stop(info.pid, info.argv, self.settings.grace_period_s)
+        await info.process.stop(self.settings.grace_period_s)
         # The port may linger for a moment in the old process's hands after SIGKILL.
         port = int(info.url.rsplit(":", 1)[1])
-        await self._wait_port_free(port)
+        try:
+            await wait_port_free(port, timeout_s=self.settings.startup_timeout_s)
+        except TimeoutError as exc:
+            raise DevClusterError(str(exc)) from exc
         self._start(info)
         await self._wait_healthy(info)
         if info.role == "broker" and info.broker_id is not None:
             await self._wait_brokers_known([info.broker_id])
-
-    async def _wait_port_free(self, port: int, timeout: float = 10) -> None:
-        import socket
-
-        deadline = time.monotonic() + timeout
-        while True:
-            with socket.socket() as s:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    s.bind(("127.0.0.1", port))
-                    return
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise DevClusterError(f"port {port} is still in use") from None
-            await asyncio.sleep(0.1)
 
     # -- the API ---------------------------------------------------------------------------
 
     def _api(self) -> aiohttp.ClientSession:
         return aiohttp.ClientSession(base_url=self.api_url, timeout=aiohttp.ClientTimeout(total=10))
 
-    async def apply(self, manifest: dict[str, Any]) -> None:
-        """Create the resource, or update it (labels, annotations and spec) when it exists."""
-        collection, path = _resource_path(manifest)
+    async def apply(self, manifest: PartitionObject) -> None:
+        """Create the Partition, or set its spec when it exists."""
+        meta = manifest.metadata
+        if not meta.name:
+            raise DevClusterError("a Partition needs metadata.name")
+        namespace = meta.namespace or NAMESPACE
+        path = partition_path(meta.name, namespace)
         async with self._api() as http:
             async with http.get(path) as rsp:
                 exists = rsp.status == 200
             if exists:
-                meta = manifest.get("metadata") or {}
-                patch: dict[str, Any] = {
-                    "metadata": {k: meta[k] for k in ("labels", "annotations") if k in meta}
-                }
-                if "spec" in manifest:
-                    patch["spec"] = manifest["spec"]
+                patch = _SpecPatch(spec=manifest.spec or {})
                 async with http.patch(
                     path,
-                    data=json.dumps(patch),
+                    data=json.dumps(to_body(patch)),
                     headers={"Content-Type": "application/merge-patch+json"},
                 ) as rsp:
                     await self._check(rsp, "update", path)
             else:
-                async with http.post(collection, json=manifest) as rsp:
+                async with http.post(partitions_path(namespace), json=to_body(manifest)) as rsp:
                     await self._check(rsp, "create", path)
 
     @staticmethod
     async def _check(rsp: aiohttp.ClientResponse, what: str, path: str) -> None:
         if rsp.status >= 300:
             body = await rsp.text()
-            with contextlib.suppress(ValueError):
+            with contextlib.suppress(ValueError, AttributeError):
                 body = json.loads(body).get("message", body)
             raise DevClusterError(f"{what} {path}: HTTP {rsp.status}: {body}")
 
-    async def partition(self, name: str, namespace: str = NAMESPACE) -> dict[str, Any]:
-        """The Partition resource as JSON."""
-        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
+    async def partition(self, name: str, namespace: str = NAMESPACE) -> Partition:
+        """The Partition resource."""
+        path = partition_path(name, namespace)
         async with self._api() as http, http.get(path) as rsp:
             await self._check(rsp, "get", path)
-            body: dict[str, Any] = await rsp.json()
-            return body
+            return Partition.model_validate_json(await rsp.read())
 
-    async def partitions(self, namespace: str | None = None) -> list[dict[str, Any]]:
-        """Every Partition (of one namespace, or all)."""
-        where = f"/namespaces/{namespace}" if namespace else ""
-        path = f"/apis/{GROUP}/{VERSION}{where}/{PLURAL}"
+    async def partitions(self, namespace: str | None = None) -> list[Partition]:
+        """Every Partition (of one namespace, or all), by namespace and name."""
+        path = partitions_path(namespace)
         async with self._api() as http, http.get(path) as rsp:
             await self._check(rsp, "list", path)
-            items: list[dict[str, Any]] = (await rsp.json()).get("items", [])
-            return sorted(
-                items, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"])
-            )
+            items = _PartitionList.model_validate_json(await rsp.read()).items
+            return sorted(items, key=lambda p: (p.namespace, p.name))
 
     async def wait_leader(
         self,
@@ -708,23 +662,23 @@ class LocalCluster:
         min_leader_epoch: int = 0,
         timeout: float = 30.0,
         namespace: str = NAMESPACE,
-    ) -> dict[str, Any]:
+    ) -> PartitionStatus:
         """The Partition's status once it has a leader outside `not_in` with a leaderEpoch of
         at least `min_leader_epoch`."""
         deadline = time.monotonic() + timeout
-        status: dict[str, Any] = {}
-        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
+        status = PartitionStatus()
+        path = partition_path(name, namespace)
         async with self._api() as http:
             while True:
                 with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
                     async with http.get(path) as rsp:
                         if rsp.status == 200:
-                            status = (await rsp.json()).get("status") or {}
-                leader = status.get("leader")
+                            found = Partition.model_validate_json(await rsp.read()).status
+                            status = found or PartitionStatus()
                 if (
-                    leader is not None
-                    and leader not in not_in
-                    and int(status.get("leaderEpoch", 0)) >= min_leader_epoch
+                    status.leader is not None
+                    and status.leader not in not_in
+                    and status.leader_epoch >= min_leader_epoch
                 ):
                     return status
                 if time.monotonic() > deadline:
@@ -735,39 +689,26 @@ class LocalCluster:
                 await asyncio.sleep(0.05)
 
     async def wait_serving(
-        self, name: str, status: dict[str, Any], *, timeout: float | None = None
+        self, name: str, status: PartitionStatus, *, timeout: float | None = None
     ) -> None:
         """Until the leader named in `status` serves the partition as leader in that epoch
         (it learns it from its next heartbeat answer): then clients can write."""
-        leader, epoch = int(status["leader"]), int(status["leaderEpoch"])
-        url = self.broker_url(leader) + "/v1/partitions"
+        if status.leader is None:
+            raise DevClusterError(f"{name}: the status names no leader: {status}")
+        leader, epoch = status.leader, status.leader_epoch
+        url = self.broker_url(leader)
         deadline = time.monotonic() + (timeout or self.settings.startup_timeout_s)
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+        async with Client([url], probe_timeout_ms=2000) as client:
             while True:
-                with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError, ValueError):
-                    async with http.get(url) as rsp:
-                        hosted = {p["name"]: p for p in (await rsp.json())["partitions"]}
-                    mine = hosted.get(name, {})
-                    if mine.get("role") == "leader" and mine.get("leaderEpoch", -1) >= epoch:
+                with contextlib.suppress(ClientError, EpochlogError):
+                    listing = await client.metadata.describe(url)
+                    mine = next((p for p in listing.partitions if p.name == name), None)
+                    if (
+                        mine is not None
+                        and mine.role is HostedRole.LEADER
+                        and mine.leader_epoch >= epoch
+                    ):
                         return
                 if time.monotonic() > deadline:
                     raise DevClusterError(f"{name}: broker {leader} does not serve it as leader")
                 await asyncio.sleep(0.05)
-
-
-def summarize_partition(obj: dict[str, Any]) -> dict[str, Any]:
-    """The columns of `kubectl get partitions` from a Partition object."""
-    spec, status = obj.get("spec") or {}, obj.get("status") or {}
-    ready = [c for c in status.get("conditions", []) if c.get("type") == "Ready"]
-    return {
-        "name": obj["metadata"]["name"],
-        "namespace": obj["metadata"].get("namespace", NAMESPACE),
-        "topic": spec.get("topic"),
-        "partition": spec.get("partition"),
-        "leader": status.get("leader"),
-        "leaderEpoch": status.get("leaderEpoch", 0),
-        "isr": list(status.get("isr", [])),
-        "replicas": list(status.get("replicas", [])),
-        "highWatermark": status.get("highWatermark", 0),
-        "status": ready[0].get("reason") if ready else None,
-    }

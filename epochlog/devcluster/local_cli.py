@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 if TYPE_CHECKING:
     from epochlog.devcluster.local import DevSettings, LocalCluster
+    from epochlog.devcluster.partitions import PartitionRow
 
 DEFAULT_STATE_DIR = ".epochlog-dev"
 T = TypeVar("T")
@@ -115,19 +116,19 @@ def print_processes(cluster: LocalCluster, out: TextIO) -> None:
         print(f"{p.name:<11} {p.role:<10} {p.pid:>7}  {p.url:<24} {alive}", file=out)
 
 
-def print_partitions(rows: list[dict[str, Any]], out: TextIO) -> None:
+def print_partitions(rows: list[PartitionRow], out: TextIO) -> None:
     header = ("NAME", "TOPIC", "PARTITION", "LEADER", "EPOCH", "ISR", "REPLICAS", "HW", "STATUS")
     table = [header] + [
         (
-            r["name"],
-            str(r["topic"]),
-            str(r["partition"]),
-            "-" if r["leader"] is None else str(r["leader"]),
-            str(r["leaderEpoch"]),
-            "[" + " ".join(map(str, r["isr"])) + "]",
-            "[" + " ".join(map(str, r["replicas"])) + "]",
-            str(r["highWatermark"]),
-            r["status"] or "-",
+            r.name,
+            r.topic,
+            str(r.partition),
+            "-" if r.leader is None else str(r.leader),
+            str(r.leader_epoch),
+            "[" + " ".join(map(str, r.isr)) + "]",
+            "[" + " ".join(map(str, r.replicas)) + "]",
+            str(r.high_watermark),
+            r.status or "-",
         )
         for r in rows
     ]
@@ -184,13 +185,14 @@ def cmd_down(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _status(cluster: LocalCluster) -> tuple[list[dict[str, Any]] | None, str | None]:
-    from epochlog.devcluster.local import DevClusterError, summarize_partition
+async def _status(cluster: LocalCluster) -> tuple[list[PartitionRow] | None, str | None]:
+    from epochlog.devcluster.local import DevClusterError
+    from epochlog.devcluster.partitions import PartitionRow
 
     if not cluster.processes["apiserver"].alive:
         return None, "the API server is not running"
     try:
-        return [summarize_partition(p) for p in await cluster.partitions()], None
+        return [PartitionRow.of(p) for p in await cluster.partitions()], None
     except (DevClusterError, OSError, TimeoutError) as exc:
         return None, f"the API server did not answer: {exc}"
     except Exception as exc:  # aiohttp's errors, without importing it at parse time
@@ -204,18 +206,20 @@ def cmd_status(args: argparse.Namespace) -> int:
     cluster = LocalCluster.load(Path(args.state_dir))
     rows, problem = _run(_status(cluster))
     if args.json:
-        body = {
-            "stateDir": str(cluster.state_dir),
-            "kubeconfig": str(cluster.kubeconfig),
-            "bootstrap": cluster.bootstrap,
-            "processes": [
+        from epochlog.devcluster.local import StatusReport
+
+        report = StatusReport(
+            state_dir=str(cluster.state_dir),
+            kubeconfig=str(cluster.kubeconfig),
+            bootstrap=tuple(cluster.bootstrap),
+            processes=tuple(
                 {**p.to_json(), "alive": p.alive, "paused": p.paused}
                 for p in cluster.processes.values()
-            ],
-            "partitions": rows,
-            "problem": problem,
-        }
-        print(json.dumps(body, indent=2))
+            ),
+            partitions=None if rows is None else tuple(rows),
+            problem=problem,
+        )
+        print(json.dumps(report.model_dump(mode="json"), indent=2))
         return 0
     out = sys.stdout
     print(f"cluster in {cluster.state_dir} (kubeconfig {cluster.kubeconfig})", file=out)

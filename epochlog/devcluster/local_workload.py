@@ -21,7 +21,10 @@ from epochlog.client import Client, Consumer, Producer, RecordMetadata
 
 
 @dataclass(frozen=True, slots=True)
-class Ack:
+class WorkloadAck:
+    """A record acknowledged to the steady producer: where, in which leader epoch, and when
+    on this machine's monotonic clock (failover timings are measured against it)."""
+
     partition: str
     offset: int
     value: str
@@ -40,7 +43,7 @@ class SteadyProducer:
     rate: float = 200.0
     prefix: str = "r"
     delivery_timeout_ms: int = 120_000
-    acks: list[Ack] = field(default_factory=list)
+    acks: list[WorkloadAck] = field(default_factory=list)
     failed: list[tuple[str, BaseException]] = field(default_factory=list)
     sent: int = 0
     _producer: Producer | None = None
@@ -84,7 +87,7 @@ class SteadyProducer:
             return
         meta = future.result()
         self.acks.append(
-            Ack(meta.partition, meta.offset, value, meta.leader_epoch, time.monotonic())
+            WorkloadAck(meta.partition, meta.offset, value, meta.leader_epoch, time.monotonic())
         )
         self._acked.set()
 
@@ -96,7 +99,7 @@ class SteadyProducer:
         if self._producer is not None:
             await self._producer.close()
 
-    def first_ack(self, partition: str, *, min_epoch: int, after: float) -> Ack | None:
+    def first_ack(self, partition: str, *, min_epoch: int, after: float) -> WorkloadAck | None:
         """The earliest acknowledgement on `partition` in a leader epoch >= `min_epoch` that
         arrived after `after`."""
         found = [
@@ -108,7 +111,7 @@ class SteadyProducer:
 
     async def wait_ack(
         self, partition: str, *, min_epoch: int, after: float, timeout: float
-    ) -> Ack:
+    ) -> WorkloadAck:
         deadline = time.monotonic() + timeout
         while True:
             ack = self.first_ack(partition, min_epoch=min_epoch, after=after)
@@ -140,7 +143,7 @@ async def read_back(client: Client, partition: str) -> list[tuple[int, str]]:
 class Verdict:
     acknowledged: int
     read: int
-    missing: list[Ack]
+    missing: list[WorkloadAck]
     """Acknowledged, but not read back at the offset it was acknowledged at."""
     duplicated: list[str]
     """Values read more than once."""
@@ -152,7 +155,7 @@ class Verdict:
         return not self.missing and not self.duplicated
 
 
-def verify(acks: Sequence[Ack], logs: dict[str, list[tuple[int, str]]]) -> Verdict:
+def verify(acks: Sequence[WorkloadAck], logs: dict[str, list[tuple[int, str]]]) -> Verdict:
     at = {(p, offset): value for p, records in logs.items() for offset, value in records}
     missing = [a for a in acks if at.get((a.partition, a.offset)) != a.value]
     counts = Counter(value for records in logs.values() for _, value in records)

@@ -41,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import json
 import random
 import signal
 import time
@@ -56,17 +55,22 @@ import aiohttp
 from epochlog.checker.checks import ReplicaLog, Violation, check_observations
 from epochlog.checker.history import Ack, History, OffsetSeen, Read, StatusWrite
 from epochlog.client import Client, Consumer, Producer
-from epochlog.client.errors import is_retriable
-from epochlog.client.metadata import Leader
+from epochlog.client.errors import ClientError, is_retriable
+from epochlog.client.metadata import PartitionLeader
+from epochlog.client.records import make_record, produce_body
+from epochlog.devcluster.partitions import Partition, PartitionEvent, partitions_path
 from epochlog.protocol.batch import decode_records
-from epochlog.protocol.errors import OffsetNotAvailableError, OffsetOutOfRangeError
+from epochlog.protocol.bodies import HostedPartition, HostedRole
+from epochlog.protocol.epochs import NO_EPOCH
+from epochlog.protocol.errors import EpochlogError, OffsetNotAvailableError, OffsetOutOfRangeError
 from epochlog.resources import PartitionStatus
 from epochlog_broker.log.fs import OsFileSystem
 from epochlog_broker.log.inspect import check_partition_dir
 from epochlog_broker.log.segment import iter_batches, segment_name
 
-PARTITIONS_PATH = "/apis/epochlog.dev/v1alpha1/partitions"
 OPERATOR = "operator"
+DESCRIBE_TIMEOUT_MS = 2000
+"""How long `Workload.describe` waits for a broker's listing (a paused one never answers)."""
 NOTE = "- "
 """Schedule entries starting with this are steps, not faults."""
 
@@ -85,7 +89,7 @@ class ClusterLike(Protocol):
     def pause(self, name: str) -> Any: ...
     def resume(self, name: str) -> Any: ...
     def restart(self, name: str) -> Awaitable[Any]: ...
-    def partition(self, name: str) -> Awaitable[dict[str, Any]]: ...
+    def partition(self, name: str) -> Awaitable[Partition]: ...
 
 
 async def _maybe_await(value: Any) -> None:
@@ -141,7 +145,9 @@ class WorkloadConfig:
 
 
 @dataclass
-class RunResult:
+class NemesisResult:
+    """The outcome of a fault run on real processes: the checker's verdict and a report."""
+
     seed: int | None
     violations: list[Violation]
     history: History
@@ -185,6 +191,7 @@ class Workload:
         self._reader_tasks: list[asyncio.Task[None]] = []
         self._watch_task: asyncio.Task[None] | None = None
         self._clients: list[Client] = []
+        self._describing: Client | None = None
         self._scripted: dict[str, Producer] = {}
         self.positions: dict[str, int] = {}
         """Consumer name -> next offset to read."""
@@ -268,6 +275,7 @@ class Workload:
             with contextlib.suppress(Exception):
                 await c.close()
         self._clients.clear()
+        self._describing = None
 
     # -- clients -----------------------------------------------------------------------
 
@@ -304,35 +312,23 @@ class Workload:
         self, url: str, partition: str, value: str, *, timeout_ms: int = 5000
     ) -> int | str:
         """One acks=all produce request to the broker at `url`, never retried (a write whose
-        leader dies under it); its HTTP status, or the error that ended it."""
+        leader dies under it): 200 once acknowledged, else the name of the error that ended
+        it."""
         self.history.sent[value] = partition
-        body = {"records": [{"value": value}]}
+        body, content_type, params = produce_body([make_record(value)], None, binary=False)
+        # The broker at `url` is asked whether or not it leads: no lookup, no epoch fence.
+        target = PartitionLeader(partition, url, leader_epoch=NO_EPOCH, broker_id=None)
         try:
-            async with (
-                aiohttp.ClientSession(
-                    timeout=aiohttp.ClientTimeout(total=timeout_ms / 1000 + 5)
-                ) as http,
-                http.post(
-                    f"{url}/v1/partitions/{partition}/records",
-                    params={"acks": "all", "timeoutMs": str(timeout_ms)},
-                    json=body,
-                ) as rsp,
-            ):
-                answer = await rsp.json(content_type=None)
-                if rsp.status == 200:
-                    self.history.acks.append(
-                        Ack(
-                            "post-once",
-                            partition,
-                            value,
-                            int(answer["baseOffset"]),
-                            int(answer["leaderEpoch"]),
-                            self.now(),
-                        )
-                    )
-                return rsp.status
-        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            async with Client([url]) as client:
+                base_offset, _, leader_epoch = await client.produce_request(
+                    target, body, content_type, acks="all", timeout_ms=timeout_ms, params=params
+                )
+        except (ClientError, EpochlogError) as exc:
             return type(exc).__name__
+        self.history.acks.append(
+            Ack("post-once", partition, value, base_offset, leader_epoch, self.now())
+        )
+        return 200
 
     async def _produce(self, name: str, *, binary: bool, delivery_timeout_ms: int) -> None:
         cfg = self.config
@@ -387,7 +383,12 @@ class Workload:
             await asyncio.wait_for(self._stop_reading.wait(), client.backoff.delay(attempt))
 
     def _failed(
-        self, client: Client, who: str, partition: str, leader: Leader | None, exc: Exception
+        self,
+        client: Client,
+        who: str,
+        partition: str,
+        leader: PartitionLeader | None,
+        exc: Exception,
     ) -> None:
         if isinstance(exc, OffsetNotAvailableError) and leader is not None:
             self.not_available.append(
@@ -412,7 +413,7 @@ class Workload:
         self.positions[who] = position
         attempt = 0
         while not self._stop_reading.is_set():
-            leader: Leader | None = None
+            leader: PartitionLeader | None = None
             try:
                 leader = await client.metadata.leader(partition)
                 answer = await client.fetch(
@@ -457,7 +458,7 @@ class Workload:
         who = f"{name}@{partition}"
         attempt = 0
         while not self._stop_reading.is_set():
-            leader: Leader | None = None
+            leader: PartitionLeader | None = None
             try:
                 leader = await client.metadata.leader(partition)
                 answer = await client.list_offsets_once(leader, "latest")
@@ -489,18 +490,17 @@ class Workload:
             while True:
                 query = f"?watch=true&resourceVersion={rv}" if rv else "?watch=true"
                 try:
-                    async with http.get(api + PARTITIONS_PATH + query) as rsp:
+                    async with http.get(api + partitions_path() + query) as rsp:
                         async for line in rsp.content:
                             if not line.strip():
                                 continue
-                            event = json.loads(line)
-                            obj = event.get("object", {})
-                            rv = obj.get("metadata", {}).get("resourceVersion", rv)
-                            if event.get("type") in ("ADDED", "MODIFIED") and obj.get("status"):
-                                status = PartitionStatus.model_validate(obj["status"])
-                                name = obj["metadata"]["name"]
+                            event = PartitionEvent.model_validate_json(line)
+                            meta = event.object.metadata
+                            rv = meta.resource_version or rv
+                            status = event.status
+                            if status is not None and meta.name:
                                 self.history.status_writes.append(
-                                    StatusWrite(name, status, self.now())
+                                    StatusWrite(meta.name, status, self.now())
                                 )
                 except (aiohttp.ClientError, OSError, ValueError):
                     pass
@@ -510,26 +510,21 @@ class Workload:
 
     async def status(self, partition: str) -> PartitionStatus | None:
         try:
-            obj = await self.cluster.partition(partition)
+            return (await self.cluster.partition(partition)).status
         except Exception:
             return None
-        raw = obj.get("status") if isinstance(obj, dict) else None
-        return PartitionStatus.model_validate(raw) if raw else None
 
-    async def describe(self, broker: int) -> dict[str, dict[str, Any]] | None:
+    async def describe(self, broker: int) -> dict[str, HostedPartition] | None:
         """What a broker reports for its partitions, or None when it does not answer."""
-        p = self.cluster.processes[broker_names(self.cluster)[broker]]
+        url = self.cluster.processes[broker_names(self.cluster)[broker]].url
+        if self._describing is None:
+            self._describing = Client(self.cluster.bootstrap, probe_timeout_ms=DESCRIBE_TIMEOUT_MS)
+            self._clients.append(self._describing)
         try:
-            async with (
-                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http,
-                http.get(p.url + "/v1/partitions") as rsp,
-            ):
-                if rsp.status != 200:
-                    return None
-                body = await rsp.json()
-        except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
+            listing = await self._describing.metadata.describe(url)
+        except (ClientError, EpochlogError):
             return None
-        return {x["name"]: x for x in body.get("partitions", [])}
+        return {p.name: p for p in listing.partitions}
 
     async def leaders(self) -> dict[str, int | None]:
         out: dict[str, int | None] = {}
@@ -548,20 +543,20 @@ class Workload:
                 waiting.append(f"{p}: no leader")
                 continue
             lv = (views.get(s.leader) or {}).get(p)
-            if lv is None or lv.get("role") != "leader":
+            if lv is None or lv.role is not HostedRole.LEADER:
                 waiting.append(f"{p}: broker {s.leader} does not lead it yet")
                 continue
-            end = lv["logEndOffset"]
-            if lv["highWatermark"] != end:
-                waiting.append(f"{p}: leader HW {lv['highWatermark']} < log end {end}")
+            end = lv.log_end_offset
+            if lv.high_watermark != end:
+                waiting.append(f"{p}: leader HW {lv.high_watermark} < log end {end}")
             for b in s.replicas:
                 v = (views.get(b) or {}).get(p)
                 if v is None:
                     waiting.append(f"{p}: broker {b} does not answer")
-                elif v["persistedLogEndOffset"] != end or v["highWatermark"] != end:
+                elif v.persisted_log_end_offset != end or v.high_watermark != end:
                     waiting.append(
-                        f"{p}: broker {b} at {v['persistedLogEndOffset']} (hw "
-                        f"{v['highWatermark']}), leader at {end}"
+                        f"{p}: broker {b} at {v.persisted_log_end_offset} (hw "
+                        f"{v.high_watermark}), leader at {end}"
                     )
         return not waiting, waiting
 
@@ -584,7 +579,7 @@ class Workload:
         liveness_bound_s: float = 30.0,
         produce_after_heal_s: float = 2.0,
         settle_timeout_s: float = 60.0,
-    ) -> RunResult:
+    ) -> NemesisResult:
         """After the faults were healed: check liveness, stop producing, settle, read back,
         read the replicas' logs and run the checker."""
         healed = self.now()
@@ -650,7 +645,7 @@ class Workload:
             settled=True,
         )
         violations = sorted([*violations, *self.extra], key=lambda v: v.time)
-        result = RunResult(
+        result = NemesisResult(
             seed=seed,
             violations=violations,
             history=self.history,
@@ -703,7 +698,8 @@ class Workload:
                 if not directory.is_dir():
                     continue
                 records = read_partition_dir(fs, str(directory))
-                hw = view.get(p, {}).get("highWatermark")
+                hosted = view.get(p)
+                hw = hosted.high_watermark if hosted is not None else None
                 if hw is None:
                     if checkpoint is None:
                         checkpoint = HighWatermarkCheckpoint.load(fs, str(data_dir))
@@ -920,7 +916,7 @@ async def run_nemesis(
     workload_config: WorkloadConfig | None = None,
     *,
     log: Callable[[str], None] | None = None,
-) -> RunResult:
+) -> NemesisResult:
     """Workload + nemesis for `config.duration_s`, then heal, settle and check."""
     workload = Workload(cluster, partitions, workload_config, log=log)
     await workload.start()
@@ -946,7 +942,7 @@ def _epoch_runs(records: Sequence[tuple[int, int, str]]) -> str:
     return " ".join(runs) or "-"
 
 
-def render(workload: Workload, result: RunResult, *, max_faults: int = 200) -> str:
+def render(workload: Workload, result: NemesisResult, *, max_faults: int = 200) -> str:
     h = workload.history
     lines: list[str] = []
     if result.violations:

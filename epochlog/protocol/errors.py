@@ -1,15 +1,31 @@
-"""Protocol error codes and the typed exceptions that carry them.
+"""Protocol error codes, the typed exceptions that carry them, and the error body.
 
 Every error that crosses a boundary (HTTP API, CLI, storage) is an
 `EpochlogError` subclass with its protocol code, HTTP status and whether a
-client may retry. The broker renders them as
-`{"error": {"code", "message", "retriable", ...}}`; the client raises them back.
+client may retry. The broker renders them as the error body
+`{"error": {"code", "message", "retriable", "leader", "leaderEpoch", ...}}`
+(`ErrorBody`, `error_answer`); the client and a follower read it back with
+`decode_error_answer` and raise the same class again.
+
+An error's details are keyword arguments in Python (`leader_epoch=3`) and keep
+their wire names (`leaderEpoch`) in `details`, which is what goes into the body;
+the hints a client follows (`leader`, `leaderEpoch`, `leaderAddress`) are also
+typed attributes of the exception.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar, Final, NamedTuple
+
+from pydantic import ConfigDict, ValidationError
+
+from epochlog.protocol.wire import BrokerId, WireModel, wire_name
+
+INTERNAL_ERROR: Final = "INTERNAL_ERROR"
+"""The code of an unexpected failure in the server; not an `ErrorCode`, since no typed
+exception stands for it (a client raises its own `BrokerError`)."""
 
 
 class ErrorCode(enum.StrEnum):
@@ -41,16 +57,30 @@ class EpochlogError(Exception):
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
         self.message = message
-        self.details = details
+        self.details: dict[str, Any] = {wire_name(k): v for k, v in details.items()}
+        """Every detail under its wire name, as the error body carries it."""
+
+    @property
+    def leader(self) -> int | None:
+        """The broker the error names as the partition's leader, if any."""
+        value = self.details.get(_LEADER)
+        return value if type(value) is int else None
+
+    @property
+    def leader_epoch(self) -> int | None:
+        """The leader epoch the error names, if any."""
+        value = self.details.get(_LEADER_EPOCH)
+        return value if type(value) is int else None
+
+    @property
+    def leader_address(self) -> str | None:
+        """The leader's URL as the answering broker knows it, if it gave one."""
+        value = self.details.get(_LEADER_ADDRESS)
+        return value if isinstance(value, str) and value else None
 
     def to_dict(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "code": str(self.code),
-            "message": self.message,
-            "retriable": self.retriable,
-        }
-        body.update(self.details)
-        return {"error": body}
+        """The error body of this error alone (no hints from the answering server)."""
+        return _answer_for(self, {}).dump()
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
@@ -187,3 +217,101 @@ ERRORS_BY_CODE: dict[ErrorCode, type[EpochlogError]] = {
         StorageError,
     )
 }
+
+
+# -- the error body ----------------------------------------------------------------------
+
+
+class ErrorBody(WireModel):
+    """The object under "error" in every error answer.
+
+    `leader` and `leaderEpoch` are in every answer of a broker's client API (null when
+    unknown); `leaderAddress` when the answering broker knows the leader's URL. Further
+    details (`highWatermark`, `logStartOffset`, `expectedSequence`, ...) are kept as they
+    came. Dumps leave out what was never set, so a body says only what its error said.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    code: str
+    message: str = ""
+    retriable: bool = False
+    leader: BrokerId | None = None
+    leader_epoch: int | None = None
+    leader_address: str | None = None
+
+    def details(self) -> dict[str, Any]:
+        """Everything but code, message and retriable, under wire names."""
+        return self.model_dump(exclude={"code", "message", "retriable"}, exclude_unset=True)
+
+
+_LEADER: Final = wire_name("leader")
+_LEADER_EPOCH: Final = wire_name("leader_epoch")
+_LEADER_ADDRESS: Final = wire_name("leader_address")
+
+
+class ErrorAnswer(WireModel):
+    """`{"error": {...}}`: the body of every non-200 answer of epochlog's servers."""
+
+    error: ErrorBody
+
+    def dump(self) -> dict[str, Any]:
+        """The body as JSON-ready Python values (details are kept as they were given)."""
+        return self.model_dump(exclude_unset=True)
+
+
+def error_answer(
+    exc: EpochlogError,
+    *,
+    leader: int | None,
+    leader_epoch: int | None,
+    leader_url: Callable[[int], str | None] | None = None,
+) -> ErrorAnswer:
+    """The answer for `exc`. `leader` and `leader_epoch` (what the answering broker knows)
+    fill in whichever of the two the error does not say itself; `leader_url` gives the
+    leader's address, added when the error does not name one."""
+    hints: dict[str, Any] = {_LEADER: leader, _LEADER_EPOCH: leader_epoch}
+    named = exc.details.get(_LEADER, leader)
+    if leader_url is not None and type(named) is int and _LEADER_ADDRESS not in exc.details:
+        url = leader_url(named)
+        if url is not None:
+            hints[_LEADER_ADDRESS] = url
+    return _answer_for(exc, hints)
+
+
+def _answer_for(exc: EpochlogError, hints: dict[str, Any]) -> ErrorAnswer:
+    body = {"code": str(exc.code), "message": exc.message, "retriable": exc.retriable}
+    try:
+        return ErrorAnswer(error=ErrorBody.model_validate(body | hints | exc.details))
+    except ValidationError:
+        # An error raised with a mistyped detail still gets its answer, without details.
+        return generic_error_answer(str(exc.code), exc.message, retriable=exc.retriable)
+
+
+def generic_error_answer(code: str, message: str, *, retriable: bool) -> ErrorAnswer:
+    """The answer for a failure that is not an `EpochlogError` (a bad route, a bug)."""
+    return ErrorAnswer(
+        error=ErrorBody(
+            code=code, message=message, retriable=retriable, leader=None, leader_epoch=None
+        )
+    )
+
+
+class DecodedError(NamedTuple):
+    """An error answer read back: its body, and the typed exception when the code is known."""
+
+    body: ErrorBody
+    error: EpochlogError | None
+
+
+def decode_error_answer(body: bytes) -> DecodedError | None:
+    """The error an answer's body names; None when it is not an epochlog error body."""
+    try:
+        parsed = ErrorAnswer.model_validate_json(body).error
+    except (ValidationError, ValueError):
+        return None
+    try:
+        cls = ERRORS_BY_CODE[ErrorCode(parsed.code)]
+    except ValueError:
+        return DecodedError(parsed, None)
+    return DecodedError(parsed, cls(parsed.message, **parsed.details()))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
@@ -34,6 +34,11 @@ BrokerKey = Annotated[int, Field(ge=0)]
 """A broker id used as a map key: a string of digits on the wire, an int in Python."""
 
 
+def wire_name(attribute: str) -> str:
+    """The JSON name of a model attribute (`leader_epoch` -> `leaderEpoch`)."""
+    return to_camel(attribute)
+
+
 class WireModel(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel,
@@ -43,3 +48,16 @@ class WireModel(BaseModel):
         frozen=True,
         extra="ignore",
     )
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line per problem, naming the field by its wire name: "records.0.value: Input
+    should be ..."."""
+    parts = []
+    for err in exc.errors(include_url=False)[:5]:
+        where = ".".join(str(p) for p in err["loc"])
+        parts.append(f"{where}: {err['msg']}" if where else str(err["msg"]))
+    more = exc.error_count() - len(parts)
+    if more > 0:
+        parts.append(f"and {more} more")
+    return "; ".join(parts)

@@ -22,7 +22,7 @@ from epochlog.protocol.errors import (
     NotEnoughReplicasAfterAppendError,
     RequestTimedOutError,
 )
-from epochlog.sim.nodes import SimBroker, Store
+from epochlog.sim.nodes import SimBroker, SimPartitionStore
 from epochlog.sim.world import TIMEOUT, Process, World
 from epochlog_broker.core import ProduceDone, ProducerFields, ReadResult
 from epochlog_broker.replication.messages import Acks
@@ -45,9 +45,14 @@ class ClientConfig:
     backoff_ms: int = 100
 
 
-class Client(Process):
+class SimClient(Process):
     def __init__(
-        self, world: World, node_id: int, store: Store, history: History, config: ClientConfig
+        self,
+        world: World,
+        node_id: int,
+        store: SimPartitionStore,
+        history: History,
+        config: ClientConfig,
     ) -> None:
         super().__init__(world, node_id, f"client-{node_id}")
         self.store = store
@@ -72,7 +77,7 @@ class Client(Process):
         raise NotImplementedError
 
 
-class Producer(Client):
+class SimProducer(SimClient):
     """An idempotent producer: retries a batch with the same sequence until it is answered.
 
     After `max_retries` failed attempts it gives the batch up, starts a new
@@ -82,7 +87,12 @@ class Producer(Client):
     max_retries = 5
 
     def __init__(
-        self, world: World, node_id: int, store: Store, history: History, config: ClientConfig
+        self,
+        world: World,
+        node_id: int,
+        store: SimPartitionStore,
+        history: History,
+        config: ClientConfig,
     ) -> None:
         super().__init__(world, node_id, store, history, config)
         self.n = 0
@@ -174,11 +184,16 @@ def _outcome_unknown(error: object) -> bool:
     )
 
 
-class Consumer(Client):
+class SimConsumer(SimClient):
     """Reads every partition from offset 0 to its HW, following leader changes."""
 
     def __init__(
-        self, world: World, node_id: int, store: Store, history: History, config: ClientConfig
+        self,
+        world: World,
+        node_id: int,
+        store: SimPartitionStore,
+        history: History,
+        config: ClientConfig,
     ) -> None:
         super().__init__(world, node_id, store, history, config)
         self.position = dict.fromkeys(self.partitions, 0)
@@ -224,7 +239,7 @@ class Consumer(Client):
             self.after(self.config.backoff_ms, self.act)
 
 
-class OffsetsClient(Client):
+class SimOffsetsClient(SimClient):
     """Asks the leader for the latest offset (ListOffsets) again and again."""
 
     def act(self) -> None:

@@ -141,9 +141,9 @@ class LegacyBrokerCore(BrokerCore):
             n for n, h in self.partitions.items() if isinstance(h.replica.role, Leader | Follower)
         ]
         # Forget, as the 2014 code did, every partition not in an active role.
-        for name in list(self.hw_checkpoint.known):
+        for name in list(self.high_watermark_checkpoint.known):
             if name not in active:
-                del self.hw_checkpoint.known[name]
+                del self.high_watermark_checkpoint.known[name]
         return sorted(active)
 
 

@@ -3,11 +3,14 @@
 `SimBroker` runs a `BrokerCore` (the broker's real partition logs, replica state
 machines and checkpoints) on a `CrashFileSystem` that outlives the process, and
 plays the broker's network and timer shell: heartbeats, replica fetchers,
-group-commit fsync, HW checkpoints, purgatory timeouts. `SimController` runs a
-`ControllerCore` and the controller's real `decide`, persisting statuses into a
-`Store` that plays the Kubernetes API (it outlives controller restarts, checks
-resourceVersion on every write, and can delete a Partition and create it again
-with a new resourceVersion and no status, while the brokers keep their data).
+group-commit fsync, HW checkpoints, purgatory timeouts. Like the broker's shell it
+only does I/O: the core says when each request to a leader goes (the broker's
+backoff rule, with timings from `SimConfig`) and when to restart (`Restart`).
+`SimController` runs a `ControllerCore` and the controller's real `decide`,
+persisting statuses into a `SimPartitionStore` that plays the Kubernetes API (it
+outlives controller restarts, checks resourceVersion on every write, and can
+delete a Partition and create it again with a new resourceVersion and no status,
+while the brokers keep their data).
 A broker's disk can be lost (`SimBroker.wipe`): it boots next on an empty one.
 
 Both record ground truth in the run's `History` for the checker.
@@ -27,14 +30,21 @@ from epochlog.protocol.heartbeat import BrokerHeartbeat, HeartbeatResponse
 from epochlog.resources import ConditionStatus, ConditionType, PartitionSpec, PartitionStatus
 from epochlog.sim import legacy as legacy_mod
 from epochlog.sim.world import CONTROLLER, TIMEOUT, Process, World
-from epochlog_broker.core import BrokerCore, Effect, ProduceDone, ProducerFields, SendToLeader
+from epochlog_broker.core import (
+    BrokerCore,
+    Effect,
+    LeaderAnswer,
+    ProduceDone,
+    ProducerFields,
+    Restart,
+    SendToLeader,
+)
 from epochlog_broker.log.config import LogConfig
 from epochlog_broker.log.simfs import CrashFileSystem
+from epochlog_broker.replication.fetch_backoff import FetchBackoff
 from epochlog_broker.replication.leader import Leader
 from epochlog_broker.replication.messages import (
     Acks,
-    DivergingEpoch,
-    EpochEndOffset,
     FetchData,
     FetchRequest,
     OffsetsForLeaderEpochRequest,
@@ -52,9 +62,12 @@ class SimConfig:
     reconcile_interval_ms: int = 200
     status_refresh_ms: int = 2000
     checkpoint_interval_ms: int = 1000
-    fetch_wait_ms: int = 25
-    fetch_timeout_ms: int = 500
-    fetch_backoff_ms: int = 50
+    replica_fetch_idle_ms: int = 25
+    """After an answer without data a follower waits this long before it fetches again:
+    the simulated leader answers at once, where the broker's holds the fetch."""
+    replica_request_timeout_ms: int = 500
+    replica_backoff_ms: int = 50
+    replica_backoff_max_ms: int = 1000
     flush_delay_ms: tuple[int, int] = (2, 20)
     """Group commit: an fsync follows the first unsynced append this much later."""
     request_timeout_ms: int = 1000
@@ -62,6 +75,13 @@ class SimConfig:
     """Brokers' clocks differ from the controller's by up to this much either way."""
     segment_bytes: int = 16 * 1024
     """Small segments so that runs roll, index and truncate across segment files."""
+
+    @property
+    def fetch_backoff(self) -> FetchBackoff:
+        """The broker's rule for requests to a leader, with the simulator's timings."""
+        return FetchBackoff(
+            self.replica_backoff_ms, self.replica_backoff_max_ms, self.replica_fetch_idle_ms
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +106,7 @@ class Conflict(Exception):
 
 
 @dataclass
-class Store:
+class SimPartitionStore:
     """The Partition resources, as the Kubernetes API would keep them."""
 
     items: dict[str, Stored] = field(default_factory=dict)
@@ -170,6 +190,7 @@ class SimBroker(Process):
             log_config=LogConfig(segment_bytes=self.config.segment_bytes, max_batch_bytes=8192),
             replica_class=legacy_mod.replica_class(self.legacy),
             make_storage_id=self._new_storage_id,
+            fetch_backoff=self.config.fetch_backoff,
         )
         if isinstance(core, legacy_mod.LegacyBrokerCore):
             core.legacy = self.legacy
@@ -232,11 +253,12 @@ class SimBroker(Process):
                 (self.world.now, a.leader_epoch, a.leader, a.partition_epoch)
             )
         self.run(core.on_heartbeat_response(result, self.now))
-        if core.fenced:
-            # A fenced broker restarts with a new brokerEpoch to rejoin.
-            self.history.fault(self.world.now, f"broker {self.broker_id} fenced: restarts")
-            self.kill()
-            self.world.after(100, self.boot)
+
+    def _restart(self, reason: str) -> None:
+        """The process restarts (a new brokerEpoch) shortly after."""
+        self.history.fault(self.world.now, f"broker {self.broker_id} {reason}: restarts")
+        self.kill()
+        self.world.after(100, self.boot)
 
     def _checkpoint(self) -> None:
         assert self.core is not None
@@ -262,14 +284,17 @@ class SimBroker(Process):
 
     # -- effects ---------------------------------------------------------------------------
 
-    def run(self, effects: list[Effect], delay_fetch_ms: int = 0) -> None:
+    def run(self, effects: list[Effect]) -> None:
         for e in effects:
             if isinstance(e, ProduceDone):
                 reply = self._waiters.pop(e.request_id, None)
                 if reply is not None:
                     reply(e)
-            elif delay_fetch_ms:
-                self.after(delay_fetch_ms, functools.partial(self._send, e))
+            elif isinstance(e, Restart):
+                self._restart(e.reason)
+                return
+            elif e.delay_ms:
+                self.after(e.delay_ms, functools.partial(self._send, e))
             else:
                 self._send(e)
         self._schedule_flush()
@@ -283,7 +308,7 @@ class SimBroker(Process):
             e.leader_id,
             lambda dst, reply: _broker(dst).handle_replica_request(e.partition, request, reply),
             lambda result: self._on_replica_answer(core, e, result),
-            self.config.fetch_timeout_ms,
+            self.config.replica_request_timeout_ms,
             message=request,
         )
 
@@ -291,16 +316,12 @@ class SimBroker(Process):
         if core is not self.core:
             return
         if result is TIMEOUT:
-            self.run(core.on_request_failed(e.partition, e.session, None))
-        elif isinstance(result, EpochlogError):
-            effects = core.on_request_failed(e.partition, e.session, result)
-            self.run(effects, delay_fetch_ms=self.config.fetch_backoff_ms)
-        elif isinstance(result, EpochEndOffset):
-            self.run(core.on_epoch_end_offset(e.partition, e.session, result))
-        elif isinstance(result, FetchData | DivergingEpoch):
-            effects = core.on_fetch_response(e.partition, e.session, result)
-            idle = isinstance(result, FetchData) and not result.batches
-            self.run(effects, delay_fetch_ms=self.config.fetch_wait_ms if idle else 0)
+            failure = f"no answer in {self.config.replica_request_timeout_ms} ms"
+            applied = core.on_leader_answer(e, None, failure)
+        else:
+            assert isinstance(result, LeaderAnswer | EpochlogError), result
+            applied = core.on_leader_answer(e, result)
+        self.run(applied.effects)
 
     # -- request handlers ------------------------------------------------------------------
 
@@ -422,7 +443,7 @@ class SimController(Process):
     def __init__(
         self,
         world: World,
-        store: Store,
+        store: SimPartitionStore,
         config: SimConfig,
         history: History,
         legacy: frozenset[str],

@@ -58,7 +58,7 @@ def render(sim: Sim, violations: Sequence[Violation], *, max_faults: int = 60) -
         lines.append(
             f"  {s.name}: leader {status.leader} leaderEpoch {status.leader_epoch} "
             f"partitionEpoch {status.partition_epoch} isr {list(status.isr)} "
-            f"hw {status.high_watermark} minIsr {s.min_insync_replicas}"
+            f"highWatermark {status.high_watermark} minIsr {s.min_insync_replicas}"
         )
         lines.append(f"    elections: {history}")
         for b, broker in sorted(sim.brokers.items()):
@@ -66,11 +66,11 @@ def render(sim: Sim, violations: Sequence[Violation], *, max_faults: int = 60) -
             if state is None:
                 lines.append(f"    broker {b}: {'down' if not broker.alive else 'no replica'}")
                 continue
-            records, hw = state
+            records, high_watermark = state
             tail = ", ".join(f"{o}={v}" for o, _e, v in records[-4:])
             lines.append(
                 f"    broker {b} (brokerEpoch {broker.broker_epoch}): logEnd {len(records)} "
-                f"hw {hw} epochs [{_epochs(records)}] tail [{tail}]"
+                f"highWatermark {high_watermark} epochs [{_epochs(records)}] tail [{tail}]"
             )
     acked = sum(1 for a in sim.history.acks)
     lines.append(f"acknowledged records: {acked}; records read: {len(sim.history.reads)}")

@@ -61,7 +61,7 @@ class RunSettings:
 
 
 @dataclass
-class RunResult:
+class ScheduleResult:
     seed: int
     violations: list[Violation]
     report: str | None
@@ -371,7 +371,7 @@ class _Nemesis:
         self.sim.heal_links(links)
 
 
-def run_seed(seed: int, settings: RunSettings) -> RunResult:
+def run_seed(seed: int, settings: RunSettings) -> ScheduleResult:
     started = time.perf_counter()
     sim = build(seed, settings)
     sim.start()
@@ -384,7 +384,7 @@ def run_seed(seed: int, settings: RunSettings) -> RunResult:
     sim.stop_producers()
     sim.advance(settings.settle_ms - settings.settle_ms // 2)
     violations = sim.check(LIVENESS_BOUND_MS)
-    return RunResult(
+    return ScheduleResult(
         seed=seed,
         violations=violations,
         report=sim.report(violations) if violations else None,
@@ -397,7 +397,7 @@ def run_seed(seed: int, settings: RunSettings) -> RunResult:
     )
 
 
-def _run_quiet(args: tuple[int, RunSettings]) -> RunResult:
+def _run_quiet(args: tuple[int, RunSettings]) -> ScheduleResult:
     from epochlog.logs import configure
 
     configure("critical")
@@ -411,7 +411,7 @@ def _run_quiet(args: tuple[int, RunSettings]) -> RunResult:
             f"replay: epochlog sim --start {seed} --seeds 1 --verbose\n"
             + "".join(traceback.format_exception(exc))
         )
-        return RunResult(
+        return ScheduleResult(
             seed=seed,
             violations=[Violation("crash", 0, "-", f"{type(exc).__name__}: {exc}")],
             report=report,
@@ -424,7 +424,9 @@ def _run_quiet(args: tuple[int, RunSettings]) -> RunResult:
         )
 
 
-def run_seeds(seeds: Sequence[int], settings: RunSettings, jobs: int = 1) -> Iterator[RunResult]:
+def run_seeds(
+    seeds: Sequence[int], settings: RunSettings, jobs: int = 1
+) -> Iterator[ScheduleResult]:
     """Run every seed; results arrive in seed order."""
     work = [(s, settings) for s in seeds]
     if jobs <= 1:
@@ -466,7 +468,7 @@ def main(
     )
     began = time.perf_counter()
     done = failed = acks = events = sim_ms = 0
-    first_failure: RunResult | None = None
+    first_failure: ScheduleResult | None = None
     step = max(1, seeds // 20)
     for result in run_seeds(range(start, start + seeds), settings, jobs):
         done += 1

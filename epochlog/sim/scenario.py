@@ -35,9 +35,15 @@ from epochlog.checker.checks import Checker, ReplicaLog, Timing, Violation
 from epochlog.checker.history import Ack, History, OffsetSeen, Refusal
 from epochlog.protocol.errors import EpochlogError
 from epochlog.resources import PartitionSpec, PartitionStatus
-from epochlog.sim.clients import ClientConfig, Consumer, OffsetsClient, Producer
+from epochlog.sim.clients import ClientConfig, SimConsumer, SimOffsetsClient, SimProducer
 from epochlog.sim.legacy import check_names
-from epochlog.sim.nodes import ProduceRequest, SimBroker, SimConfig, SimController, Store
+from epochlog.sim.nodes import (
+    ProduceRequest,
+    SimBroker,
+    SimConfig,
+    SimController,
+    SimPartitionStore,
+)
 from epochlog.sim.world import CONTROLLER, TIMEOUT, Hold, NetworkConfig, Process, World
 from epochlog_broker.core import ProduceDone, ReadResult
 from epochlog_broker.replication.leader import Leader
@@ -110,7 +116,7 @@ class Sim:
         self.config = config or SimConfig()
         self.world = World(seed, network)
         self.history = History()
-        self.store = Store()
+        self.store = SimPartitionStore()
         self.specs = list(partitions) or [spec("t", 0)]
         self.controller = SimController(
             self.world, self.store, self.config, self.history, self.legacy
@@ -120,12 +126,12 @@ class Sim:
             for b in range(1, brokers + 1)
         }
         self.client_config = clients or ClientConfig()
-        self.clients: list[Producer | Consumer | OffsetsClient] = []
+        self.clients: list[SimProducer | SimConsumer | SimOffsetsClient] = []
         self._lag_max_ms = {s.name: s.replica_lag_time_max_ms for s in self.specs}
         timing = Timing(
             heartbeat_interval_ms=self.config.heartbeat_interval_ms,
             reconcile_interval_ms=self.config.reconcile_interval_ms,
-            fetch_wait_ms=self.config.fetch_wait_ms,
+            fetch_wait_ms=self.config.replica_fetch_idle_ms,
             max_network_delay_ms=self.world.net.max_delay_ms,
         )
         self.checker = Checker(self.history, timing, self._lag_max_ms)
@@ -154,10 +160,10 @@ class Sim:
 
     def start_clients(self, producers: int = 2, consumers: int = 1, offsets: int = 1) -> None:
         node = 100
-        kinds: list[tuple[int, type[Producer] | type[Consumer] | type[OffsetsClient]]] = [
-            (producers, Producer),
-            (consumers, Consumer),
-            (offsets, OffsetsClient),
+        kinds: list[tuple[int, type[SimProducer] | type[SimConsumer] | type[SimOffsetsClient]]] = [
+            (producers, SimProducer),
+            (consumers, SimConsumer),
+            (offsets, SimOffsetsClient),
         ]
         for count, kind in kinds:
             for _ in range(count):
@@ -168,7 +174,7 @@ class Sim:
 
     def stop_producers(self) -> None:
         for c in self.clients:
-            if isinstance(c, Producer):
+            if isinstance(c, SimProducer):
                 c.stopped = True
 
     def _audit(self) -> None:

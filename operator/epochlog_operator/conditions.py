@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from epochlog.resources import Condition, ConditionStatus, ConditionType, rfc3339
-from epochlog_operator.election import Offline
+from epochlog_operator.election import PartitionOffline
 
 
 def partition_conditions(
@@ -23,7 +23,7 @@ def partition_conditions(
     replicas: Sequence[int],
     replication_factor: int,
     min_insync_replicas: int,
-    offline: Offline | None,
+    offline: PartitionOffline | None,
     previous: Sequence[Condition],
     storage_errors: Mapping[int, str] | None = None,
     generation: int,

@@ -50,8 +50,8 @@ from epochlog_operator.assignment import BrokerLoad, assign_replicas
 from epochlog_operator.conditions import partition_conditions
 from epochlog_operator.election import (
     ElectionResult,
-    Offline,
     OfflineReason,
+    PartitionOffline,
     elect_after_lost_disks,
     elect_initial_leader,
     elect_leader,
@@ -111,7 +111,7 @@ class _Draft:
     last_caught_up: dict[int, int]
     epoch_history: list[EpochHistoryEntry]
     elected: bool = False
-    offline: Offline | None = None
+    offline: PartitionOffline | None = None
     events: list[Event] = field(default_factory=list)
     rejected: tuple[RejectedProposal, ...] = ()
 
@@ -159,7 +159,7 @@ def decide(
     if not d.replicas:
         d.replicas = spec.replicas or _assign(spec, view, obs, load or {}) or ()
     if not d.replicas:
-        d.offline = Offline(
+        d.offline = PartitionOffline(
             OfflineReason.NOT_ENOUGH_BROKERS,
             f"{len(view.live_brokers())} live broker(s), replicationFactor is "
             f"{spec.replication_factor}",

@@ -62,7 +62,7 @@ class OffsetRange:
 
 
 @dataclass(frozen=True, slots=True)
-class Offline:
+class PartitionOffline:
     reason: OfflineReason
     message: str
 
@@ -73,7 +73,7 @@ class ElectionResult:
     unclean: bool = False
     may_be_lost: OffsetRange | None = None
     """Unclean elections: offsets that existed before and that the new leader does not have."""
-    offline: Offline | None = None
+    offline: PartitionOffline | None = None
     """Why nobody was elected."""
 
 
@@ -127,7 +127,7 @@ def elect_leader(
     # in sync: never give up on the ISR for an unclean leader before it is fenced.
     unknown = [m for m in isr if liveness.state(m) is BrokerState.UNKNOWN]
     if unknown:
-        offline = Offline(
+        offline = PartitionOffline(
             OfflineReason.AWAITING_HEARTBEATS,
             f"waiting for the first heartbeat of ISR member(s) {unknown}",
         )
@@ -144,7 +144,7 @@ def elect_leader(
     why = "" if not barred else f" (live but ineligible: {_barred(barred, assessment)})"
     return ElectionResult(
         None,
-        offline=Offline(
+        offline=PartitionOffline(
             OfflineReason.NO_LIVE_IN_SYNC_REPLICA,
             f"no eligible member of the ISR {list(isr)} is live{why} and "
             "uncleanLeaderElection is off",
@@ -175,7 +175,7 @@ def elect_initial_leader(
     if unknown:
         # Not heard from yet, so possibly holding data and a newer epoch than anyone
         # else reports: electing without them could hand out an epoch twice.
-        offline = Offline(
+        offline = PartitionOffline(
             OfflineReason.AWAITING_HEARTBEATS,
             f"waiting for the first heartbeat of replica(s) {unknown}",
         )
@@ -187,7 +187,7 @@ def elect_initial_leader(
     everyone = len(heard) == len(replicas)
     if not everyone and not unclean_allowed:
         missing = [r for r in replicas if r not in heard]
-        offline = Offline(
+        offline = PartitionOffline(
             OfflineReason.AWAITING_REPLICAS,
             f"brokers hold data of this partition; electing needs every replica live, "
             f"waiting for {missing} (uncleanLeaderElection is off)",
@@ -206,7 +206,7 @@ def elect_initial_leader(
     if best not in live and not unclean_allowed:
         # The most up-to-date log is on a replica that cannot serve it now: electing a
         # shorter one would drop what only that one holds.
-        offline = Offline(
+        offline = PartitionOffline(
             OfflineReason.AWAITING_REPLICAS,
             f"the most up-to-date replica {best} is offline after a storage error: "
             f"{held[best].storage_error}",
@@ -241,7 +241,7 @@ def elect_after_lost_disks(
     if waiting:
         return ElectionResult(
             None,
-            offline=Offline(
+            offline=PartitionOffline(
                 OfflineReason.AWAITING_REPLICAS,
                 f"every ISR member {sorted(lost)} lost its disk; electing from the other "
                 f"replicas needs every replica live, waiting for {waiting}",
@@ -261,5 +261,7 @@ def elect_after_lost_disks(
     return ElectionResult(min(candidates, key=rank))
 
 
-def _no_live_replica(replicas: Sequence[int]) -> Offline:
-    return Offline(OfflineReason.NO_LIVE_REPLICA, f"none of the replicas {list(replicas)} is live")
+def _no_live_replica(replicas: Sequence[int]) -> PartitionOffline:
+    return PartitionOffline(
+        OfflineReason.NO_LIVE_REPLICA, f"none of the replicas {list(replicas)} is live"
+    )

@@ -21,6 +21,7 @@ from typing import Any, Final
 import kopf
 import structlog
 
+from epochlog.protocol.wire import wire_name
 from epochlog.resources import GROUP, PLURAL, VERSION
 from epochlog_operator.reconciler import Reconciler
 
@@ -70,7 +71,7 @@ def build_registry(
             "partition created",
             partition=name,
             namespace=namespace,
-            replicationFactor=spec.get("replicationFactor"),
+            replication_factor=spec.get(wire_name("replication_factor")),
             replicas=spec.get("replicas"),
         )
         reconciler.observe(body)

@@ -29,9 +29,19 @@ from urllib.parse import quote
 import aiohttp
 import kopf
 
-from epochlog.resources import GROUP, KIND, PLURAL, VERSION
+from epochlog.objects import (
+    API_VERSION,
+    Event,
+    EventSource,
+    ObjectMeta,
+    ObjectReference,
+    PartitionObject,
+    PeeringObject,
+    metadata_of,
+    to_body,
+)
+from epochlog.resources import KIND, PLURAL
 
-API_VERSION: Final = f"{GROUP}/{VERSION}"
 COMPONENT: Final = "epochlog-operator"
 _JSON: Final = "application/json"
 
@@ -153,9 +163,7 @@ class KubeClient:
                 page = await self.request("GET", partitions_path(ns) + query)
                 for item in page.get("items") or []:
                     # List items leave out apiVersion and kind on some servers.
-                    item.setdefault("apiVersion", API_VERSION)
-                    item.setdefault("kind", KIND)
-                    items.append(item)
+                    items.append({**to_body(PartitionObject()), **item})
                 cont = (page.get("metadata") or {}).get("continue") or ""
                 if not cont:
                     break
@@ -165,21 +173,20 @@ class KubeClient:
         self, obj: Obj, status: Mapping[str, Any], resource_version: str
     ) -> Obj:
         """Write `status` to `obj` unless it changed since `resource_version` (ConflictError)."""
-        meta = obj["metadata"]
-        body = {
-            "apiVersion": API_VERSION,
-            "kind": KIND,
-            "metadata": {
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta.get("uid"),
-                "resourceVersion": resource_version,
-            },
-            "spec": obj.get("spec"),
-            "status": status,
-        }
-        path = partitions_path(meta["namespace"], meta["name"]) + "/status"
-        result: Obj = await self.request("PUT", path, body)
+        meta = metadata_of(obj)
+        namespace, name = meta.namespaced_name()
+        body = PartitionObject(
+            metadata=ObjectMeta(
+                name=name,
+                namespace=namespace,
+                uid=meta.uid,
+                resource_version=resource_version,
+            ),
+            spec=obj.get("spec"),
+            status=dict(status),
+        )
+        path = partitions_path(namespace, name) + "/status"
+        result: Obj = await self.request("PUT", path, to_body(body))
         return result
 
     # -- Events ---------------------------------------------------------------------------
@@ -187,32 +194,30 @@ class KubeClient:
     async def post_event(
         self, obj: Obj, *, type_: str, reason: str, message: str, instance: str
     ) -> None:
-        meta = obj["metadata"]
+        meta = metadata_of(obj)
+        namespace, name = meta.namespaced_name()
         now = _now_rfc3339()
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {
-                "apiVersion": API_VERSION,
-                "kind": KIND,
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta.get("uid"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-            "type": type_,
-            "reason": reason,
+        event = Event(
+            metadata=ObjectMeta(generate_name=f"{name}.", namespace=namespace),
+            involved_object=ObjectReference(
+                api_version=API_VERSION,
+                kind=KIND,
+                name=name,
+                namespace=namespace,
+                uid=meta.uid,
+                resource_version=meta.resource_version,
+            ),
+            type=type_,
+            reason=reason,
             # The API server refuses longer messages.
-            "message": message[:1024],
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "reportingInstance": instance[:128],
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        await self.request("POST", f"/api/v1/namespaces/{meta['namespace']}/events", body)
+            message=message[:1024],
+            source=EventSource(component=COMPONENT),
+            reporting_component=COMPONENT,
+            reporting_instance=instance[:128],
+            first_timestamp=now,
+            last_timestamp=now,
+        )
+        await self.request("POST", f"/api/v1/namespaces/{namespace}/events", to_body(event))
 
     # -- peering --------------------------------------------------------------------------
 
@@ -226,11 +231,7 @@ class KubeClient:
     async def ensure_peering(self, name: str, namespace: str | None) -> None:
         """Create the peering object if it is missing (the CRD must be installed)."""
         kind = "KopfPeering" if namespace else "ClusterKopfPeering"
-        meta: Obj = {"name": name}
-        if namespace:
-            meta["namespace"] = namespace
+        peering = PeeringObject(kind=kind, metadata=ObjectMeta(name=name, namespace=namespace))
         collection = peering_path(name, namespace).rsplit("/", 1)[0]
         with contextlib.suppress(ConflictError):
-            await self.request(
-                "POST", collection, {"apiVersion": "kopf.dev/v1", "kind": kind, "metadata": meta}
-            )
+            await self.request("POST", collection, to_body(peering))

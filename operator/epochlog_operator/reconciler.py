@@ -49,6 +49,7 @@ import aiohttp
 import structlog
 from pydantic import ValidationError
 
+from epochlog.objects import metadata_of
 from epochlog.protocol.errors import LeaderNotAvailableError
 from epochlog.protocol.heartbeat import BrokerHeartbeat, HeartbeatResponse
 from epochlog.resources import ConditionType, PartitionSpec, PartitionStatus
@@ -112,8 +113,8 @@ def _older(candidate: str, current: str) -> bool:
 
 def parse_partition(body: Mapping[str, Any]) -> tuple[PartitionInput | None, str | None]:
     """The decision input of a Partition object, or why it cannot be decided."""
-    meta = body.get("metadata") or {}
     try:
+        meta = metadata_of(dict(body))
         spec = PartitionSpec.model_validate(body.get("spec") or {})
         raw = body.get("status")
         status = PartitionStatus.model_validate(raw) if raw else None
@@ -122,18 +123,17 @@ def parse_partition(body: Mapping[str, Any]) -> tuple[PartitionInput | None, str
             f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg']}" for e in exc.errors()
         )
         return None, f"invalid Partition: {problems}"
-    if spec.name != meta.get("name"):
+    if spec.name != meta.name:
         return None, (
             f"the name must be {spec.name!r} (<topic>-<partition>): brokers and heartbeats "
             "know a partition by that name"
         )
-    generation = meta.get("generation")
     return (
         PartitionInput(
             spec=spec,
             status=status,
-            generation=generation if isinstance(generation, int) else 1,
-            resource_version=str(meta.get("resourceVersion") or ""),
+            generation=meta.generation if meta.generation is not None else 1,
+            resource_version=meta.resource_version or "",
         ),
         None,
     )
@@ -263,11 +263,11 @@ class Reconciler:
 
     def observe(self, body: Mapping[str, Any], *, mark: bool = True) -> None:
         """Take a Partition as read from the API server (watch, list, get or write response)."""
-        meta = body.get("metadata") or {}
-        name = str(meta.get("name") or "")
-        namespace = str(meta.get("namespace") or "")
-        uid = str(meta.get("uid") or "")
-        rv = str(meta.get("resourceVersion") or "")
+        meta = metadata_of(dict(body))
+        name = meta.name or ""
+        namespace = meta.namespace or ""
+        uid = meta.uid or ""
+        rv = meta.resource_version or ""
         if not name:
             return
         old = self.entries.get(name)

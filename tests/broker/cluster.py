@@ -1,11 +1,11 @@
-"""Real broker processes on loopback for tests and benchmarks.
+"""Real broker processes on loopback for tests.
 
 `Cluster` starts the test controller (`tests.broker.controller`) in the
-calling event loop and `epochlog broker` processes as subprocesses, each with
-its own data directory, port and log file, all knowing each other through
-`--peers`. It can kill (any signal), restart and wait for brokers, and has a
-small HTTP client that follows the leader, which is what the tests and the
-benchmark use to talk to the brokers.
+calling event loop and `epochlog broker` processes through `epochlog.harness`,
+each with its own data directory, port and log file, all knowing each other
+through `--peers`. It can kill (any signal), restart and wait for brokers, and
+has a small HTTP client that follows the leader, which is what the tests use to
+talk to the brokers.
 """
 
 from __future__ import annotations
@@ -13,11 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json as jsonlib
-import os
 import signal
-import socket
-import sys
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,64 +21,59 @@ from typing import Any
 
 import aiohttp
 
+from epochlog.harness import ManagedProcess, broker_argv, child_env, free_ports, url
 from epochlog.resources import PartitionSpec
 from tests.broker.controller import Controller
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from tests.waiting import Patience
 
 
 @dataclass
 class BrokerProcess:
+    """One `epochlog broker` of the cluster; its log has a `--- start N ---` line per start."""
+
     broker_id: int
     port: int
     data_dir: Path
     log_path: Path
     args: list[str]
-    proc: asyncio.subprocess.Process | None = None
-    starts: int = 0
+    proc: ManagedProcess | None = None
+    """None until started."""
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return url(self.port)
+
+    @property
+    def starts(self) -> int:
+        return self.proc.starts if self.proc is not None else 0
 
     @property
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.returncode is None
+        return self.proc is not None and self.proc.alive
 
     async def start(self) -> None:
         assert not self.alive, f"broker {self.broker_id} is running"
-        self.starts += 1
-        env = dict(os.environ)
-        env.setdefault("EPOCHLOG_LOG_LEVEL", "info")
-        with open(self.log_path, "ab") as logf:
-            logf.write(f"--- start {self.starts} ---\n".encode())
-            logf.flush()
-            self.proc = await asyncio.create_subprocess_exec(
-                *self.args,
-                stdout=logf,
-                stderr=logf,
-                stdin=asyncio.subprocess.DEVNULL,
-                env=env,
+        if self.proc is None:
+            self.proc = ManagedProcess(
+                self.args, self.log_path, f"broker-{self.broker_id}", env=child_env()
             )
+        self.proc.start()
 
     async def signal(self, sig: int) -> None:
-        if self.proc is not None and self.proc.returncode is None:
-            self.proc.send_signal(sig)
+        if self.proc is not None:
+            self.proc.send(sig)
 
     async def kill(self) -> None:
         """SIGKILL and wait for the process to be gone."""
-        await self.signal(signal.SIGKILL)
-        await self.wait()
+        if self.proc is not None:
+            await self.proc.kill()
 
-    async def wait(self, timeout_s: float = 30) -> int | None:
+    async def wait(self, timeout_s: float | None = None) -> int | None:
+        """The exit code, once the process has exited; with `timeout_s`, TimeoutError
+        after that long (for clean-up paths only: a test waits without a limit)."""
         if self.proc is None:
             return None
-        return await asyncio.wait_for(self.proc.wait(), timeout_s)
+        return await self.proc.wait(timeout_s)
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -120,30 +111,20 @@ class Cluster:
         self.controller = await Controller(
             self.specs, session_timeout_ms=self.session_timeout_ms
         ).start()
-        ports = {b: free_port() for b in self.broker_ids}
-        peers = ",".join(f"{b}=http://127.0.0.1:{p}" for b, p in ports.items())
+        ports = dict(zip(self.broker_ids, free_ports(len(self.broker_ids)), strict=True))
+        peers = {b: url(p) for b, p in ports.items()} if self.static_peers else None
         for b, port in ports.items():
             data_dir = self.root / f"broker-{b}"
-            args = [
-                sys.executable,
-                "-m",
-                "epochlog.cli",
-                "broker",
-                "--id",
-                str(b),
-                "--data-dir",
-                str(data_dir),
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--controller",
-                self.controller.url,
-                *(["--peers", peers] if self.static_peers else []),
-                "--heartbeat-interval-ms",
-                str(self.heartbeat_interval_ms),
-                "--checkpoint-interval-ms",
-                "1000",
-                *self.extra_args,
-            ]
+            args = broker_argv(
+                b,
+                port=port,
+                data_dir=data_dir,
+                controller_url=self.controller.url,
+                peers=peers,
+                heartbeat_interval_ms=self.heartbeat_interval_ms,
+                checkpoint_interval_ms=1000,
+                extra=self.extra_args,
+            )
             self.brokers[b] = BrokerProcess(b, port, data_dir, self.root / f"broker-{b}.log", args)
         self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
         await asyncio.gather(*(p.start() for p in self.brokers.values()))
@@ -212,10 +193,14 @@ class Cluster:
         return {p["name"]: p for p in answer["partitions"]}
 
     async def wait_until(self, predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
-        """Poll an async or sync predicate until it returns something truthy."""
-        deadline = time.monotonic() + timeout_s
+        """Poll an async or sync predicate until it returns something truthy.
+
+        No deadline (tests/waiting.py): past `timeout_s`, what it expected on an idle
+        machine, a note names what is awaited, with the last error and the brokers' logs.
+        """
+        patience = Patience(what, timeout_s)
         last_error: Exception | None = None
-        while time.monotonic() < deadline:
+        while True:
             try:
                 result = predicate()
                 if asyncio.iscoroutine(result):
@@ -224,11 +209,16 @@ class Cluster:
                     return result
             except (aiohttp.ClientError, ApiError, OSError, TimeoutError) as exc:
                 last_error = exc
+            self.assert_some_broker_runs(what)
+            if patience.due():
+                patience.note(f" (last error: {last_error})\n" + self.logs())
             await asyncio.sleep(0.05)
-        raise AssertionError(
-            f"timed out after {timeout_s}s waiting for {what} (last error: {last_error})\n"
-            + self.logs()
-        )
+
+    def assert_some_broker_runs(self, what: str) -> None:
+        """With every broker process gone nothing awaited can happen any more (a broker that
+        cannot start, say): fail at once instead of at the hang detector."""
+        if self.brokers and not any(p.alive for p in self.brokers.values()):
+            raise AssertionError(f"every broker has exited, waiting for {what}\n" + self.logs())
 
     async def leader_of(self, name: str, exclude: Iterable[int] = ()) -> int | None:
         """The broker that serves `name` as leader (per its own /v1/partitions)."""
@@ -275,8 +265,9 @@ class Cluster:
         timeout_s: float = 20,
         leader: int | None = None,
     ) -> dict[str, Any]:
-        """Produce through the current leader, retrying retriable errors."""
-        deadline = time.monotonic() + timeout_s
+        """Produce through the current leader, retrying retriable errors until it is
+        written (no deadline: past `timeout_s` a note says so, see tests/waiting.py)."""
+        patience = Patience(f"a produce to {name}", timeout_s)
         body = {"records": [{"value": v} for v in values]}
         while True:
             target = leader if leader is not None else await self.leader_of(name)
@@ -291,13 +282,13 @@ class Cluster:
                     )
                     return answer
             except ApiError as exc:
-                if not exc.error.get("retriable") or time.monotonic() > deadline:
+                if not exc.error.get("retriable"):
                     raise
             except (aiohttp.ClientError, OSError):
-                if time.monotonic() > deadline:
-                    raise
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no leader for {name}\n" + self.logs())
+                pass
+            self.assert_some_broker_runs(f"a produce to {name}")
+            if patience.due():
+                patience.note(f" (leader: {target})\n" + self.logs())
             leader = None
             await asyncio.sleep(0.1)
 

@@ -23,6 +23,7 @@ from epochlog.protocol.heartbeat import BrokerHeartbeat
 from epochlog.resources import PartitionSpec, PartitionStatus
 from epochlog_operator.controller import ControllerCore
 from epochlog_operator.decide import PartitionInput
+from tests.waiting import until_true
 
 
 def wall_ms() -> int:
@@ -191,8 +192,5 @@ class Controller:
     async def wait_for(
         self, predicate: Callable[[], bool], timeout_s: float, what: str = "condition"
     ) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not predicate():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-            await asyncio.sleep(0.05)
+        """Until `predicate` holds; a note after `timeout_s` (tests/waiting.py)."""
+        await until_true(predicate, what, timeout_s)

@@ -290,6 +290,6 @@ async def test_corrupted_follower_segment_does_not_stop_the_broker(
     assert "replica_recovered" in text
     await c.wait_ready([follower], timeout_s=60)
     await proc.signal(signal.SIGTERM)
-    await proc.wait(20)
+    await proc.wait()
     check = check_partition_dir(OsFileSystem(), str(proc.data_dir / EVENTS))
     assert check.ok, check.problems

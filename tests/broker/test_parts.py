@@ -11,11 +11,23 @@ from pathlib import Path
 import pytest
 
 from epochlog.protocol.batch import Record, RecordBatch, encode_batch
+from epochlog.protocol.bodies import (
+    Encoding,
+    HostedPartition,
+    HostedRole,
+    PartitionsListing,
+    ProducerIdentity,
+    dump_json,
+    encode_produce_body,
+)
+from epochlog.protocol.epochs import NO_EPOCH, epoch_from_report, reported_epoch
 from epochlog.protocol.errors import (
     FencedLeaderEpochError,
     InvalidRequestError,
+    NotLeaderOrFollowerError,
     RecordTooLargeError,
     StorageError,
+    error_answer,
 )
 from epochlog.protocol.framing import frame, stored, unframe
 from epochlog.protocol.heartbeat import HeartbeatResponse, PartitionAssignment
@@ -24,7 +36,6 @@ from epochlog_broker.client_batch import ClientBatch
 from epochlog_broker.config import BrokerConfig, parse_listen, parse_peers
 from epochlog_broker.core import BrokerCore, ProduceDone, ProducerFields
 from epochlog_broker.http_api import (
-    Encoding,
     acks_param,
     at_param,
     int_param,
@@ -205,6 +216,53 @@ def test_fetch_body_is_strict_and_errors_come_back_typed() -> None:
     assert error_from_body(502, b"<html>bad gateway</html>") is None
 
 
+def test_error_answers_fill_in_the_leader_hint_and_keep_the_errors_own() -> None:
+    refused = NotLeaderOrFollowerError("not here", leader=2, leader_epoch=5)
+    assert refused.details == {"leader": 2, "leaderEpoch": 5}
+    body = error_answer(
+        refused, leader=7, leader_epoch=9, leader_url=lambda b: f"http://broker-{b}"
+    ).dump()
+    assert body["error"] == {
+        "code": "NOT_LEADER_OR_FOLLOWER",
+        "message": "not here",
+        "retriable": True,
+        "leader": 2,
+        "leaderEpoch": 5,
+        "leaderAddress": "http://broker-2",
+    }
+    error = error_from_body(409, json.dumps(body).encode())
+    assert isinstance(error, NotLeaderOrFollowerError)
+    assert (error.leader, error.leader_epoch, error.leader_address) == (2, 5, "http://broker-2")
+    unknown = error_answer(InvalidRequestError("bad"), leader=None, leader_epoch=None).dump()
+    assert unknown["error"]["leader"] is None
+    assert unknown["error"]["leaderEpoch"] is None
+    assert "leaderAddress" not in unknown["error"]
+
+
+def test_no_epoch_is_reported_as_zero_and_read_back_as_no_epoch() -> None:
+    assert reported_epoch(NO_EPOCH) == 0
+    assert reported_epoch(3) == 3
+    assert epoch_from_report(0) == NO_EPOCH
+    assert epoch_from_report(3) == 3
+
+
+def test_partition_listing_names_the_follower_state_of_followers_only() -> None:
+    listing = PartitionsListing(
+        broker_id=1,
+        broker_epoch=5,
+        address="http://broker-1",
+        partitions=(
+            HostedPartition(name="a-0", role=HostedRole.LEADER, leader=1, leader_epoch=2),
+            HostedPartition(name="b-0", role=HostedRole.FOLLOWER, follower_state="fetching"),
+        ),
+    )
+    wire = json.loads(dump_json(listing))
+    assert wire["brokerId"] == 1
+    assert "followerState" not in wire["partitions"][0]
+    assert wire["partitions"][1]["followerState"] == "fetching"
+    assert PartitionsListing.model_validate(wire) == listing
+
+
 # -- request parsing ---------------------------------------------------------------------
 
 
@@ -226,6 +284,15 @@ def test_produce_json_is_parsed_into_records() -> None:
     ]
     assert producer is None
     assert size == 5
+
+
+def test_produce_json_written_by_the_client_is_read_by_the_broker() -> None:
+    body = encode_produce_body(
+        [{"key": None, "value": "v", "headers": {"h": "1"}}], ProducerIdentity(7, 1, 3)
+    )
+    records, producer, _ = parse_produce_json(body, encoding=Encoding.UTF8, max_record_bytes=10)
+    assert records == [Record(b"v", None, (("h", b"1"),))]
+    assert producer == ProducerFields(7, 1, 3)
 
 
 def test_produce_json_with_base64_and_producer_fields() -> None:

@@ -26,6 +26,7 @@ TOPICS = (
     "shrunk",
 )
 MAX_RECORD = 64 * 1024
+SESSION_MS = 10_000
 
 
 @pytest_asyncio.fixture(loop_scope="package", scope="package")
@@ -35,6 +36,9 @@ async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Clu
         tmp_path_factory.mktemp("client"),
         specs,
         extra_args=["--max-record-bytes", str(MAX_RECORD)],
+        # Nobody is fenced here on purpose: a session long enough that a broker starved of
+        # CPU on a busy machine is not fenced either (a new leader would fail these tests).
+        session_timeout_ms=SESSION_MS,
     ).start()
     try:
         for s in specs:

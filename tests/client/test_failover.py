@@ -94,7 +94,7 @@ async def test_leader_sigkill_during_produce_loses_and_doubles_nothing(cluster: 
     assert len(epochs) >= 2, "no record was acknowledged by the new leader"
 
     final_offset.append((await client.list_offsets(NAME, "latest")).offset)
-    await asyncio.wait_for(reader, 30)
+    await reader
 
     # Every acknowledged record was read once, at its offset.
     by_offset = dict(consumed)

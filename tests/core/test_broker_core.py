@@ -16,7 +16,7 @@ from epochlog.protocol.errors import (
     UnknownPartitionError,
 )
 from epochlog.protocol.heartbeat import HeartbeatResponse, PartitionAssignment, PartitionRole
-from epochlog_broker.core import BrokerCore, ProduceDone, SendToLeader
+from epochlog_broker.core import BrokerCore, ProduceDone, Restart, SendToLeader
 from epochlog_broker.log.fs import OsFileSystem
 from epochlog_broker.replication.messages import Acks, FetchData, FetchRequest
 
@@ -157,5 +157,6 @@ def test_hw_checkpoint_keeps_partitions_without_a_role(tmp_path: Path) -> None:
 
 def test_fenced_answer_marks_the_broker_fenced(tmp_path: Path) -> None:
     broker = core(tmp_path, 1)
-    assert broker.on_heartbeat_response(HeartbeatResponse(fenced=True), 0) == []
+    effects = broker.on_heartbeat_response(HeartbeatResponse(fenced=True), 0)
+    assert effects == [Restart("fenced by the controller")]
     assert broker.fenced

@@ -95,7 +95,6 @@ def test_a_damaged_storage_id_file_makes_the_broker_process_exit_with_the_file_n
         ],
         capture_output=True,
         text=True,
-        timeout=120,
     )
     assert proc.returncode == 2
     assert str(data / META_FILE) in proc.stderr

@@ -104,7 +104,11 @@ class Kubectl:
             stderr=asyncio.subprocess.PIPE,
             env={**os.environ, "HOME": str(self.cache)},
         )
-        out, err = await asyncio.wait_for(proc.communicate(), 30)
+        try:
+            out, err = await proc.communicate()
+        finally:
+            if proc.returncode is None:  # ended by the hang detector: leave no process behind
+                proc.kill()
         code = proc.returncode or 0
         if check:
             assert code == 0, (args, out.decode(), err.decode())

@@ -29,7 +29,6 @@ def test_demo_loses_nothing_acknowledged(tmp_path: Path) -> None:
             ],
             capture_output=True,
             text=True,
-            timeout=120,
             env=os.environ.copy(),
         )
     finally:

@@ -24,8 +24,8 @@ import pytest
 
 from epochlog.client import Client, Producer
 from epochlog.devcluster.local import LocalCluster
-from epochlog.devcluster.local_process import alive
 from epochlog.devcluster.local_workload import read_back
+from epochlog.harness import ManagedProcess
 from tests.devcluster.conftest import kubectl_binary
 
 TIMINGS = [
@@ -42,14 +42,20 @@ TIMINGS = [
 ]
 
 
-def epochlog(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+def epochlog(*args: str) -> subprocess.CompletedProcess[str]:
+    # No time limit (tests/waiting.py); on a hang, run() kills the child as the hang
+    # detector ends the test.
     return subprocess.run(
         [sys.executable, "-m", "epochlog.cli", *args],
         capture_output=True,
         text=True,
-        timeout=timeout,
         env={**os.environ, "EPOCHLOG_DEV_STATE": ""},
     )
+
+
+def _recorded(p: dict[str, Any]) -> ManagedProcess:
+    """A process as state.json records it."""
+    return ManagedProcess.adopt(p["pid"], p["argv"], Path(p["log"]))
 
 
 def _kill_recorded(state_dir: Path) -> None:
@@ -59,7 +65,7 @@ def _kill_recorded(state_dir: Path) -> None:
         return
     for p in json.loads(state.read_text())["processes"]:
         with contextlib.suppress(ProcessLookupError):
-            if alive(p["pid"]):
+            if _recorded(p).alive:
                 os.kill(p["pid"], signal.SIGKILL)
 
 
@@ -72,7 +78,7 @@ def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield root
     finally:
         with contextlib.suppress(Exception):
-            epochlog("dev", "down", "--state-dir", str(root), timeout=60)
+            epochlog("dev", "down", "--state-dir", str(root))
         _kill_recorded(root)
 
 
@@ -86,7 +92,7 @@ def test_up_records_every_process(state_dir: Path) -> None:
     procs = {p["name"]: p for p in state["processes"]}
     assert set(procs) == {"apiserver", "operator", "broker-1", "broker-2", "broker-3"}
     for p in procs.values():
-        assert alive(p["pid"]), p
+        assert _recorded(p).alive, p
         assert p["url"].startswith("http://127.0.0.1:")
         assert Path(p["log"]).exists()
         assert p["argv"][0] == sys.executable
@@ -119,7 +125,7 @@ async def test_kubectl_shows_the_example_partitions_with_leaders(state_dir: Path
         stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "HOME": str(state_dir)},
     )
-    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    out, err = await proc.communicate()
     assert proc.returncode == 0, err.decode()
     lines = out.decode().splitlines()
     assert lines[0].split()[:5] == ["NAME", "TOPIC", "PARTITION", "LEADER", "EPOCH"]
@@ -171,7 +177,7 @@ async def test_restarted_brokers_keep_their_data(state_dir: Path) -> None:
             assert info.pid != before[b]
             assert info.alive
         await cluster.wait_leader("orders-1", timeout=20)
-        records = await asyncio.wait_for(read_back(client, "orders-1"), 30)
+        records = await read_back(client, "orders-1")
     assert [v for _, v in records] == values
     assert [o for o, _ in records] == [m.offset for m in acked]
 
@@ -192,21 +198,22 @@ async def test_a_restarted_operator_still_elects(state_dir: Path) -> None:
     cluster = LocalCluster.load(state_dir)
     await cluster.restart("operator")
     before = await cluster.wait_leader("orders-2")
-    old, epoch = int(before["leader"]), int(before["leaderEpoch"])
+    assert before.leader is not None
+    old, epoch = before.leader, before.leader_epoch
     cluster.kill(f"broker-{old}")
     after = await cluster.wait_leader(
         "orders-2", not_in={old}, min_leader_epoch=epoch + 1, timeout=20
     )
-    assert after["leader"] != old
+    assert after.leader != old
     await cluster.restart(f"broker-{old}")
     assert LocalCluster.load(state_dir).processes[f"broker-{old}"].alive
 
 
 def test_down_stops_every_process(state_dir: Path) -> None:
-    pids = [p["pid"] for p in _state(state_dir)["processes"]]
+    recorded = [_recorded(p) for p in _state(state_dir)["processes"]]
     down = epochlog("dev", "down", "--state-dir", str(state_dir))
     assert down.returncode == 0, down.stderr
-    assert not any(alive(pid) for pid in pids)
+    assert not any(p.alive for p in recorded)
     assert not (state_dir / "state.json").exists()
     assert (state_dir / "brokers" / "1").is_dir()  # the data stays
     none = epochlog("dev", "status", "--state-dir", str(state_dir))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,14 +18,16 @@ class Watch:
     def __init__(self, response: aiohttp.ClientResponse) -> None:
         self.response = response
 
-    async def next(self, timeout: float = 5) -> dict[str, Any]:
-        line = await asyncio.wait_for(self.response.content.readline(), timeout)
+    # No time limit on reading the stream (tests/waiting.py): the hang detector ends a
+    # watch that never sends what a test awaits.
+    async def next(self) -> dict[str, Any]:
+        line = await self.response.content.readline()
         assert line, "the watch stream ended"
         event: dict[str, Any] = json.loads(line)
         return event
 
-    async def ended(self, timeout: float = 5) -> bool:
-        return await asyncio.wait_for(self.response.content.readline(), timeout) == b""
+    async def ended(self) -> bool:
+        return await self.response.content.readline() == b""
 
 
 @asynccontextmanager
@@ -109,7 +110,7 @@ async def test_watch_filters_namespace_and_selectors(http: Http) -> None:
 
 async def test_watch_ends_after_timeout_seconds(http: Http) -> None:
     async with watching(http, "timeoutSeconds=1&resourceVersion=1") as watch:
-        assert await watch.ended(timeout=5)
+        assert await watch.ended()
 
 
 async def test_too_old_resource_version_is_410_gone(http: Http, api: Any) -> None:

@@ -4,26 +4,33 @@ on the status, the brokers' own accounts (log events, checkpoint files, logs on 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from epochlog.devcluster.local import NAMESPACE, LocalCluster, partition_manifest
-from epochlog.devcluster.nemesis import read_partition_dir
-from epochlog.resources import GROUP, PLURAL, VERSION
+from epochlog.devcluster.local import LocalCluster
+from epochlog.devcluster.nemesis import Workload, read_partition_dir
+from epochlog.devcluster.partitions import (
+    NAMESPACE,
+    partition_manifest,
+    partition_path,
+)
+from epochlog.protocol.bodies import HostedPartition
+from epochlog.resources import PartitionStatus
 from epochlog_broker.log.checkpoints import HighWatermarkCheckpoint
 from epochlog_broker.log.fs import OsFileSystem
+from tests import waiting
 
 _PAIR = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)')
 
 
 async def create_partition(
     cluster: LocalCluster, name: str, replicas: Sequence[int], *, min_insync_replicas: int = 2
-) -> dict[str, Any]:
+) -> PartitionStatus:
     """A Partition whose replica order (preferred leader first) fixes who is elected next;
     returns its status once the first replica leads and serves it."""
     topic, _, index = name.rpartition("-")
@@ -32,11 +39,11 @@ async def create_partition(
         int(index),
         min_insync_replicas=min_insync_replicas,
         replica_lag_time_max_ms=cluster.settings.replica_lag_time_max_ms,
+        replicas=replicas,
     )
-    manifest["spec"]["replicas"] = list(replicas)
     await cluster.apply(manifest)
     status = await cluster.wait_leader(name)
-    assert status["leader"] == replicas[0], status
+    assert status.leader == replicas[0], status
     await cluster.wait_serving(name, status)
     return status
 
@@ -44,19 +51,18 @@ async def create_partition(
 async def until(
     check: Callable[[], Awaitable[Any]], timeout_s: float, what: str, interval_s: float = 0.05
 ) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = await check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        await asyncio.sleep(interval_s)
+    """Until `check` returns something truthy; a note after `timeout_s` (tests/waiting.py)."""
+    return await waiting.until(check, what, timeout_s, interval_s)
 
 
-async def status_of(cluster: LocalCluster, name: str) -> dict[str, Any]:
-    status: dict[str, Any] = (await cluster.partition(name)).get("status") or {}
-    return status
+async def status_of(cluster: LocalCluster, name: str) -> PartitionStatus:
+    """The Partition's status (an empty one before the operator first writes it)."""
+    return (await cluster.partition(name)).status or PartitionStatus()
+
+
+async def hosted(w: Workload, broker: int, name: str) -> HostedPartition | None:
+    """`broker`'s own account of its replica of `name` (None: not hosted, or no answer)."""
+    return (await w.describe(broker) or {}).get(name)
 
 
 def log_size(cluster: LocalCluster, process: str) -> int:
@@ -108,7 +114,7 @@ async def gone(cluster: LocalCluster, process: str, timeout_s: float = 10) -> No
 
 async def delete_partition(cluster: LocalCluster, name: str, timeout_s: float = 20) -> None:
     """DELETE the Partition through the API and wait until it is gone (after any finalizer)."""
-    path = f"{cluster.api_url}/apis/{GROUP}/{VERSION}/namespaces/{NAMESPACE}/{PLURAL}/{name}"
+    path = cluster.api_url + partition_path(name)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
         async with http.delete(path) as rsp:
             assert rsp.status in (200, 202), await rsp.text()
@@ -132,21 +138,13 @@ async def partition_events(cluster: LocalCluster, name: str) -> list[dict[str, A
         return items
 
 
-def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
-    """The status condition of `type_` ({} when there is none)."""
-    for c in status.get("conditions", []):
-        if c.get("type") == type_:
-            return dict(c)
-    return {}
-
-
 class StatusPoll:
-    """Every distinct non-empty status of one Partition seen by polling the API, in order
-    (across a delete and re-create: the name is what is polled)."""
+    """Every distinct status of one Partition seen by polling the API, in order (across a
+    delete and re-create: the name is what is polled)."""
 
     def __init__(self, cluster: LocalCluster, name: str, interval_s: float = 0.05) -> None:
         self.cluster, self.name, self.interval_s = cluster, name, interval_s
-        self.seen: list[dict[str, Any]] = []
+        self.seen: list[PartitionStatus] = []
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -154,11 +152,10 @@ class StatusPoll:
 
     async def _run(self) -> None:
         while True:
-            try:
-                status = await status_of(self.cluster, self.name)
-            except Exception:  # deleted, or a busy API: poll again
-                status = {}
-            if status and (not self.seen or self.seen[-1] != status):
+            status: PartitionStatus | None = None
+            with contextlib.suppress(Exception):  # deleted, or a busy API: poll again
+                status = (await self.cluster.partition(self.name)).status
+            if status is not None and (not self.seen or self.seen[-1] != status):
                 self.seen.append(status)
             await asyncio.sleep(self.interval_s)
 
@@ -171,10 +168,10 @@ class StatusPoll:
     def epochs_went_back(self) -> list[str]:
         """Each status whose leaderEpoch or partitionEpoch is below one seen before it."""
         out: list[str] = []
-        top = {"leaderEpoch": 0, "partitionEpoch": 0}
+        top = {"leader_epoch": 0, "partition_epoch": 0}
         for i, s in enumerate(self.seen):
             for field, highest in top.items():
-                value = int(s.get(field, 0))
+                value = int(getattr(s, field))
                 if value < highest:
                     out.append(f"status #{i}: {field} {value} after {highest}: {s}")
                 top[field] = max(highest, value)

@@ -24,6 +24,7 @@ from tests.e2e.helpers import (
     disk_log,
     events,
     gone,
+    hosted,
     log_size,
     status_of,
     until,
@@ -46,8 +47,8 @@ async def test_kafka_1211_double_failure(local_cluster: LocalCluster) -> None:
         await w.produce(NAME, [f"m1-{i}" for i in range(30)])
 
         async def a_has_all() -> bool:
-            view = await w.describe(A) or {}
-            return bool(view.get(NAME, {}).get("persistedLogEndOffset", 0) >= 30)
+            view = await hosted(w, A, NAME)
+            return view is not None and view.persisted_log_end_offset >= 30
 
         await until(a_has_all, 10, "A to hold m1")
         # One more acknowledged write, then A dies at once: A has it in its log, but its
@@ -62,7 +63,7 @@ async def test_kafka_1211_double_failure(local_cluster: LocalCluster) -> None:
         assert a_hw < a_end, f"A's HW checkpoint {a_hw} is not behind its log end {a_end}"
 
         async def a_out() -> bool:
-            return set((await status_of(cluster, NAME)).get("isr", [])) == {B, C}
+            return set((await status_of(cluster, NAME)).isr) == {B, C}
 
         await until(a_out, 15, "A to leave the ISR")
         await w.produce(NAME, [f"m2-{i}" for i in range(20)])  # on B and C
@@ -78,8 +79,8 @@ async def test_kafka_1211_double_failure(local_cluster: LocalCluster) -> None:
             unacked = asyncio.create_task(w.post_once(b_url, NAME, "b-only", timeout_ms=5000))
 
             async def b_appended() -> bool:
-                view = (await w.describe(B) or {}).get(NAME, {})
-                return bool(view.get("persistedLogEndOffset", 0) > view.get("highWatermark", 0))
+                view = await hosted(w, B, NAME)
+                return view is not None and view.persisted_log_end_offset > view.high_watermark
 
             await until(b_appended, 5, "B to append b-only", interval_s=0.01)
             w.fault(f"SIGKILL broker-{B} (leader B)")
@@ -93,9 +94,9 @@ async def test_kafka_1211_double_failure(local_cluster: LocalCluster) -> None:
         assert b_end == a_end + 20 + 1, f"B holds {b_end} records"
 
         led = await cluster.wait_leader(
-            NAME, not_in=(A, B), min_leader_epoch=first["leaderEpoch"] + 1, timeout=20
+            NAME, not_in=(A, B), min_leader_epoch=first.leader_epoch + 1, timeout=20
         )
-        assert led["leader"] == C, led
+        assert led.leader == C, led
         divergence = b_end - 1  # C's log end at its election: everything but b-only
 
         # A returns and follows C: its log is a prefix of C's, so nothing is cut, although
@@ -105,7 +106,7 @@ async def test_kafka_1211_double_failure(local_cluster: LocalCluster) -> None:
         await cluster.restart(f"broker-{A}")
 
         async def a_back() -> bool:
-            return A in (await status_of(cluster, NAME)).get("isr", [])
+            return A in (await status_of(cluster, NAME)).isr
 
         await until(a_back, 30, "A to rejoin the ISR")
         opened = events(cluster, f"broker-{A}", "partition_opened", since=a_mark, partition=NAME)

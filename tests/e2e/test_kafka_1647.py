@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from typing import Any
 
 from epochlog.devcluster.local import LocalCluster
 from epochlog.devcluster.nemesis import Workload, WorkloadConfig
@@ -24,6 +25,7 @@ from tests.e2e.helpers import (
     gone,
     log_size,
     status_of,
+    until,
 )
 
 BROKERS = (1, 2, 3)
@@ -39,7 +41,16 @@ async def test_kafka_1647_all_down_restart(local_cluster: LocalCluster) -> None:
     await w.start()
     try:
         await asyncio.sleep(3)
-        assert all(any(a.partition == n for a in w.history.acks) for n in NAMES)
+
+        # Every partition has acknowledged records and a checkpointed HW before the crash.
+        async def written() -> bool:
+            return all(
+                any(a.partition == n for a in w.history.acks)
+                and any((checkpointed_hw(cluster, b, n) or 0) > 0 for b in BROKERS)
+                for n in NAMES
+            )
+
+        await until(written, 5, "acknowledged records and an HW checkpoint in every partition")
 
         # All brokers die within a few ms of each other while the producers write.
         for b in BROKERS:
@@ -67,8 +78,11 @@ async def test_kafka_1647_all_down_restart(local_cluster: LocalCluster) -> None:
             if down:
                 assert led_by_down, "some partition's leader must still be down"
             for n in NAMES:
-                opened = events(cluster, f"broker-{b}", "partition_opened", since=mark, partition=n)
-                assert opened, f"broker {b} did not reopen {n}"
+
+                async def reopened(n: str = n, p: str = f"broker-{b}", m: int = mark) -> Any:
+                    return events(cluster, p, "partition_opened", since=m, partition=n)
+
+                opened = await until(reopened, 5, f"broker {b} to reopen {n}")
                 assert int(opened[0]["logEndOffset"]) == ends[b, n], opened
                 assert int(opened[0]["highWatermark"]) == before[b, n], opened
                 hw = checkpointed_hw(cluster, b, n)
@@ -81,7 +95,7 @@ async def test_kafka_1647_all_down_restart(local_cluster: LocalCluster) -> None:
                 assert all(int(c["logEndOffset"]) >= before[b, n] for c in cuts), (
                     f"broker {b} truncated {n} below its HW {before[b, n]}: {cuts}"
                 )
-            statuses = {n: (await status_of(cluster, n)).get("leader") for n in NAMES}
+            statuses = {n: (await status_of(cluster, n)).leader for n in NAMES}
             w.note(f"leaders with brokers {sorted(down)} down: {statuses}")
 
         restarted_at = w.now()

@@ -55,7 +55,8 @@ async def test_kip_207_offsets_during_failover(local_cluster: LocalCluster) -> N
         session_s = cluster.settings.session_timeout_ms / 1000
         for _round in range(ROUNDS):
             status = await status_of(cluster, NAME)
-            leader, epoch, isr = status["leader"], status["leaderEpoch"], status["isr"]
+            leader, epoch, isr = status.leader, status.leader_epoch, status.isr
+            assert leader is not None, status
             assert set(isr) == set(REPLICAS), status
             successor = next(r for r in REPLICAS if r != leader)
             third = next(r for r in REPLICAS if r not in (leader, successor))
@@ -71,7 +72,7 @@ async def test_kip_207_offsets_during_failover(local_cluster: LocalCluster) -> N
                 led = await cluster.wait_leader(
                     NAME, not_in=(leader,), min_leader_epoch=epoch + 1, timeout=15
                 )
-                assert led["leader"] == successor, led
+                assert led.leader == successor, led
                 await asyncio.sleep(session_s)
             finally:
                 w.note(f"SIGCONT broker-{third}")
@@ -80,7 +81,7 @@ async def test_kip_207_offsets_during_failover(local_cluster: LocalCluster) -> N
             await cluster.restart(f"broker-{leader}")
 
             async def full_isr() -> bool:
-                return set((await status_of(cluster, NAME)).get("isr", [])) == set(REPLICAS)
+                return set((await status_of(cluster, NAME)).isr) == set(REPLICAS)
 
             await until(full_isr, 30, "every replica back in the ISR")
             await asyncio.sleep(1)

@@ -19,8 +19,9 @@ import time
 
 import pytest
 
-from epochlog.devcluster.local import LocalCluster, partition_manifest
+from epochlog.devcluster.local import LocalCluster
 from epochlog.devcluster.nemesis import NemesisConfig, WorkloadConfig, run_nemesis
+from epochlog.devcluster.partitions import partition_manifest
 
 SECONDS = float(os.environ.get("EPOCHLOG_NEMESIS_SECONDS", "25"))
 SEEDS = [int(s) for s in os.environ.get("EPOCHLOG_NEMESIS_SEEDS", "11,23,37").split(",")]
@@ -28,7 +29,6 @@ PARTITIONS = {"nem-0": 2, "nem-1": 2, "nem-2": 1}
 """Partition -> minInsyncReplicas (all RF3)."""
 
 
-@pytest.mark.timeout(int(SECONDS * 2 + 240))
 @pytest.mark.parametrize("seed", SEEDS)
 async def test_nemesis(local_cluster: LocalCluster, seed: int) -> None:
     for name, min_isr in PARTITIONS.items():

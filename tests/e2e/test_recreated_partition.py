@@ -27,8 +27,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from epochlog.devcluster.local import LocalCluster, partition_manifest
+from epochlog.devcluster.local import LocalCluster
 from epochlog.devcluster.nemesis import Workload, WorkloadConfig
+from epochlog.devcluster.partitions import partition_manifest
+from epochlog.protocol.bodies import HostedPartition
+from epochlog.resources import PartitionStatus
 from tests.e2e.helpers import (
     StatusPoll,
     create_partition,
@@ -36,6 +39,7 @@ from tests.e2e.helpers import (
     disk_log,
     events,
     gone,
+    hosted,
     log_size,
     status_of,
     until,
@@ -71,7 +75,7 @@ async def post_acks_leader(url: str, values: list[str]) -> dict[str, Any]:
 async def test_recreated_partition_keeps_acknowledged_records(local_cluster: LocalCluster) -> None:
     cluster = local_cluster
     first = await create_partition(cluster, NAME, REPLICAS)
-    assert first["leaderEpoch"] == 1, first
+    assert first.leader_epoch == 1, first
     w = Workload(cluster, [NAME], WorkloadConfig(producers=0), log=print)
     await w.start()
     poll = StatusPoll(cluster, NAME)
@@ -81,8 +85,8 @@ async def test_recreated_partition_keeps_acknowledged_records(local_cluster: Loc
 
         async def followers_hold_m1() -> bool:
             for b in (2, 3):
-                view = (await w.describe(b) or {}).get(NAME, {})
-                if view.get("persistedLogEndOffset", 0) < 1:
+                view = await hosted(w, b, NAME)
+                if view is None or view.persisted_log_end_offset < 1:
                     return False
             return True
 
@@ -100,8 +104,8 @@ async def test_recreated_partition_keeps_acknowledged_records(local_cluster: Loc
             assert answer["baseOffset"] == 1, answer
 
             async def tail_on_disk() -> bool:
-                view = (await w.describe(OLD) or {}).get(NAME, {})
-                return bool(view.get("persistedLogEndOffset", 0) >= 6)
+                view = await hosted(w, OLD, NAME)
+                return view is not None and view.persisted_log_end_offset >= 6
 
             await until(tail_on_disk, 5, "t1..t5 on broker 1's disk", interval_s=0.01)
             w.fault(f"SIGKILL broker-{OLD}")
@@ -115,9 +119,10 @@ async def test_recreated_partition_keeps_acknowledged_records(local_cluster: Loc
         assert held == ["m1", *TAIL], held
 
         led = await cluster.wait_leader(NAME, not_in=(OLD,), min_leader_epoch=2, timeout=40)
-        new = int(led["leader"])
-        assert led["leaderEpoch"] == 2, led
-        assert set(led["isr"]) == {2, 3}, led
+        assert led.leader is not None
+        new = led.leader
+        assert led.leader_epoch == 2, led
+        assert set(led.isr) == {2, 3}, led
         x = await w.produce(NAME, ["x1", "x2"])
         assert [a.offset for a in x] == [1, 2], x
 
@@ -126,7 +131,7 @@ async def test_recreated_partition_keeps_acknowledged_records(local_cluster: Loc
         # is one that still leads.
         async def leader_reported() -> bool:
             s = await status_of(cluster, NAME)
-            return bool(s.get("leader") == new and s.get("highWatermark", 0) >= 3)
+            return s.leader == new and s.high_watermark >= 3
 
         await until(leader_reported, 20, f"broker {new}'s report as leader in the status")
 
@@ -140,13 +145,13 @@ async def test_recreated_partition_keeps_acknowledged_records(local_cluster: Loc
             w.note(f"start broker-{OLD}")
             await cluster.restart(f"broker-{OLD}")
 
-            async def knows_epoch_2() -> dict[str, Any] | None:
-                view = (await w.describe(OLD) or {}).get(NAME, {})
-                return view if view.get("leaderEpoch", 0) >= 2 else None
+            async def knows_epoch_2() -> HostedPartition | None:
+                view = await hosted(w, OLD, NAME)
+                return view if view is not None and view.leader_epoch >= 2 else None
 
             view = await until(knows_epoch_2, 20, "broker 1 to learn leaderEpoch 2")
-            assert view["persistedLogEndOffset"] == 6, view
-            assert view["logEndOffset"] == 6, view
+            assert view.persisted_log_end_offset == 6, view
+            assert view.log_end_offset == 6, view
 
             w.fault(f"delete Partition {NAME}")
             await delete_partition(cluster, NAME)
@@ -156,13 +161,13 @@ async def test_recreated_partition_keeps_acknowledged_records(local_cluster: Loc
                 0,
                 min_insync_replicas=2,
                 replica_lag_time_max_ms=cluster.settings.replica_lag_time_max_ms,
+                replicas=REPLICAS,
             )
-            manifest["spec"]["replicas"] = list(REPLICAS)
             await cluster.apply(manifest)
 
-            async def recreated_status() -> dict[str, Any] | None:
+            async def recreated_status() -> PartitionStatus | None:
                 s = await status_of(cluster, NAME)
-                return s if s.get("leader") is not None else None
+                return s if s.leader is not None else None
 
             restored = await until(recreated_status, 20, "a status of the re-created Partition")
             window_s = time.monotonic() - paused_at
@@ -172,11 +177,11 @@ async def test_recreated_partition_keeps_acknowledged_records(local_cluster: Loc
             cluster.resume(f"broker-{new}")
         if window_s * 1000 >= cluster.settings.session_timeout_ms:
             print(f"note: broker {new} was paused longer than a session and may have been fenced")
-        assert restored["leader"] != OLD, f"broker 1 was elected for its longer log: {restored}"
-        assert restored["leaderEpoch"] >= 2, restored
+        assert restored.leader != OLD, f"broker 1 was elected for its longer log: {restored}"
+        assert restored.leader_epoch >= 2, restored
         if window_s * 1000 < cluster.settings.session_timeout_ms:
             # The leader was live and led epoch 2 all along: it keeps leading it.
-            assert (restored["leader"], restored["leaderEpoch"]) == (new, 2), restored
+            assert (restored.leader, restored.leader_epoch) == (new, 2), restored
 
         async def truncated() -> list[dict[str, str]]:
             return events(cluster, f"broker-{OLD}", "log_truncated", since=mark, partition=NAME)
@@ -193,7 +198,7 @@ async def test_recreated_partition_keeps_acknowledged_records(local_cluster: Loc
         read = {r.value: r.offset for r in w.history.reads if r.partition == NAME}
         assert (read.get("m1"), read.get("x1"), read.get("x2")) == (0, 1, 2), read
         final = await status_of(cluster, NAME)
-        assert final["leaderEpoch"] >= 2, final
+        assert final.leader_epoch >= 2, final
         assert poll.seen, "no status seen"
         went_back = poll.epochs_went_back()
         assert not went_back, went_back

@@ -22,15 +22,14 @@ import re
 import shutil
 import signal
 import time
-from typing import Any
 
 import pytest
 
 from epochlog.devcluster.local import LocalCluster
 from epochlog.devcluster.nemesis import Workload, WorkloadConfig
+from epochlog.resources import ConditionStatus, ConditionType, PartitionStatus
 from tests.e2e.helpers import (
     StatusPoll,
-    condition,
     create_partition,
     data_dir,
     disk_log,
@@ -83,15 +82,15 @@ async def test_wiped_follower_leaves_the_isr_and_rejoins_as_a_new_replica(
     try:
         await w.produce(name, [f"before-{i}" for i in range(40)])
 
-        async def all_in_sync() -> dict[str, Any] | None:
+        async def all_in_sync() -> PartitionStatus | None:
             s = await status_of(cluster, name)
-            return s if set(s.get("isr", [])) == set(REPLICAS) else None
+            return s if set(s.isr) == set(REPLICAS) else None
 
         before = await until(all_in_sync, 30, "1, 2 and 3 in the ISR")
         old_storage = storage_id_on_disk(cluster, WIPED)
-        recorded = before.get("isrStorageIds", {}).get(str(WIPED))
+        recorded = before.isr_storage_ids.get(WIPED)
         assert old_storage is not None, "broker 3 has no meta.properties"
-        assert recorded == old_storage, f"isrStorageIds {before.get('isrStorageIds')}"
+        assert recorded == old_storage, f"isrStorageIds {before.isr_storage_ids}"
 
         w.fault(f"SIGKILL broker-{WIPED}")
         cluster.kill(f"broker-{WIPED}", signal.SIGKILL)
@@ -120,27 +119,27 @@ async def test_wiped_follower_leaves_the_isr_and_rejoins_as_a_new_replica(
         print("events:", offline)
         await w.produce(name, [f"while-{i}" for i in range(20)])
 
-        async def rejoined() -> dict[str, Any] | None:
+        async def rejoined() -> PartitionStatus | None:
             s = await status_of(cluster, name)
-            return s if WIPED in s.get("isr", []) else None
+            return s if WIPED in s.isr else None
 
-        def on_new(s: dict[str, Any]) -> bool:
-            return bool(s.get("isrStorageIds", {}).get(str(WIPED)) == new_storage)
+        def on_new(s: PartitionStatus) -> bool:
+            return s.isr_storage_ids.get(WIPED) == new_storage
 
-        async def rejoined_new() -> dict[str, Any] | None:
+        async def rejoined_new() -> PartitionStatus | None:
             s = await rejoined()
             return s if s and on_new(s) else None
 
         await until(rejoined, 40, "broker 3 back in the ISR")
         back = await until(rejoined_new, 10, "broker 3 in the ISR under its new storageId")
-        assert back["isrStorageIds"][str(WIPED)] != recorded
+        assert back.isr_storage_ids[WIPED] != recorded
         await w.produce(name, [f"after-{i}" for i in range(20)])
         await poll.stop()
         # Polled from the restart on: 3 left the ISR, and came back only under its new id.
-        isrs = [s.get("isr") for s in poll.seen]
-        out = next((i for i, s in enumerate(poll.seen) if WIPED not in s.get("isr", [])), None)
+        isrs = [s.isr for s in poll.seen]
+        out = next((i for i, s in enumerate(poll.seen) if WIPED not in s.isr), None)
         assert out is not None, f"3 never seen out of the ISR: {isrs}"
-        stale = [s for s in poll.seen[out:] if WIPED in s.get("isr", []) and not on_new(s)]
+        stale = [s for s in poll.seen[out:] if WIPED in s.isr and not on_new(s)]
         assert not stale, f"3 back in the ISR without its new storageId: {stale[:2]}"
 
         result = await w.finish(produce_after_heal_s=0, settle_timeout_s=40)
@@ -164,7 +163,7 @@ async def test_wiped_replica_is_never_elected_empty(local_cluster: LocalCluster)
 
         async def all_in_sync() -> bool:
             s = await status_of(cluster, name)
-            return set(s.get("isr", [])) == set(REPLICAS) and s.get("highWatermark", 0) >= 40
+            return set(s.isr) == set(REPLICAS) and s.high_watermark >= 40
 
         await until(all_in_sync, 30, "1, 2 and 3 in the ISR with the records committed")
         # The operator is paused while all three die, so that it fences them in one
@@ -184,36 +183,41 @@ async def test_wiped_replica_is_never_elected_empty(local_cluster: LocalCluster)
             w.note("SIGCONT operator")
             cluster.resume("operator")
 
-        async def offline() -> dict[str, Any] | None:
+        def is_offline(s: PartitionStatus) -> bool:
+            c = s.condition(ConditionType.OFFLINE)
+            return c is not None and c.status == ConditionStatus.TRUE
+
+        async def offline() -> PartitionStatus | None:
             s = await status_of(cluster, name)
-            c = condition(s, "Offline")
-            return s if s.get("leader") is None and c.get("status") == "True" else None
+            return s if s.leader is None and is_offline(s) else None
 
         down = await until(offline, 20, "the partition Offline with every broker fenced")
-        print("offline:", down.get("isr"), condition(down, "Offline"))
-        assert condition(down, "Offline").get("reason") == "NoLiveInSyncReplica", down
-        assert set(down["isr"]) == set(REPLICAS), down
-        epoch, partition_epoch = down["leaderEpoch"], down["partitionEpoch"]
-        assert epoch == first["leaderEpoch"], down
+        why = down.condition(ConditionType.OFFLINE)
+        print("offline:", down.isr, why)
+        assert why is not None, down
+        assert why.reason == "NoLiveInSyncReplica", down
+        assert set(down.isr) == set(REPLICAS), down
+        epoch, partition_epoch = down.leader_epoch, down.partition_epoch
+        assert epoch == first.leader_epoch, down
 
         w.fault(f"wipe {data_dir(cluster, WIPED)}")
         shutil.rmtree(data_dir(cluster, WIPED))
         w.note(f"start broker-{WIPED} alone")
         await cluster.restart(f"broker-{WIPED}")
 
-        async def judged_with_3() -> dict[str, Any] | None:
+        async def judged_with_3() -> PartitionStatus | None:
             # The operator has taken 3's report into the status (its empty log), or it
             # elected someone: either way it decided with 3 live.
             s = await status_of(cluster, name)
-            if s.get("leader") is not None or s.get("logEndOffsets", {}).get(str(WIPED)) == 0:
+            if s.leader is not None or s.log_end_offsets.get(WIPED) == 0:
                 return s
             return None
 
-        def still_offline(s: dict[str, Any]) -> None:
-            assert s.get("leader") is None, f"a leader was elected with only the wiped 3: {s}"
-            assert s.get("leaderEpoch") == epoch, s
-            assert s.get("partitionEpoch", 0) >= partition_epoch, s
-            assert condition(s, "Offline").get("status") == "True", s
+        def still_offline(s: PartitionStatus) -> None:
+            assert s.leader is None, f"a leader was elected with only the wiped 3: {s}"
+            assert s.leader_epoch == epoch, s
+            assert s.partition_epoch >= partition_epoch, s
+            assert is_offline(s), s
 
         s = await until(judged_with_3, 20, "the operator to judge with broker 3 live")
         # Further decisions (one every reconcile interval) in a window: nobody is elected.
@@ -224,12 +228,12 @@ async def test_wiped_replica_is_never_elected_empty(local_cluster: LocalCluster)
                 break
             await asyncio.sleep(0.1)
             s = await status_of(cluster, name)
-        print("with only the wiped 3:", s.get("isr"), condition(s, "Offline"))
+        print("with only the wiped 3:", s.isr, s.condition(ConditionType.OFFLINE))
 
         w.note("start broker-2")
         await cluster.restart("broker-2")
         led = await cluster.wait_leader(name, min_leader_epoch=epoch + 1, timeout=30)
-        assert led["leader"] == 2, led
+        assert led.leader == 2, led
         w.note("start broker-1")
         await cluster.restart("broker-1")
         result = await w.finish(produce_after_heal_s=0, settle_timeout_s=40)

@@ -1,9 +1,10 @@
 """Fixtures: the API emulator, real operator processes, a status watch and scripted brokers.
 
 Every test gets its own emulator (in this process) and starts operator
-processes (`python -m epochlog_operator`) against it with short timeouts:
-heartbeats every 100 ms, sessions of 1 s. An operator's log is printed when
-a test fails.
+processes (`python -m epochlog_operator`, through `epochlog.harness`) against
+it with short timeouts: heartbeats every 100 ms, sessions of 1 s. The brokers
+are the harness's scripted brokers. An operator's log is printed when a test
+fails.
 """
 
 from __future__ import annotations
@@ -11,11 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
-import socket
-import sys
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,9 +21,11 @@ from typing import Any
 import aiohttp
 import pytest
 
+from epochlog.harness import ManagedProcess, child_env, free_port, operator_argv, url
+from epochlog.harness.scripted_brokers import ScriptedBrokers
 from epochlog.kubeapi.apiserver import ApiServer
 from epochlog.resources import PartitionStatus
-from tests.operator_e2e.brokers import Cluster
+from tests.waiting import Patience, until_true
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = REPO / "crds"
@@ -36,20 +35,10 @@ EVENTS = f"/api/v1/namespaces/{NAMESPACE}/events"
 
 HEARTBEAT_MS = 100
 SESSION_MS = 1000
-TIMINGS = {
-    "--heartbeat-interval-ms": str(HEARTBEAT_MS),
-    "--broker-session-timeout-ms": str(SESSION_MS),
-    "--reconcile-interval-ms": "200",
-    "--status-refresh-interval-ms": "500",
-    "--peering-lifetime-s": "3",
-}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+RECONCILE_MS = 200
+STATUS_REFRESH_MS = 500
+PEERING_LIFETIME_S = 3
+STOP_GRACE_S = 15
 
 
 def partition_body(name: str, **spec: Any) -> dict[str, Any]:
@@ -63,12 +52,8 @@ def partition_body(name: str, **spec: Any) -> dict[str, Any]:
 
 
 async def until(check: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll `check` until it holds."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
+    """Poll `check` until it holds; a note after `timeout` (tests/waiting.py)."""
+    await until_true(check, what, timeout, interval_s=0.02)
 
 
 @dataclass
@@ -120,13 +105,13 @@ class Api:
 
     async def wait_events(self, name: str, reasons: set[str], timeout: float = 5) -> list[str]:
         """Until the Partition has Events with all these reasons (they are posted after writes)."""
-        deadline = time.monotonic() + timeout
+        patience = Patience(f"{name}: events {sorted(reasons)}", timeout)
         while True:
             seen = [str(e["reason"]) for e in await self.events(name)]
             if reasons <= set(seen):
                 return seen
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{name}: events {seen}, expected {sorted(reasons)}")
+            if patience.due():
+                patience.note(f"; seen {seen}")
             await asyncio.sleep(0.05)
 
 
@@ -152,17 +137,19 @@ class StatusWatch:
         timeout: float,
         what: str = "condition",
     ) -> PartitionStatus:
-        deadline = time.monotonic() + timeout
+        """Until the latest status of `name` passes `check` (woken by each new version);
+        a note after `timeout` (tests/waiting.py)."""
+        patience = Patience(f"{name}: {what}", timeout)
         while True:
             latest = self.latest(name)
             if latest is not None and check(latest):
                 return latest
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"{name}: timed out waiting for {what}; last status {latest}")
             self.changed.clear()
+            # Woken by the next status version, or after a while to print the note.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), left)
+                await asyncio.wait_for(self.changed.wait(), max(timeout, 1))
+            if patience.due():
+                patience.note(f"; last status {self.latest(name)}")
 
     def assert_epochs_safe(self, name: str) -> None:
         """leaderEpoch never goes back; each leaderEpoch has a single leader."""
@@ -202,57 +189,49 @@ class Operator:
         self.kubeconfig = kubeconfig
         self.log = log
         self.args = args
-        self.proc: asyncio.subprocess.Process | None = None
+        argv = operator_argv(
+            port=self.port,
+            kubeconfig=kubeconfig,
+            heartbeat_interval_ms=HEARTBEAT_MS,
+            broker_session_timeout_ms=SESSION_MS,
+            reconcile_interval_ms=RECONCILE_MS,
+            status_refresh_interval_ms=STATUS_REFRESH_MS,
+            peering_lifetime_s=PEERING_LIFETIME_S,
+            extra=args,
+        )
+        env = child_env({"EPOCHLOG_LOG_LEVEL": "info"})
+        self.process = ManagedProcess(argv, log, "operator", env=env, cwd=REPO)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return url(self.port)
 
     @property
     def running(self) -> bool:
-        return self.proc is not None and self.proc.returncode is None
+        return self.process.alive
 
     @property
     def heartbeat_url(self) -> str:
         return f"{self.url}/v1/heartbeat"
 
     async def start(self) -> None:
-        argv = [
-            sys.executable,
-            "-m",
-            "epochlog_operator",
-            "--kubeconfig",
-            str(self.kubeconfig),
-            "--listen-address",
-            "127.0.0.1",
-            "--listen-port",
-            str(self.port),
-            *[x for kv in TIMINGS.items() for x in kv],
-            *self.args,
-        ]
-        out = self.log.open("ab")
-        self.proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdout=out,
-            stderr=asyncio.subprocess.STDOUT,
-            env={**os.environ, "EPOCHLOG_LOG_LEVEL": "info", "PYTHONUNBUFFERED": "1"},
-            cwd=REPO,
-        )
-        out.close()
+        self.process.start()
 
     async def wait_ready(
         self, session: aiohttp.ClientSession, timeout: float = 20, path: str = "/readyz"
     ) -> None:
-        """Until this replica acts (GET /readyz answers 200), or with /healthz, until it runs."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        """Until this replica acts (GET /readyz answers 200), or with /healthz, until it runs;
+        a note after `timeout` (tests/waiting.py). Fails at once if the process exits."""
+        patience = Patience(f"operator {path}", timeout)
+        while True:
             assert self.running, self.log.read_text()
-            with contextlib.suppress(aiohttp.ClientError):
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
                 async with session.get(self.url + path) as rsp:
                     if rsp.status == 200:
                         return
+            if patience.due():
+                patience.note(f":\n{self.log.read_text()}")
             await asyncio.sleep(0.05)
-        raise AssertionError(f"operator not up in {timeout} s:\n{self.log.read_text()}")
 
     async def get(self, session: aiohttp.ClientSession, path: str) -> tuple[int, str]:
         async with session.get(self.url + path) as rsp:
@@ -268,14 +247,13 @@ class Operator:
         return total
 
     async def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc is None or self.proc.returncode is not None:
+        """`sig`, then SIGKILL if it still runs after `STOP_GRACE_S`."""
+        if not self.process.send(sig):
             return
-        self.proc.send_signal(sig)
         try:
-            await asyncio.wait_for(self.proc.wait(), 15)
+            await self.process.wait(STOP_GRACE_S)
         except TimeoutError:
-            self.proc.kill()
-            await self.proc.wait()
+            await self.process.kill()
 
     async def kill(self) -> None:
         await self.stop(signal.SIGKILL)
@@ -298,13 +276,13 @@ class Env:
         await op.wait_ready(self.session, path="/readyz" if ready else "/healthz")
         return op
 
-    def cluster(self, broker_ids: list[int]) -> Cluster:
+    def cluster(self, broker_ids: list[int]) -> ScriptedBrokers:
         """Scripted brokers heartbeating to every operator process that runs."""
 
         def urls() -> list[str]:
             return [op.heartbeat_url for op in self.operators if op.running]
 
-        return Cluster(urls, broker_ids, HEARTBEAT_MS)
+        return ScriptedBrokers(urls, broker_ids, HEARTBEAT_MS)
 
 
 @pytest.fixture

@@ -7,10 +7,9 @@ each epoch has one leader (`StatusWatch.assert_epochs_safe`).
 from __future__ import annotations
 
 import asyncio
-import time
 
+from epochlog.harness.scripted_brokers import ScriptedBrokers
 from epochlog.resources import PartitionStatus
-from tests.operator_e2e.brokers import Cluster
 from tests.operator_e2e.conftest import SESSION_MS, Env, Operator, until
 
 FAILOVER_S = SESSION_MS / 1000 + 2
@@ -21,7 +20,7 @@ def led(s: PartitionStatus) -> bool:
     return s.leader is not None and len(s.isr) == 3
 
 
-async def fail_leader(env: Env, cluster: Cluster, name: str) -> PartitionStatus:
+async def fail_leader(env: Env, cluster: ScriptedBrokers, name: str) -> PartitionStatus:
     """Kill the leader of `name`, wait for the next one, then bring the old one back."""
     before = env.watch.latest(name)
     assert before is not None
@@ -144,7 +143,6 @@ async def test_a_recreated_partition_never_goes_below_the_epochs_brokers_hold(en
         await asyncio.sleep(0.3)
         recreated = await env.api.create("orders-0")
         assert recreated["metadata"]["uid"] != obj["metadata"]["uid"]
-        started = time.monotonic()
         # Restored from the assignment the operator handed out (the leader still leads
         # its epoch), or elected anew above it: never below.
         fresh = await env.watch.wait_for(
@@ -156,7 +154,6 @@ async def test_a_recreated_partition_never_goes_below_the_epochs_brokers_hold(en
         assert fresh.leader_epoch >= held, (fresh.leader_epoch, held)
         assert fresh.partition_epoch >= last.partition_epoch
         assert set(fresh.replicas) == {1, 2, 3}
-        assert time.monotonic() - started < 5
         # The brokers follow the new epoch.
         assert fresh.leader is not None
         leader = cluster.brokers[fresh.leader].replica("orders-0")

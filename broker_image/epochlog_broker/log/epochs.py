@@ -3,14 +3,23 @@
 Pure data structure (no I/O). The log keeps it in step with its batches and
 persists it as the `leader-epoch-checkpoint`; replication asks it for the end
 offset of an epoch to find where two replicas' logs diverge (KIP-101, KIP-279).
+An empty history's epoch is `NO_EPOCH`; an offset it does not know is
+`UNDEFINED_OFFSET`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Final
 
-UNDEFINED = -1
+from epochlog.protocol.epochs import NO_EPOCH
+from epochlog.protocol.replica import UNDEFINED_OFFSET
+
+UNDEFINED: Final = NO_EPOCH
+"""KIP-279's undefined epoch and offset in one name, as replication compares answers with
+it: `NO_EPOCH` and `UNDEFINED_OFFSET` are both -1."""
+assert UNDEFINED == UNDEFINED_OFFSET
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -33,7 +42,7 @@ class EpochHistory:
 
     @property
     def latest_epoch(self) -> int:
-        return self._entries[-1].epoch if self._entries else UNDEFINED
+        return self._entries[-1].epoch if self._entries else NO_EPOCH
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -68,10 +77,10 @@ class EpochHistory:
         for e in self._entries:
             if e.epoch == epoch:
                 return e.start_offset
-        return UNDEFINED
+        return UNDEFINED_OFFSET
 
     def epoch_for_offset(self, offset: int) -> int:
-        found = UNDEFINED
+        found = NO_EPOCH
         for e in self._entries:
             if e.start_offset > offset:
                 break
@@ -83,10 +92,10 @@ class EpochHistory:
 
         For the latest epoch the end is the log end. For an older epoch it is the
         start offset of the next larger epoch. Below the first epoch (or an empty
-        history) both are UNDEFINED.
+        history) they are NO_EPOCH and UNDEFINED_OFFSET.
         """
         if not self._entries or epoch < self._entries[0].epoch:
-            return UNDEFINED, UNDEFINED
+            return NO_EPOCH, UNDEFINED_OFFSET
         if epoch >= self._entries[-1].epoch:
             return self._entries[-1].epoch, log_end_offset
         for i, e in enumerate(self._entries):

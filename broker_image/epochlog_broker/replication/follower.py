@@ -32,8 +32,8 @@ Protocol with the shell:
   OFFSET_OUT_OF_RANGE also stops it, as this follower holds no rule for it
   (it means the leader's log lost data it had, i.e. an unclean election).
   Everything else (UNKNOWN_LEADER_EPOCH: the leader has not learnt our epoch
-  yet; timeouts; network failures) re-sends the last request; the shell backs
-  off before sending.
+  yet; timeouts; network failures) re-sends the last request, which waits out
+  a backoff first (`fetch_backoff`; the broker core stamps the wait on it).
 """
 
 from __future__ import annotations

@@ -117,9 +117,9 @@ class Replica:
             raise NotLeaderOrFollowerError(
                 f"{self.partition}: not the leader", leaderEpoch=self.leader_epoch
             )
-        hw = self.role.client_high_watermark()
-        self._served_high_watermark = max(self._served_high_watermark, hw)
-        return hw
+        high_watermark = self.role.client_high_watermark()
+        self._served_high_watermark = max(self._served_high_watermark, high_watermark)
+        return high_watermark
 
     def _is_stale(self, a: Assignment) -> bool:
         if self.assignment is None:
@@ -141,8 +141,8 @@ class Replica:
                     tuple(self.role.on_isr_update(a.isr, a.partition_epoch)),
                 )
             return Transition(TransitionKind.ISR_UPDATED)
-        hw = max(self.high_watermark, log.high_watermark)
-        self._high_watermark = hw
+        high_watermark = max(self.high_watermark, log.high_watermark)
+        self._high_watermark = high_watermark
         actions: list[LeaderAction | FollowerAction] = []
         if isinstance(self.role, Leader):
             actions.extend(self.role.resign())
@@ -168,7 +168,7 @@ class Replica:
                 replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
                 log_end_offset=log.log_end_offset,
                 persisted_log_end_offset=log.persisted_log_end_offset,
-                high_watermark=hw,
+                high_watermark=high_watermark,
                 epochs=log.epochs,
                 now_ms=now_ms,
                 reported_high_watermark=self._served_high_watermark,
@@ -182,7 +182,7 @@ class Replica:
             leader_epoch=a.leader_epoch,
             log_end_offset=log.log_end_offset,
             persisted_log_end_offset=log.persisted_log_end_offset,
-            high_watermark=hw,
+            high_watermark=high_watermark,
             epochs=log.epochs,
             find_divergence_first=self.find_divergence_first,
         )

@@ -1,15 +1,18 @@
 """Scripted brokers: the broker side of the heartbeat protocol, over HTTP, without a log.
 
-Each `ScriptedBroker` keeps, per partition it hosts, what a real broker would
-report: role, leader and partition epochs, log end offset, high watermark and,
-as leader, each follower's log end and lastCaughtUpTime. Replication is
-modelled, not performed: a live leader appends `produce_rate` records per step,
-a live follower that is not stalled copies its leader's log end (a fetch), and
-the leader notes the fetch. Brokers apply the assignments the operator answers
-with (never one with an older epoch), start a new epoch's bookkeeping when
-they become leader, and, as leader, propose a caught-up follower for the ISR.
+A stand-in for a fleet of brokers where real ones would cost too much (a
+thousand partitions on ten brokers for the operator benchmark) or could not be
+steered precisely enough (the operator's end-to-end tests). Each
+`BrokerScript` keeps, per partition it hosts, what a real broker would report:
+role, leader and partition epochs, log end offset, high watermark and, as
+leader, each follower's log end and lastCaughtUpTime. Replication is modelled,
+not performed: a live leader appends `produce_rate` records per step, a live
+follower that is not stalled copies its leader's log end (a fetch), and the
+leader notes the fetch. Brokers apply the assignments the operator answers with
+(never one with an older epoch), start a new epoch's bookkeeping when they
+become leader, and, as leader, propose a caught-up follower for the ISR.
 
-The test drives failures: `kill()` (the process stops: no heartbeats, no
+The caller drives failures: `kill()` (the process stops: no heartbeats, no
 fetches served), `silence()` (heartbeats stop, replication goes on), `stall()`
 (one replica stops fetching), `restart()` (a new brokerEpoch, data kept).
 Every broker sends its heartbeat to every operator URL and takes the newest
@@ -28,6 +31,7 @@ from typing import Any
 
 import aiohttp
 
+from epochlog.harness.readiness import wait_until
 from epochlog.protocol.heartbeat import (
     BrokerHeartbeat,
     FollowerProgress,
@@ -44,7 +48,9 @@ def now_ms() -> int:
 
 
 @dataclass
-class Replica:
+class ScriptedReplica:
+    """One scripted broker's copy of one partition: what it reports, and its ISR proposals."""
+
     name: str
     role: PartitionRole = PartitionRole.FOLLOWER
     leader_epoch: int = 0
@@ -64,7 +70,7 @@ class Replica:
     """Leader only: replica -> id of the ISR proposal made for it and not yet answered."""
     next_proposal: int = 1
 
-    def report(self, cluster: Cluster, now: int, proposing: bool = True) -> PartitionReport:
+    def report(self, fleet: ScriptedBrokers, now: int, proposing: bool = True) -> PartitionReport:
         if self.role is PartitionRole.FOLLOWER:
             return PartitionReport(
                 name=self.name,
@@ -86,7 +92,7 @@ class Replica:
         proposals = tuple(
             IsrProposal(
                 replica=r,
-                broker_epoch=cluster.brokers[r].epoch,
+                broker_epoch=fleet.brokers[r].epoch,
                 log_end_offset=end,
                 proposal_id=self._proposal_id(r),
             )
@@ -155,12 +161,14 @@ class Replica:
         self.high_watermark = max(self.high_watermark, min(ends))
 
 
-class ScriptedBroker:
-    def __init__(self, cluster: Cluster, broker_id: int, *, epoch: int = 1) -> None:
-        self.cluster = cluster
+class BrokerScript:
+    """One scripted broker: its brokerEpoch, its replicas and the faults the caller set."""
+
+    def __init__(self, fleet: ScriptedBrokers, broker_id: int, *, epoch: int = 1) -> None:
+        self.fleet = fleet
         self.id = broker_id
         self.epoch = epoch
-        self.replicas: dict[str, Replica] = {}
+        self.replicas: dict[str, ScriptedReplica] = {}
         self.running = True
         """The process runs: it serves fetches and replicates."""
         self.heartbeating = True
@@ -170,8 +178,8 @@ class ScriptedBroker:
         self.responses = 0
         self.fenced_answers = 0
 
-    def replica(self, name: str) -> Replica:
-        return self.replicas.setdefault(name, Replica(name))
+    def replica(self, name: str) -> ScriptedReplica:
+        return self.replicas.setdefault(name, ScriptedReplica(name))
 
     # -- faults -----------------------------------------------------------------------------
 
@@ -210,8 +218,8 @@ class ScriptedBroker:
             if r.role is PartitionRole.LEADER:
                 r.update_high_watermark()
 
-    def _fetch(self, r: Replica, now: int) -> None:
-        leader = self.cluster.brokers.get(r.leader) if r.leader is not None else None
+    def _fetch(self, r: ScriptedReplica, now: int) -> None:
+        leader = self.fleet.brokers.get(r.leader) if r.leader is not None else None
         if leader is None or not leader.running:
             return
         theirs = leader.replicas.get(r.name)
@@ -231,8 +239,7 @@ class ScriptedBroker:
             address=f"broker-{self.id}.test:9092",
             time_ms=now,
             partitions=tuple(
-                r.report(self.cluster, now, self.proposing)
-                for _, r in sorted(self.replicas.items())
+                r.report(self.fleet, now, self.proposing) for _, r in sorted(self.replicas.items())
             ),
         )
 
@@ -258,8 +265,8 @@ class ScriptedBroker:
         self.responses += 1
 
 
-class Cluster:
-    """The scripted brokers of a test, stepping and heartbeating together."""
+class ScriptedBrokers:
+    """The scripted brokers, stepping and heartbeating together every `interval_ms`."""
 
     def __init__(
         self, operators: Callable[[], list[str]], broker_ids: list[int], interval_ms: int = 100
@@ -267,11 +274,11 @@ class Cluster:
         self.operators = operators
         """The heartbeat URLs of the operators running now."""
         self.interval_s = interval_ms / 1000
-        self.brokers = {b: ScriptedBroker(self, b) for b in broker_ids}
+        self.brokers = {b: BrokerScript(self, b) for b in broker_ids}
         self._task: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None
 
-    async def __aenter__(self) -> Cluster:
+    async def __aenter__(self) -> ScriptedBrokers:
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
         self._task = asyncio.create_task(self._run())
         return self
@@ -284,13 +291,19 @@ class Cluster:
         if self._session is not None:
             await self._session.close()
 
-    async def heard(self, timeout: float = 5) -> None:
-        """Until every broker has had an answer from an acting operator."""
-        deadline = asyncio.get_running_loop().time() + timeout
-        while any(b.responses == 0 for b in self.brokers.values()):
-            if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError("brokers got no heartbeat answer")
-            await asyncio.sleep(0.02)
+    @property
+    def all_heard(self) -> bool:
+        """Every broker has had an answer from an acting operator."""
+        return all(b.responses > 0 for b in self.brokers.values())
+
+    async def heard(self, timeout_s: float | None = None) -> None:
+        """Until `all_heard` (NotReadyError after `timeout_s`, when one is given)."""
+        await wait_until(
+            lambda: self.all_heard,
+            "a heartbeat answer to every broker",
+            timeout_s=timeout_s,
+            interval_s=0.02,
+        )
 
     async def _run(self) -> None:
         while True:
@@ -302,7 +315,7 @@ class Cluster:
             )
             await asyncio.sleep(self.interval_s)
 
-    async def _beat(self, broker: ScriptedBroker, now: int) -> None:
+    async def _beat(self, broker: BrokerScript, now: int) -> None:
         body = broker.heartbeat(now).model_dump(mode="json", by_alias=True)
         answers = await asyncio.gather(*(self._post(url, body) for url in self.operators()))
         got = [a for a in answers if a is not None]

@@ -1,0 +1,63 @@
+"""Running epochlog's processes for the local cluster, the tests and the benchmarks.
+
+The one place that builds the command lines of the broker, the operator and the
+Kubernetes API emulator and starts, waits for and stops them:
+
+- `commands`: argv builders (`broker_argv`, `operator_argv`, `apiserver_argv`),
+  the environment children run in, and each program's health endpoints;
+- `process`: `ManagedProcess`, one OS process started with its output in a log
+  file (or adopted by pid from a state file): alive, paused, signal, wait, stop
+  with SIGTERM then SIGKILL;
+- `readiness`: waiting by condition (a health endpoint answers, any check holds)
+  for as long as the processes it depends on run, with a deadline only when
+  the caller gives one;
+- `ports`: free loopback ports, and waiting for one to be released;
+- `scripted_brokers`: stand-in brokers that speak the heartbeat protocol over
+  HTTP without a log, to load or steer a real operator.
+
+The harness talks to the programs through their command lines and HTTP only: it
+imports none of the broker, the operator, the simulator or the tests.
+"""
+
+from epochlog.harness.commands import (
+    APISERVER_READY_PATH,
+    HEALTH_PATH,
+    READY_PATH,
+    apiserver_argv,
+    broker_argv,
+    child_env,
+    operator_argv,
+    url,
+)
+from epochlog.harness.ports import LOOPBACK, free_port, free_ports, port_free, wait_port_free
+from epochlog.harness.process import ManagedProcess, StopOutcome
+from epochlog.harness.readiness import (
+    NotReadyError,
+    ProcessExitedError,
+    answers,
+    wait_healthy,
+    wait_until,
+)
+
+__all__ = [
+    "APISERVER_READY_PATH",
+    "HEALTH_PATH",
+    "LOOPBACK",
+    "READY_PATH",
+    "ManagedProcess",
+    "NotReadyError",
+    "ProcessExitedError",
+    "StopOutcome",
+    "answers",
+    "apiserver_argv",
+    "broker_argv",
+    "child_env",
+    "free_port",
+    "free_ports",
+    "operator_argv",
+    "port_free",
+    "url",
+    "wait_healthy",
+    "wait_port_free",
+    "wait_until",
+]

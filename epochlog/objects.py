@@ -1,0 +1,106 @@
+"""The Kubernetes object envelopes epochlog reads and writes besides the Partition's own fields.
+
+`epochlog.resources` models what is inside a Partition (spec, status); this
+module models the parts every Kubernetes object shares and the core/v1 Event
+the operator posts, with the same naming rule (`epochlog.protocol.wire`):
+snake_case in Python, camelCase on the wire. The operator and the local cluster
+build request bodies from these models and read `metadata` through them, so that
+no Kubernetes field name is spelled by hand outside the models.
+
+Objects read from the API server carry many more fields than these; unknown
+fields are ignored on input, and `None` fields are left out of the bodies we
+send (`to_body`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from epochlog.protocol.wire import WireModel
+from epochlog.resources import GROUP, KIND, VERSION
+
+API_VERSION = f"{GROUP}/{VERSION}"
+"""apiVersion of the Partition resource."""
+
+
+class ObjectMeta(WireModel):
+    """The `metadata` of a Kubernetes object, the fields epochlog uses."""
+
+    name: str | None = None
+    generate_name: str | None = None
+    namespace: str | None = None
+    uid: str | None = None
+    resource_version: str | None = None
+    generation: int | None = None
+    deletion_timestamp: str | None = None
+
+    def namespaced_name(self) -> tuple[str, str]:
+        """(namespace, name) of an object that has both, as every stored Partition does."""
+        if not self.name or not self.namespace:
+            raise ValueError(f"object without a namespace and name: {self!r}")
+        return self.namespace, self.name
+
+
+class ObjectReference(WireModel):
+    """core/v1 ObjectReference: the object an Event is about."""
+
+    api_version: str
+    kind: str
+    name: str
+    namespace: str | None = None
+    uid: str | None = None
+    resource_version: str | None = None
+
+
+class EventSource(WireModel):
+    component: str
+
+
+class Event(WireModel):
+    """core/v1 Event, as `kubectl describe` lists it under the object."""
+
+    api_version: str = "v1"
+    kind: str = "Event"
+    metadata: ObjectMeta
+    involved_object: ObjectReference
+    type: str
+    reason: str
+    message: str
+    source: EventSource
+    reporting_component: str
+    reporting_instance: str
+    first_timestamp: str
+    last_timestamp: str
+    count: int = 1
+
+
+class PartitionObject(WireModel):
+    """A Partition as a whole object; `spec` and `status` stay raw JSON here, because
+    the operator must be able to write a status next to a spec that no longer validates."""
+
+    api_version: str = API_VERSION
+    kind: str = KIND
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: dict[str, Any] | None = None
+    status: dict[str, Any] | None = None
+
+
+class PeeringObject(WireModel):
+    """kopf's (Cluster)KopfPeering object, created empty; kopf fills it."""
+
+    api_version: str = "kopf.dev/v1"
+    kind: str
+    metadata: ObjectMeta
+
+
+def to_body(model: WireModel) -> dict[str, Any]:
+    """The JSON body for a request: camelCase names, unset (None) fields left out."""
+    body: dict[str, Any] = model.model_dump(mode="json", exclude_none=True)
+    return body
+
+
+def metadata_of(obj: dict[str, Any]) -> ObjectMeta:
+    """The `metadata` of an object read from the API server (empty when it has none)."""
+    return ObjectMeta.model_validate(obj.get("metadata") or {})

@@ -1,0 +1,422 @@
+"""The client API's bodies and query parameters, as the broker and the client exchange them.
+
+DESIGN.md, "HTTP API". Names follow `epochlog.protocol.wire`: snake_case in
+Python, camelCase on the wire; every wire name is spelt here and nowhere else.
+
+- Query parameters: `Params` (names) and `Encoding` (`encoding=`).
+- Produce: the JSON request (`encode_produce_body` / `decode_produce_body`,
+  strict: a problem names its field) and the answer (`ProduceAnswer`).
+- Read: the JSON answer (`encode_read_answer` / `decode_read_answer`) and the
+  header of the framed binary answer (`read_header` / `read_answer_from_header`).
+  These run once per record, so they are plain functions over dicts, not models.
+- ListOffsets: `OffsetsAnswer`.
+- `GET /v1/partitions`: `PartitionsListing` of `HostedPartition`s.
+- `GET /healthz`, `GET /readyz`: `HealthAnswer`, `ReadyAnswer`.
+
+Decoders raise `InvalidRequestError` naming the field, as `framing.unframe`
+does: a broker answers it as 400, a client turns it into its own "unexpected
+answer" error.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import enum
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Final, Generic, NamedTuple, NotRequired, TypeVar
+
+from pydantic import (
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    TypeAdapter,
+    ValidationError,
+    with_config,
+)
+
+# pydantic needs typing_extensions' TypedDict before Python 3.12.
+from typing_extensions import TypedDict
+
+from epochlog.protocol.batch import LogRecord
+from epochlog.protocol.epochs import REPORTED_NO_EPOCH
+from epochlog.protocol.errors import InvalidRequestError
+from epochlog.protocol.wire import (
+    BrokerId,
+    NonNegativeInt,
+    WireModel,
+    describe_validation_error,
+)
+
+MAX_I16: Final = (1 << 15) - 1
+MAX_I32: Final = (1 << 31) - 1
+
+M = TypeVar("M", bound=WireModel)
+T = TypeVar("T")
+
+
+def decode_model(model: type[M], body: bytes | str) -> M:
+    """`body` as `model`; a problem raises InvalidRequestError naming the field."""
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise InvalidRequestError(describe_validation_error(exc)) from None
+
+
+def dump_json(model: WireModel) -> bytes:
+    """A model as a compact JSON body."""
+    return model.model_dump_json().encode()
+
+
+# -- query parameters --------------------------------------------------------------------
+
+
+class Params:
+    """Query parameter names of the client API."""
+
+    ACKS: Final = "acks"
+    """Produce: all, leader or none."""
+    TIMEOUT_MS: Final = "timeoutMs"
+    """Produce: how long the leader may wait for acks=all."""
+    LEADER_EPOCH: Final = "leaderEpoch"
+    """Every request: the leader epoch the client knows; the broker fences other epochs."""
+    ENCODING: Final = "encoding"
+    """Produce and JSON reads: how keys, values and header values are written (`Encoding`)."""
+    OFFSET: Final = "offset"
+    """Read: the first offset wanted."""
+    MAX_RECORDS: Final = "maxRecords"
+    MAX_BYTES: Final = "maxBytes"
+    MAX_WAIT_MS: Final = "maxWaitMs"
+    """Read: how long the leader may hold a read that has nothing to return yet."""
+    AT: Final = "at"
+    """ListOffsets: earliest, latest or a time in ms since the Unix epoch."""
+
+
+class Encoding(enum.StrEnum):
+    """How a JSON body writes keys, values and header values: UTF-8 text, or base64."""
+
+    UTF8 = "utf8"
+    BASE64 = "base64"
+
+
+def _decoder(encoding: Encoding) -> Callable[[str], bytes]:
+    if encoding is Encoding.UTF8:
+        return str.encode
+
+    def b64(text: str) -> bytes:
+        return base64.b64decode(text, validate=True)
+
+    return b64
+
+
+def _text(data: bytes, encoding: Encoding) -> str:
+    if encoding is Encoding.BASE64:
+        return base64.b64encode(data).decode()
+    return data.decode(errors="replace")
+
+
+# -- produce -----------------------------------------------------------------------------
+
+
+@with_config(ConfigDict(strict=True, extra="forbid"))
+class RecordIn(TypedDict):
+    """One record of a JSON produce body."""
+
+    key: NotRequired[str | None]
+    value: str
+    headers: NotRequired[dict[str, str]]
+
+
+@with_config(ConfigDict(strict=True, extra="forbid"))
+class ProduceBody(TypedDict):
+    """The JSON produce body. The idempotent producer's fields come together or not at all."""
+
+    records: Annotated[list[RecordIn], Field(min_length=1)]
+    producerId: NotRequired[Annotated[int, Field(ge=0)]]
+    producerEpoch: NotRequired[Annotated[int, Field(ge=0, le=MAX_I16)]]
+    baseSequence: NotRequired[Annotated[int, Field(ge=0, le=MAX_I32)]]
+
+
+_PRODUCE_BODY: Final = TypeAdapter(ProduceBody)
+_PRODUCER_FIELDS: Final = ("producerId", "producerEpoch", "baseSequence")
+
+
+class ProducerIdentity(NamedTuple):
+    """The idempotent producer's fields for one batch: id, epoch, sequence of its first
+    record."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+
+
+def encode_produce_body(records: Sequence[RecordIn], producer: ProducerIdentity | None) -> bytes:
+    doc: dict[str, Any] = {"records": records}
+    if producer is not None:
+        doc.update(zip(_PRODUCER_FIELDS, producer, strict=True))
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def decode_produce_body(body: bytes) -> tuple[list[RecordIn], ProducerIdentity | None]:
+    """The records and producer fields of a JSON produce body."""
+    try:
+        parsed = _PRODUCE_BODY.validate_json(body)
+    except ValidationError as exc:
+        raise InvalidRequestError(
+            f"invalid produce body: {describe_validation_error(exc)}"
+        ) from None
+    given = [f for f in _PRODUCER_FIELDS if f in parsed]
+    if not given:
+        return parsed["records"], None
+    if len(given) != len(_PRODUCER_FIELDS):
+        raise InvalidRequestError(
+            "producerId, producerEpoch and baseSequence go together; got only " + ", ".join(given)
+        )
+    identity = ProducerIdentity(
+        parsed["producerId"], parsed["producerEpoch"], parsed["baseSequence"]
+    )
+    return parsed["records"], identity
+
+
+def decode_record_text(
+    records: Sequence[RecordIn], encoding: Encoding
+) -> Iterable[tuple[int, bytes | None, bytes, tuple[tuple[str, bytes], ...]]]:
+    """(index, key, value, headers) of each record, as bytes; raises InvalidRequestError
+    naming a record whose text is not valid in `encoding`."""
+    decode = _decoder(encoding)
+    for i, r in enumerate(records):
+        try:
+            key_text = r.get("key")
+            key = None if key_text is None else decode(key_text)
+            value = decode(r["value"])
+            hs = r.get("headers")
+            headers = tuple((k, decode(v)) for k, v in hs.items()) if hs else ()
+        except (binascii.Error, ValueError) as exc:
+            what = "base64" if encoding is Encoding.BASE64 else "UTF-8"
+            raise InvalidRequestError(f"records.{i}: not valid {what} ({exc})") from None
+        yield i, key, value, headers
+
+
+class ProduceAnswer(WireModel):
+    """Where the records went: their offsets and the leader epoch that appended them."""
+
+    base_offset: StrictInt
+    last_offset: StrictInt
+    leader_epoch: StrictInt
+
+
+# -- read --------------------------------------------------------------------------------
+
+
+class RecordOut(TypedDict):
+    """One record of a JSON read answer."""
+
+    offset: int
+    key: str | None
+    value: str | None
+    headers: dict[str, str]
+    timestamp: int
+    leaderEpoch: int
+
+
+def record_json(r: LogRecord, encoding: Encoding) -> RecordOut:
+    """A record as a JSON read answer (and the CLI's output) writes it."""
+    return {
+        "offset": r.offset,
+        "key": None if r.key is None else _text(r.key, encoding),
+        "value": None if r.value is None else _text(r.value, encoding),
+        "headers": {k: _text(v, encoding) for k, v in r.headers},
+        "timestamp": r.timestamp,
+        "leaderEpoch": r.leader_epoch,
+    }
+
+
+def encode_read_answer(
+    records: Iterable[LogRecord],
+    *,
+    encoding: Encoding,
+    high_watermark: int,
+    log_start_offset: int,
+    leader_epoch: int,
+) -> bytes:
+    doc = {
+        "records": [record_json(r, encoding) for r in records],
+        "highWatermark": high_watermark,
+        "logStartOffset": log_start_offset,
+        "leaderEpoch": leader_epoch,
+    }
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+RecordFactory = Callable[[int, int, bytes | None, bytes | None, dict[str, bytes], int], T]
+"""Makes the caller's record from (offset, timestamp, key, value, headers, leaderEpoch)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadAnswer(Generic[T]):
+    """A read answer, JSON or binary: the records and where the partition stands."""
+
+    records: list[T]
+    high_watermark: int
+    log_start_offset: int
+    leader_epoch: int
+
+
+def _int(doc: Mapping[str, Any], name: str) -> int:
+    value = doc.get(name)
+    if type(value) is not int:
+        raise InvalidRequestError(f"{name} is not an integer: {value!r}")
+    return value
+
+
+def _object(doc: Any, what: str) -> dict[str, Any]:
+    if not isinstance(doc, dict):
+        raise InvalidRequestError(f"{what} is not a JSON object")
+    return doc
+
+
+def decode_json_object(body: bytes) -> dict[str, Any]:
+    try:
+        doc = json.loads(body)
+    except ValueError as exc:
+        raise InvalidRequestError(f"answer is not JSON ({exc})") from None
+    return _object(doc, "answer")
+
+
+def decode_read_answer(
+    body: bytes, record: RecordFactory[T], encoding: Encoding = Encoding.BASE64
+) -> ReadAnswer[T]:
+    """A JSON read answer; `record` makes each record."""
+    doc = decode_json_object(body)
+    raw = doc.get("records")
+    if not isinstance(raw, list):
+        raise InvalidRequestError("records is not a list")
+    text = _decoder(encoding)
+
+    def data(value: Any) -> bytes:
+        if not isinstance(value, str):
+            raise InvalidRequestError(f"expected a {encoding} string, got {value!r}")
+        try:
+            return text(value)
+        except ValueError as exc:
+            raise InvalidRequestError(f"not {encoding} ({exc})") from None
+
+    out: list[T] = []
+    for r in raw:
+        r = _object(r, "a record")
+        headers = _object(r.get("headers") or {}, "headers")
+        key, value = r.get("key"), r.get("value")
+        out.append(
+            record(
+                _int(r, "offset"),
+                _int(r, "timestamp"),
+                None if key is None else data(key),
+                None if value is None else data(value),
+                {str(k): data(v) for k, v in headers.items()},
+                _int(r, "leaderEpoch"),
+            )
+        )
+    return ReadAnswer(
+        out, _int(doc, "highWatermark"), _int(doc, "logStartOffset"), _int(doc, "leaderEpoch")
+    )
+
+
+def read_header(
+    *, offset: int, high_watermark: int, log_start_offset: int, leader_epoch: int
+) -> dict[str, Any]:
+    """The JSON header of a binary read answer (`framing`); `offset` is the one asked for
+    (the first batch may start below it)."""
+    return {
+        "offset": offset,
+        "highWatermark": high_watermark,
+        "logStartOffset": log_start_offset,
+        "leaderEpoch": leader_epoch,
+    }
+
+
+def read_answer_from_header(header: Mapping[str, Any], records: list[T]) -> ReadAnswer[T]:
+    """A binary read answer from its header and the records of its batches."""
+    return ReadAnswer(
+        records,
+        _int(header, "highWatermark"),
+        _int(header, "logStartOffset"),
+        _int(header, "leaderEpoch"),
+    )
+
+
+# -- ListOffsets -------------------------------------------------------------------------
+
+
+class OffsetsAnswer(WireModel):
+    """ListOffsets: the offset asked for, and the leader epoch that answered."""
+
+    offset: StrictInt
+    leader_epoch: StrictInt
+
+
+# -- the partition listing, health and readiness -----------------------------------------
+
+
+class HostedRole(enum.StrEnum):
+    """What a broker's replica of a partition is doing."""
+
+    LEADER = "leader"
+    FOLLOWER = "follower"
+    OFFLINE = "offline"
+    """No role: no assignment yet, or offline after a storage error."""
+
+
+class HostedPartition(WireModel):
+    """One replica a broker hosts, as `GET /v1/partitions` lists it.
+
+    Epochs are spelt as in the Partition status (0: none, `epochs.reported_epoch`).
+    Fields past `leader_epoch` have defaults so that a client can read listings from
+    brokers that say less.
+    """
+
+    name: str
+    role: HostedRole
+    leader: BrokerId | None = None
+    leader_epoch: StrictInt = REPORTED_NO_EPOCH
+    partition_epoch: StrictInt = REPORTED_NO_EPOCH
+    isr: tuple[BrokerId, ...] = ()
+    replicas: tuple[BrokerId, ...] = ()
+    high_watermark: StrictInt = 0
+    log_start_offset: StrictInt = 0
+    log_end_offset: StrictInt = 0
+    persisted_log_end_offset: StrictInt = 0
+    storage_error: str | None = None
+    """Why the replica is offline after a storage error (None: it is not)."""
+    follower_state: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """Followers only: where the follower is in catching up (fetching, truncating, ...)."""
+
+
+class PartitionsListing(WireModel):
+    """`GET /v1/partitions`: who the broker is and every replica it hosts."""
+
+    broker_id: BrokerId | None = None
+    broker_epoch: NonNegativeInt | None = None
+    address: str | None = None
+    """The URL the broker advertises to its peers."""
+    partitions: tuple[HostedPartition, ...]
+
+
+class HealthAnswer(WireModel):
+    """`GET /healthz`: "ok", or "failed" with why (the process should be restarted)."""
+
+    status: str
+    error: str | None = None
+    broker_id: BrokerId
+    broker_epoch: NonNegativeInt | None = None
+    restarts: NonNegativeInt = 0
+    """In-place restarts of the broker's core (after being fenced)."""
+
+
+class ReadyAnswer(WireModel):
+    """`GET /readyz`: ready, or what the broker still waits for."""
+
+    ready: StrictBool
+    waiting: tuple[str, ...] = ()
