@@ -5,24 +5,76 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import random
 import socket
 import time
 
 LOOPBACK = "127.0.0.1"
 
 
-def free_ports(n: int) -> list[int]:
-    """`n` distinct TCP ports free on loopback right now (the kernel's choice).
+_EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+_LOWEST = 10_000
 
-    The sockets stay bound until all are chosen: closed one by one, the kernel may
-    hand out the same port twice.
+
+def _listening_range() -> range:
+    """The ports to hand out: those below the kernel's ephemeral range (where every outgoing
+    connection takes its local port, so a port chosen there may be taken by a client before
+    the server binds it), split among pytest-xdist workers so that parallel tests never
+    choose the same one."""
+    try:
+        with open(_EPHEMERAL_RANGE) as f:
+            ephemeral_low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32_768
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    count = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1), index + 1)
+    width = (ephemeral_low - _LOWEST) // count
+    start = _LOWEST + index * width
+    return range(start, start + width)
+
+
+_cursor: dict[range, int] = {}
+
+
+def _bindable(s: socket.socket, port: int) -> bool:
+    try:
+        s.bind((LOOPBACK, port))
+    except OSError:
+        return False
+    return True
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct TCP ports free on loopback right now.
+
+    Chosen below the ephemeral range, in this process's share of it, each one after the
+    last handed out (a port just released may still be wanted by the process that had
+    it). The sockets stay bound until all are chosen. Falls back to the kernel's choice
+    when the share is too small to hold them.
     """
+    ports_range = _listening_range()
     with contextlib.ExitStack() as stack:
-        ports = []
-        for _ in range(n):
+        ports: list[int] = []
+        if len(ports_range) < 4 * n:
+            for _ in range(n):
+                s = stack.enter_context(socket.socket())
+                s.bind((LOOPBACK, 0))
+                ports.append(int(s.getsockname()[1]))
+            return ports
+        at = _cursor.get(ports_range, random.randrange(len(ports_range)))
+        for _ in range(len(ports_range)):
+            port = ports_range[at % len(ports_range)]
+            at += 1
             s = stack.enter_context(socket.socket())
-            s.bind((LOOPBACK, 0))
-            ports.append(int(s.getsockname()[1]))
+            if _bindable(s, port):
+                ports.append(port)
+                if len(ports) == n:
+                    break
+        _cursor[ports_range] = at
+        if len(ports) < n:
+            raise OSError(f"no {n} free ports in {ports_range.start}-{ports_range.stop - 1}")
         return ports
 
 
