@@ -676,8 +676,11 @@ class Broker:
             for name, host in sorted(core.partitions.items()):
                 replica, plog, role = host.replica, host.log, host.replica.role
                 a = replica.assignment
+                heard = host.heard
                 entry = HostedPartition(
                     name=name,
+                    topic=heard.topic if heard else None,
+                    partition=heard.partition if heard else None,
                     role=HostedRole.LEADER
                     if isinstance(role, Leader)
                     else HostedRole.FOLLOWER

@@ -379,6 +379,10 @@ class HostedPartition(WireModel):
 
     name: str
     role: HostedRole
+    topic: str | None = None
+    """The topic the partition belongs to, and its index in it, as the controller's
+    assignment says (None until the broker has heard one since it started)."""
+    partition: NonNegativeInt | None = None
     leader: BrokerId | None = None
     leader_epoch: StrictInt = REPORTED_NO_EPOCH
     partition_epoch: StrictInt = REPORTED_NO_EPOCH

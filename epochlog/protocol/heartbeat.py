@@ -164,19 +164,16 @@ class PartitionAssignment(WireModel):
     isr_storage_ids: dict[BrokerKey, str] = Field(default_factory=dict)
     min_insync_replicas: PositiveInt = DEFAULT_MIN_INSYNC_REPLICAS
     replica_lag_time_max_ms: PositiveInt = DEFAULT_REPLICA_LAG_TIME_MAX_MS
+    topic: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The Partition's spec.topic, so that brokers can say which topic a name belongs to
+    (None from controllers that do not send it)."""
+    partition: NonNegativeInt | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The Partition's spec.partition: its index within the topic."""
 
     @classmethod
     def from_status(
         cls, name: str, status: PartitionStatus, spec: PartitionSpec | None = None
     ) -> PartitionAssignment:
-        extra = (
-            {}
-            if spec is None
-            else {
-                "min_insync_replicas": spec.min_insync_replicas,
-                "replica_lag_time_max_ms": spec.replica_lag_time_max_ms,
-            }
-        )
         return cls(
             name=name,
             leader=status.leader,
@@ -185,7 +182,14 @@ class PartitionAssignment(WireModel):
             isr=status.isr,
             replicas=status.replicas,
             isr_storage_ids=status.isr_storage_ids,
-            **extra,
+            min_insync_replicas=(
+                DEFAULT_MIN_INSYNC_REPLICAS if spec is None else spec.min_insync_replicas
+            ),
+            replica_lag_time_max_ms=(
+                DEFAULT_REPLICA_LAG_TIME_MAX_MS if spec is None else spec.replica_lag_time_max_ms
+            ),
+            topic=None if spec is None else spec.topic,
+            partition=None if spec is None else spec.partition,
         )
 
 

@@ -27,6 +27,7 @@ from epochlog.devcluster.local import LocalCluster
 from epochlog.devcluster.local_workload import read_back
 from epochlog.harness import ManagedProcess
 from tests.devcluster.conftest import kubectl_binary
+from tests.waiting import until
 
 TIMINGS = [
     "--heartbeat-interval-ms",
@@ -134,6 +135,24 @@ async def test_kubectl_shows_the_example_partitions_with_leaders(state_dir: Path
     for row in rows.values():
         assert row[3] in {"1", "2", "3"}, row  # a leader
         assert int(row[4]) >= 1  # leaderEpoch
+
+
+async def test_brokers_list_each_partition_with_its_topic_and_index(state_dir: Path) -> None:
+    """`GET /v1/partitions` says the topic and index of every replica, from the controller's
+    assignment: readers discover a topic's partitions without a naming convention."""
+    cluster = LocalCluster.load(state_dir)
+    async with Client(cluster.bootstrap) as client:
+
+        async def listed() -> list[tuple[str, str | None, int | None]]:
+            rows = []
+            for url in cluster.bootstrap:
+                listing = await client.metadata.describe(url)
+                rows += [(p.name, p.topic, p.partition) for p in listing.partitions]
+            return rows if rows and all(topic for _, topic, _ in rows) else []
+
+        rows = await until(listed, "every broker to list its replicas with their topic", 10)
+    assert {(topic, index) for _, topic, index in rows} == {("orders", i) for i in range(3)}
+    assert all(name == f"{topic}-{index}" for name, topic, index in rows)
 
 
 def test_status_lists_processes_and_partitions(state_dir: Path) -> None:

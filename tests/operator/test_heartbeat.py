@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from epochlog.protocol.heartbeat import BrokerHeartbeat, HeartbeatResponse, PartitionAssignment
-from epochlog.resources import PartitionStatus
+from epochlog.resources import PartitionSpec, PartitionStatus
 from epochlog_operator.observations import ReceivedHeartbeat
 
 WIRE: dict[str, Any] = {
@@ -109,3 +109,14 @@ def test_response_carries_the_persisted_assignment() -> None:
         "rejectedIsrProposals": [],
         "brokers": {},
     }
+
+
+def test_assignment_names_the_topic_and_index_from_the_spec() -> None:
+    spec = PartitionSpec(topic="orders", partition=3, replication_factor=2)
+    status = PartitionStatus(
+        leader=1, leader_epoch=1, partition_epoch=1, isr=(1, 2), replicas=(1, 2)
+    )
+    wire = PartitionAssignment.from_status("orders-3", status, spec).model_dump(mode="json")
+    assert (wire["topic"], wire["partition"]) == ("orders", 3)
+    back = PartitionAssignment.model_validate(wire)
+    assert (back.topic, back.partition) == ("orders", 3)
