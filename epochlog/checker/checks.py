@@ -189,7 +189,7 @@ class Checker:
         assert leader is not None
         lag_max = self.lag_max_ms[partition]
         write = self.timing.reconcile_interval_ms + 2 * self.timing.max_network_delay_ms + 100
-        epoch_start = self._epoch_start(partition, status.leader_epoch)
+        epoch_start = self._epoch_start(partition, status.leader_epoch, now)
         for f in status.isr:
             if f == leader:
                 continue
@@ -220,11 +220,19 @@ class Checker:
                 f"t={reports[0]}, {reports[0] - since} ms after its last fetch",
             )
 
-    def _epoch_start(self, partition: str, leader_epoch: int) -> int:
+    def _epoch_start(self, partition: str, leader_epoch: int, before: int) -> int:
+        """When the status last turned to `leader_epoch`, up to `before`. Not the first time:
+        an epoch published but never delivered is forgotten with a re-created resource and
+        a restarted controller (see the module docstring), and handed out again later."""
+        start = 0
+        previous: int | None = None
         for w in self._writes(partition):
-            if w.status.leader_epoch == leader_epoch:
-                return w.time
-        return 0
+            if w.time > before:
+                break
+            if w.status.leader_epoch == leader_epoch and previous != leader_epoch:
+                start = w.time
+            previous = w.status.leader_epoch
+        return start
 
     def _joined(self, partition: str, member: int, before: int | None = None) -> int:
         """When `member` last entered the ISR (as recorded in the status), up to `before`."""
@@ -489,7 +497,7 @@ class Checker:
     def _healthy(self, partition: str, leader: int, epoch: int, f: int, t: int, tol: int) -> bool:
         lag_max = self.lag_max_ms[partition]
         member_since = self._joined(partition, f, t)
-        joined = max(self._epoch_start(partition, epoch), member_since)
+        joined = max(self._epoch_start(partition, epoch, t), member_since)
         start = joined
         window = self._window_start(partition, f, leader, joined, follower_paused_counts=True)
         if window != joined:
