@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
-EXTRAS ?= dev,operator
+EXTRAS ?= dev,operator,spark
 # Test processes (pytest-xdist): `auto` is one per core. Tests that share a module- or
 # package-scoped fixture stay on one worker (tests/sharing.py).
 WORKERS ?= auto
@@ -50,6 +50,7 @@ bench: venv
 	$(BIN)/python -m benchmarks.broker_bench
 	$(BIN)/python -m benchmarks.operator_bench
 	$(BIN)/python -m benchmarks.failover_bench
+	$(BIN)/python -m benchmarks.spark_bench
 
 soak: venv
 	HYPOTHESIS_PROFILE=soak $(PYTEST) --timeout 3600

@@ -4,7 +4,7 @@ Subcommands so far:
   epochlog log check DIR      verify every batch of a partition directory (read-only)
   epochlog log dump DIR       print records (or batch headers) from an offset
   epochlog log repair DIR     cut a damaged log at the damage (stopped broker; asks first)
-  epochlog demo               end to end: a leader SIGKILLed under acks=all, nothing lost
+  epochlog demo               end to end: a leader SIGKILLed under acks=all and a Spark job
   epochlog demo --storage     storage walkthrough: appends, a power loss, recovery
   epochlog sim                random fault schedules in the deterministic simulator
   epochlog broker             run a broker (HTTP API, replication, heartbeats)
@@ -163,7 +163,37 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         settings=settings_from_args(args),
         duration_s=args.duration,
         keep=args.keep,
+        spark=args.spark,
     )
+
+
+def _cmd_pipeline_run(args: argparse.Namespace) -> int:
+    from epochlog_spark.config import config_from_args
+
+    config = config_from_args(args)
+    try:
+        from epochlog_spark.job import await_job, start_job
+        from epochlog_spark.session import local_session
+    except ImportError as exc:
+        print(
+            f"error: Spark is not installed ({exc}): pip install 'epochlog[spark]'", file=sys.stderr
+        )
+        return 2
+    spark = local_session(args.master, "epochlog-orders")
+    queries = start_job(spark, config)
+    print(
+        f"pipeline: queries {', '.join(queries)} running on {args.master}; outputs in "
+        f"{config.output}, checkpoints in {config.checkpoint}"
+        + ("" if config.available_now else "; Ctrl-C stops them"),
+        flush=True,
+    )
+    try:
+        await_job(spark, queries)
+    except KeyboardInterrupt:
+        print("pipeline: stopped", flush=True)
+    finally:
+        spark.stop()
+    return 0
 
 
 def _cmd_sim(args: argparse.Namespace) -> int:
@@ -453,8 +483,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="end to end: produce with acks=all, SIGKILL a leader, read everything back",
         description="Start the embedded cluster in a fresh state directory, create a topic "
         "(replicationFactor 3), produce with acks=all while the leader of one partition is "
-        "SIGKILLed, read everything back and check that no acknowledged record was lost or "
-        "doubled (exit 1 if one was), then stop the cluster. --storage runs the storage "
+        "SIGKILLed and the Spark order pipeline reads the topic, read everything back and "
+        "check that no acknowledged record was lost or doubled and that the job's outputs "
+        "equal the log (exit 1 if not), then stop the cluster. --storage runs the storage "
         "walkthrough instead (appends, a torn write, simulated power losses).",
     )
     demo.add_argument("--state-dir", default=None, help="where to keep the demo's data")
@@ -469,8 +500,30 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--keep", action="store_true", help="keep the state directory (logs, data) afterwards"
     )
+    demo.add_argument(
+        "--no-spark",
+        dest="spark",
+        action="store_false",
+        help="leave out the Spark act (it is left out anyway without pyspark or Java)",
+    )
     add_timing_arguments(demo)
     demo.set_defaults(func=_cmd_demo)
+
+    from epochlog_spark.config import build_parser as add_job_arguments
+
+    pipeline_p = sub.add_parser("pipeline", help="the Spark job that consumes order events")
+    pipeline_sub = pipeline_p.add_subparsers(dest="pipeline_command", required=True)
+    run = pipeline_sub.add_parser(
+        "run",
+        help="run the order pipeline with Spark in local mode",
+        description="Run the order pipeline (revenue per minute and category, an audit copy of "
+        "every record, dead letters; Parquet, exactly once) with Spark in local mode in this "
+        "process. On a cluster, run pipeline/epochlog_spark/job.py with spark-submit and the "
+        "same arguments.",
+    )
+    add_job_arguments(run)
+    run.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    run.set_defaults(func=_cmd_pipeline_run)
 
     sim = sub.add_parser(
         "sim",

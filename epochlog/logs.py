@@ -40,3 +40,10 @@ def configure(level: str | None = None, fmt: str | None = None) -> None:
         logger_factory=_stderr_logger,
         cache_logger_on_first_use=False,
     )
+
+
+def configure_once() -> None:
+    """`configure` from the environment, unless the process has configured logging already:
+    for code that runs in processes epochlog did not start (Spark's Python workers)."""
+    if not structlog.is_configured():
+        configure()

@@ -46,6 +46,7 @@ from aiohttp import web
 
 from epochlog.protocol.batch import Record
 from epochlog.protocol.bodies import (
+    MAX_RECORDS_PER_READ,
     HealthAnswer,
     OffsetsAnswer,
     Params,
@@ -95,7 +96,6 @@ log = structlog.get_logger("epochlog.broker")
 
 BROKER_KEY = web.AppKey("broker", Broker)
 DEFAULT_MAX_RECORDS = 500
-MAX_RECORDS = 10_000
 DEFAULT_MAX_BYTES = 1 * MiB
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -221,7 +221,7 @@ async def read_records(request: web.Request) -> web.Response:
     try:
         offset = int_param(q, Params.OFFSET)
         max_records = int_param(
-            q, Params.MAX_RECORDS, DEFAULT_MAX_RECORDS, minimum=1, maximum=MAX_RECORDS
+            q, Params.MAX_RECORDS, DEFAULT_MAX_RECORDS, minimum=1, maximum=MAX_RECORDS_PER_READ
         )
         max_bytes = int_param(
             q, Params.MAX_BYTES, DEFAULT_MAX_BYTES, minimum=1, maximum=cfg.max_request_bytes

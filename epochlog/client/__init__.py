@@ -25,7 +25,7 @@ from epochlog.client.errors import (
     RetriesExhaustedError,
 )
 from epochlog.client.producer import Producer
-from epochlog.client.records import ConsumerRecord, OffsetAndEpoch, RecordMetadata
+from epochlog.client.records import ConsumerRecord, OffsetAndEpoch, RecordMetadata, TopicPartition
 from epochlog.client.sync import SyncClient, SyncConsumer, SyncProducer
 
 __all__ = [
@@ -47,4 +47,5 @@ __all__ = [
     "SyncClient",
     "SyncConsumer",
     "SyncProducer",
+    "TopicPartition",
 ]

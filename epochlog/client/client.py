@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import random
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
 from urllib.parse import urlsplit
@@ -27,22 +27,27 @@ from urllib.parse import urlsplit
 import structlog
 
 from epochlog.client.errors import (
+    BrokerUnreachableError,
     OffsetsWentBackError,
     RetriesExhaustedError,
+    UnexpectedResponseError,
     is_retriable,
 )
 from epochlog.client.metadata import Metadata, PartitionLeader
 from epochlog.client.records import (
     BATCH_CONTENT_TYPE,
+    BatchesAnswer,
     FetchAnswer,
     OffsetAndEpoch,
+    TopicPartition,
+    parse_fetch_batches,
     parse_fetch_binary,
     parse_fetch_json,
     parse_offsets_answer,
     parse_produce_answer,
 )
 from epochlog.client.transport import Transport
-from epochlog.protocol.bodies import Encoding, Params
+from epochlog.protocol.bodies import MAX_RECORDS_PER_READ, Encoding, Params
 from epochlog.protocol.epochs import NO_EPOCH
 
 log = structlog.get_logger("epochlog.client")
@@ -222,7 +227,7 @@ class Client:
         done = parse_produce_answer(answer, leader.url + path)
         return done.base_offset, done.last_offset, done.leader_epoch
 
-    async def fetch(
+    async def _read(
         self,
         leader: PartitionLeader,
         offset: int,
@@ -231,7 +236,8 @@ class Client:
         max_bytes: int,
         max_wait_ms: int,
         binary: bool,
-    ) -> FetchAnswer:
+    ) -> tuple[bytes, str, str]:
+        """One read request: (body, content type, where it was sent)."""
         path = f"/v1/partitions/{leader.partition}/records"
         query = {
             Params.OFFSET: str(offset),
@@ -250,10 +256,68 @@ class Client:
             accept=BATCH_CONTENT_TYPE if binary else "application/json",
             timeout_s=max_wait_ms / 1000 + self.request_timeout_s,
         )
-        where = leader.url + path
+        return answer, ctype, leader.url + path
+
+    async def fetch(
+        self,
+        leader: PartitionLeader,
+        offset: int,
+        *,
+        max_records: int,
+        max_bytes: int,
+        max_wait_ms: int,
+        binary: bool,
+    ) -> FetchAnswer:
+        answer, ctype, where = await self._read(
+            leader,
+            offset,
+            max_records=max_records,
+            max_bytes=max_bytes,
+            max_wait_ms=max_wait_ms,
+            binary=binary,
+        )
         if ctype == BATCH_CONTENT_TYPE:
             return parse_fetch_binary(leader.partition, answer, where)
         return parse_fetch_json(leader.partition, answer, where)
+
+    async def fetch_batches(
+        self, leader: PartitionLeader, offset: int, *, max_bytes: int, max_wait_ms: int
+    ) -> BatchesAnswer:
+        """A binary read, as the stored batches (each checked: framing and CRC). The first
+        batch may start below `offset`, and the last may reach past the high watermark."""
+        answer, ctype, where = await self._read(
+            leader,
+            offset,
+            max_records=MAX_RECORDS_PER_READ,
+            max_bytes=max_bytes,
+            max_wait_ms=max_wait_ms,
+            binary=True,
+        )
+        if ctype != BATCH_CONTENT_TYPE:
+            raise UnexpectedResponseError(f"{where}: answered {ctype}, not batches")
+        return parse_fetch_batches(answer, where)
+
+    async def partitions(
+        self, topics: Collection[str] | None = None, *, timeout_ms: int | None = None
+    ) -> list[TopicPartition]:
+        """The partitions of `topics` (all topics when None) that the brokers list, sorted
+        by topic and index. Brokers that do not answer are skipped while one does; when
+        none answers, retried until `timeout_ms` (default: the request timeout)."""
+        loop = asyncio.get_running_loop()
+        timeout_s = (timeout_ms / 1000) if timeout_ms is not None else self.request_timeout_s
+        deadline = loop.time() + timeout_s
+        attempt = 0
+        while True:
+            found, failures = await self.metadata.topic_partitions()
+            if found or len(failures) < len(self.metadata.urls):
+                return [p for p in found if topics is None or p.topic in topics]
+            detail = "; ".join(f"{u}: {e}" for u, e in failures.items())
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise BrokerUnreachableError(f"no bootstrap broker answered: {detail}")
+            log.debug("listing_retry", error=detail)
+            await asyncio.sleep(min(self.backoff.delay(attempt), remaining))
+            attempt += 1
 
     async def list_offsets_once(self, leader: PartitionLeader, at: str) -> OffsetAndEpoch:
         path = f"/v1/partitions/{leader.partition}/offsets"

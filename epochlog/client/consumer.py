@@ -16,22 +16,21 @@ leader answers OFFSET_OUT_OF_RANGE for a position this consumer reached by
 reading (the leader holds less than was committed before), the consumer does
 not rewind or skip: it waits for the leader to catch up, up to
 `out_of_range_wait_ms`, and then raises `OffsetOutOfRangeError`. A start
-offset given by the caller that the log does not hold raises at once.
+offset given by the caller that the log does not hold, or a position below
+the log start (records deleted), raises at once (`epochlog.client.reading`).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 
 import structlog
 
 from epochlog.client.client import EARLIEST, LATEST, Client, check_partition_name
-from epochlog.client.errors import RetriesExhaustedError, is_retriable
 from epochlog.client.metadata import PartitionLeader
+from epochlog.client.reading import read_at
 from epochlog.client.records import ConsumerRecord, FetchAnswer
-from epochlog.protocol.errors import OffsetOutOfRangeError
 
 log = structlog.get_logger("epochlog.client")
 
@@ -165,56 +164,25 @@ class Consumer:
         return records
 
     async def _fetch(self, position: int, wait_ms: int) -> FetchAnswer:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.retry_timeout_s
-        out_of_range_since: float | None = None
-        attempt = 0
-        while True:
-            leader: PartitionLeader | None = None
-            try:
-                leader = await self.client.metadata.leader(self.partition)
-                return await self.client.fetch(
-                    leader,
-                    position,
-                    max_records=self.max_records,
-                    max_bytes=self.max_bytes,
-                    max_wait_ms=wait_ms,
-                    binary=self.binary,
-                )
-            except OffsetOutOfRangeError as exc:
-                if not self._confirmed:
-                    raise
-                now = loop.time()
-                if out_of_range_since is None:
-                    out_of_range_since = now
-                log.warning(
-                    "leader_behind_position",
-                    partition=self.partition,
-                    position=position,
-                    error=exc.message,
-                )
-                if now - out_of_range_since >= self.out_of_range_wait_s:
-                    raise OffsetOutOfRangeError(
-                        f"{self.partition}: the leader still does not hold offset {position}, "
-                        f"which this consumer already reached ({exc.message}); not rewinding",
-                        position=position,
-                        **exc.details,
-                    ) from exc
-                # Perhaps a stale leader: look again.
-                self.client.metadata.invalidate(self.partition, leader)
-            except Exception as exc:
-                if not is_retriable(exc):
-                    raise
-                self.client.metadata.on_error(self.partition, leader, exc)
-                if loop.time() >= deadline:
-                    raise RetriesExhaustedError(
-                        f"reading {self.partition} at {position} failed for "
-                        f"{self.retry_timeout_s:.3g} s",
-                        exc,
-                    ) from exc
-                log.debug("read_retry", partition=self.partition, error=str(exc))
-            await asyncio.sleep(self.client.backoff.delay(attempt))
-            attempt += 1
+        async def read(leader: PartitionLeader) -> FetchAnswer:
+            return await self.client.fetch(
+                leader,
+                position,
+                max_records=self.max_records,
+                max_bytes=self.max_bytes,
+                max_wait_ms=wait_ms,
+                binary=self.binary,
+            )
+
+        return await read_at(
+            self.client,
+            self.partition,
+            position,
+            read,
+            retry_timeout_s=self.retry_timeout_s,
+            out_of_range_wait_s=self.out_of_range_wait_s,
+            confirmed=self._confirmed,
+        )
 
     async def __anext__(self) -> ConsumerRecord:
         while not self._buffer:

@@ -38,7 +38,7 @@ from epochlog.client.errors import (
     ClientError,
     NoSuchPartitionError,
 )
-from epochlog.client.records import decode_answer
+from epochlog.client.records import TopicPartition, decode_answer
 from epochlog.client.transport import Transport
 from epochlog.protocol.bodies import HostedRole, Params, PartitionsListing
 from epochlog.protocol.epochs import NO_EPOCH, epoch_from_report
@@ -82,6 +82,9 @@ class _Seen:
     leader: int | None
     leader_epoch: int
     """NO_EPOCH when the broker reports none."""
+    topic: str | None
+    index: int | None
+    """The partition's topic and its index there, when the broker has heard them."""
 
 
 class Metadata:
@@ -243,12 +246,26 @@ class Metadata:
                     role=p.role,
                     leader=p.leader,
                     leader_epoch=epoch_from_report(p.leader_epoch),
+                    topic=p.topic,
+                    index=p.partition,
                 )
                 for p in answer.partitions
             )
             if broker_id is not None and answer.address:
                 self._broker_urls.setdefault(broker_id, answer.address.rstrip("/"))
         return seen, failures
+
+    async def topic_partitions(self) -> tuple[list[TopicPartition], dict[str, str]]:
+        """Every partition a reachable broker lists with its topic and index, by name, and
+        the failure of each broker that did not answer. Replicas whose broker has not heard
+        their topic yet are left out (another replica of the same partition usually says)."""
+        seen, failures = await self._probe()
+        found = {
+            s.name: TopicPartition(s.topic, s.index, s.name)
+            for s in seen
+            if s.topic is not None and s.index is not None
+        }
+        return sorted(found.values()), failures
 
     async def _lookup(self, partition: str) -> PartitionLeader:
         seen, failures = await self._probe()

@@ -19,7 +19,7 @@ from functools import partial
 from typing import Final, NamedTuple, TypeVar
 
 from epochlog.client.errors import UnexpectedResponseError
-from epochlog.protocol.batch import NO_PRODUCER_ID, Record, encode_batch
+from epochlog.protocol.batch import NO_PRODUCER_ID, Record, RecordBatch, encode_batch
 from epochlog.protocol.bodies import (
     Encoding,
     OffsetsAnswer,
@@ -39,12 +39,14 @@ from epochlog.protocol.wire import WireModel
 
 __all__ = [
     "BATCH_CONTENT_TYPE",
+    "BatchesAnswer",
     "ConsumerRecord",
     "FetchAnswer",
     "OffsetAndEpoch",
     "OutgoingRecord",
     "ProducerIdentity",
     "RecordMetadata",
+    "TopicPartition",
 ]
 
 RECORD_OVERHEAD: Final = 24
@@ -58,6 +60,15 @@ class RecordMetadata(NamedTuple):
     partition: str
     offset: int
     leader_epoch: int
+
+
+class TopicPartition(NamedTuple):
+    """A partition of a topic: the topic, the partition's index in it, and the name that
+    addresses it (the Partition resource's name)."""
+
+    topic: str
+    partition: int
+    name: str
 
 
 class OffsetAndEpoch(NamedTuple):
@@ -173,6 +184,7 @@ def produce_body(
 M = TypeVar("M", bound=WireModel)
 
 FetchAnswer = ReadAnswer[ConsumerRecord]
+BatchesAnswer = ReadAnswer[RecordBatch]
 
 
 def decode_answer(model: type[M], body: bytes, where: str) -> M:
@@ -218,5 +230,14 @@ def parse_fetch_binary(partition: str, body: bytes, where: str) -> FetchAnswer:
             for r in b.records()
         ]
         return read_answer_from_header(header, out)
+    except EpochlogError as exc:
+        raise UnexpectedResponseError(f"{where}: {exc.message}") from None
+
+
+def parse_fetch_batches(body: bytes, where: str) -> BatchesAnswer:
+    """A read answer in the framed batch format, as its checked batches (not decoded)."""
+    try:
+        header, batches = unframe(body)
+        return read_answer_from_header(header, batches)
     except EpochlogError as exc:
         raise UnexpectedResponseError(f"{where}: {exc.message}") from None

@@ -14,7 +14,7 @@ import contextlib
 import functools
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from epochlog.client import Client, Consumer, Producer, RecordMetadata
@@ -42,6 +42,8 @@ class SteadyProducer:
     partitions: Sequence[str]
     rate: float = 200.0
     prefix: str = "r"
+    make_value: Callable[[int], str] | None = None
+    """The value of the n-th record (each must be unique); default `{prefix}-{n}`."""
     delivery_timeout_ms: int = 120_000
     acks: list[WorkloadAck] = field(default_factory=list)
     failed: list[tuple[str, BaseException]] = field(default_factory=list)
@@ -64,7 +66,11 @@ class SteadyProducer:
         next_at = time.monotonic()
         while not self._stop.is_set():
             partition = self.partitions[self.sent % len(self.partitions)]
-            value = f"{self.prefix}-{self.sent}"
+            value = (
+                f"{self.prefix}-{self.sent}"
+                if self.make_value is None
+                else self.make_value(self.sent)
+            )
             future = await self._producer.send(partition, value)
             future.add_done_callback(functools.partial(self._done, value))
             self.sent += 1

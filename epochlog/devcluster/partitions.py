@@ -53,6 +53,7 @@ def partition_manifest(
     min_insync_replicas: int = DEFAULT_MIN_INSYNC_REPLICAS,
     replica_lag_time_max_ms: int | None = None,
     replicas: Sequence[int] = (),
+    unclean_leader_election: bool = False,
     namespace: str = NAMESPACE,
 ) -> PartitionObject:
     """A Partition `<topic>-<index>` to create; `replicas` fixes the replica order (preferred
@@ -65,6 +66,8 @@ def partition_manifest(
         settings["replica_lag_time_max_ms"] = replica_lag_time_max_ms
     if replicas:
         settings["replicas"] = tuple(replicas)
+    if unclean_leader_election:
+        settings["unclean_leader_election"] = True
     spec = PartitionSpec(topic=topic, partition=index, **settings)
     return PartitionObject(
         metadata=ObjectMeta(name=spec.name, namespace=namespace),

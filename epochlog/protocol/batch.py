@@ -200,26 +200,41 @@ def check_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeade
     return h
 
 
-def decode_records(raw: bytes | bytearray | memoryview, h: BatchHeader) -> list[LogRecord]:
-    """Decode the records of a batch already checked by `check_batch` (raw starts at it)."""
-    out: list[LogRecord] = []
+class RecordColumns(NamedTuple):
+    """The records of one batch, column by column (record i has offset baseOffset + i)."""
+
+    timestamps: list[int]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    headers: list[tuple[tuple[str, bytes], ...]]
+
+
+def decode_columns(raw: bytes | bytearray | memoryview, h: BatchHeader) -> RecordColumns:
+    """Decode the records of a batch already checked by `check_batch` (raw starts at it),
+    as columns: what columnar readers (Arrow) take without a per-record object."""
+    timestamps: list[int] = []
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    headers: list[tuple[tuple[str, bytes], ...]] = []
     pos = HEADER_SIZE
     end = h.size
     unpack = _REC.unpack_from
     mv = memoryview(raw)
     try:
-        for i in range(h.record_count):
+        for _ in range(h.record_count):
             ts, klen, vlen, nh = unpack(mv, pos)
             pos += _REC.size
-            key = None
+            timestamps.append(ts)
             if klen >= 0:
-                key = bytes(mv[pos : pos + klen])
+                keys.append(bytes(mv[pos : pos + klen]))
                 pos += klen
-            value = None
+            else:
+                keys.append(None)
             if vlen >= 0:
-                value = bytes(mv[pos : pos + vlen])
+                values.append(bytes(mv[pos : pos + vlen]))
                 pos += vlen
-            headers: tuple[tuple[str, bytes], ...] = ()
+            else:
+                values.append(None)
             if nh:
                 hs = []
                 for _ in range(nh):
@@ -229,15 +244,28 @@ def decode_records(raw: bytes | bytearray | memoryview, h: BatchHeader) -> list[
                     pos += hkl
                     hs.append((hk, bytes(mv[pos : pos + hvl])))
                     pos += hvl
-                headers = tuple(hs)
+                headers.append(tuple(hs))
+            else:
+                headers.append(())
             if pos > end:
                 raise BatchFormatError("record runs past the batch", pos)
-            out.append(LogRecord(h.base_offset + i, ts, key, value, headers, h.leader_epoch))
     except (struct.error, UnicodeDecodeError) as exc:
         raise BatchFormatError(f"malformed record section ({exc})", pos) from exc
     if pos != end:
         raise BatchFormatError("bytes left after the last record", pos)
-    return out
+    return RecordColumns(timestamps, keys, values, headers)
+
+
+def decode_records(raw: bytes | bytearray | memoryview, h: BatchHeader) -> list[LogRecord]:
+    """Decode the records of a batch already checked by `check_batch` (raw starts at it)."""
+    c = decode_columns(raw, h)
+    base, epoch = h.base_offset, h.leader_epoch
+    return [
+        LogRecord(base + i, ts, key, value, hs, epoch)
+        for i, (ts, key, value, hs) in enumerate(
+            zip(c.timestamps, c.keys, c.values, c.headers, strict=True)
+        )
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,3 +311,6 @@ class RecordBatch:
 
     def records(self) -> list[LogRecord]:
         return decode_records(self.raw, self.header)
+
+    def columns(self) -> RecordColumns:
+        return decode_columns(self.raw, self.header)

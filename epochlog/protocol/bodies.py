@@ -53,6 +53,8 @@ from epochlog.protocol.wire import (
 
 MAX_I16: Final = (1 << 15) - 1
 MAX_I32: Final = (1 << 31) - 1
+MAX_RECORDS_PER_READ: Final = 10_000
+"""The most records one read may ask for (`maxRecords`)."""
 
 M = TypeVar("M", bound=WireModel)
 T = TypeVar("T")

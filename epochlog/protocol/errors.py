@@ -123,6 +123,12 @@ class OffsetOutOfRangeError(EpochlogError):
     code = ErrorCode.OFFSET_OUT_OF_RANGE
     http_status = 416
 
+    @property
+    def log_start_offset(self) -> int | None:
+        """The first offset the answering replica holds, if it said."""
+        value = self.details.get(_LOG_START_OFFSET)
+        return value if type(value) is int else None
+
 
 class NotEnoughReplicasError(EpochlogError):
     """acks=all refused before its records were appended: the ISR is below minimum."""
@@ -246,6 +252,7 @@ class ErrorBody(WireModel):
 
 
 _LEADER: Final = wire_name("leader")
+_LOG_START_OFFSET: Final = wire_name("log_start_offset")
 _LEADER_EPOCH: Final = wire_name("leader_epoch")
 _LEADER_ADDRESS: Final = wire_name("leader_address")
 

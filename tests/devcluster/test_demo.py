@@ -1,5 +1,6 @@
-"""`epochlog demo` end to end, with short timings: a leader SIGKILLed under acks=all writes,
-an election, and every acknowledged record read back once."""
+"""`epochlog demo` end to end, with short timings: a leader SIGKILLed under acks=all writes
+and under a running Spark job, an election, every acknowledged record read back once, and
+the job's outputs equal to the log."""
 
 from __future__ import annotations
 
@@ -46,5 +47,17 @@ def test_demo_loses_nothing_acknowledged(tmp_path: Path) -> None:
     acked = re.search(r"acknowledged \(acks=all\): (\d+) records", out)
     assert acked is not None, out
     assert int(acked.group(1)) > 100
+    # The Spark act: the job's audit copy, dead letters and revenue against the log.
+    assert "every record once: yes" in out, out
+    assert "equal to the log's orders: yes" in out, out
+    audit = re.search(r"audit copy: +(\d+) rows for (\d+) records", out)
+    assert audit is not None, out
+    assert audit.group(1) == audit.group(2)
+    in_audit = re.search(r"acknowledged records in it: (\d+) of (\d+)", out)
+    assert in_audit is not None, out
+    assert in_audit.group(1) == in_audit.group(2) == acked.group(1)
+    dead = re.search(r"dead letters: +(\d+) \(malformed values in the log: (\d+)\)", out)
+    assert dead is not None, out
+    assert dead.group(1) == dead.group(2) != "0"
     # The demo stopped its cluster.
     assert not (state / "state.json").exists()

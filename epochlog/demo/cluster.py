@@ -1,32 +1,31 @@
-"""`make demo` (`epochlog demo`): a leader SIGKILLed under acks=all writes, and nothing lost.
+"""`make demo` (`epochlog demo`): a leader SIGKILLed under acks=all writes and under a
+running Spark job, and nothing lost.
 
 `run_cluster_demo` starts the embedded cluster (`epochlog.devcluster.local`:
 Kubernetes API emulator, operator, three brokers) in a fresh state directory,
-creates a topic of three Partitions with replicationFactor 3, produces with
-acks=all without pause while it SIGKILLs the leader of one partition, reads
-every partition back and compares: every acknowledged record must be there,
-once, at the offset it was acknowledged at. It prints the election the kill
-caused and exits 1 if anything acknowledged is missing or doubled.
-
-`run_demo` (`epochlog demo --storage`) is the storage walkthrough: appends on
-the real disk, a torn write, truncation, and simulated power losses.
+creates the topic `orders` of three Partitions with replicationFactor 3,
+starts the Spark order pipeline on it (`epochlog.demo.pipeline`), produces
+order events with acks=all without pause while it SIGKILLs the leader of one
+partition, reads every partition back and compares: every acknowledged record
+must be there, once, at the offset it was acknowledged at. Then the job is
+stopped, finishes the topic from its checkpoints, and its outputs are checked
+against the log. It prints the election the kill caused and exits 1 if
+anything acknowledged is missing or doubled, or the job's outputs differ from
+the log. Without Spark (`--no-spark`, or no pyspark or Java here) the Spark
+act is left out.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import random
 import shutil
 import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from epochlog_broker.log import CrashFileSystem, LogConfig, OsFileSystem, PartitionLog, Record
-from epochlog_broker.log.segment import segment_name
-
 if TYPE_CHECKING:
+    from epochlog.demo.pipeline import PipelineAct, Report
     from epochlog.devcluster.local import DevSettings, LocalCluster
     from epochlog.devcluster.local_workload import Verdict
     from epochlog.resources import PartitionStatus
@@ -36,123 +35,18 @@ def _say(text: str = "") -> None:
     print(text, flush=True)
 
 
-def _records(n: int, prefix: str) -> list[Record]:
-    return [Record(f"{prefix}-{i}".encode(), key=f"k{i % 7}".encode()) for i in range(n)]
-
-
-def _real_disk(state_dir: str) -> None:
-    fs = OsFileSystem()
-    pdir = os.path.join(state_dir, "orders-0")
-    shutil.rmtree(pdir, ignore_errors=True)
-    now = int(time.time() * 1000)
-    _say("== 1. A partition log on the real disk")
-    plog = PartitionLog.open(fs, pdir)
-    for epoch in (0, 0, 1, 1, 3):
-        r = plog.append_records(_records(100, f"e{epoch}"), leader_epoch=epoch, timestamp=now)
-        plog.flush()
-        _say(
-            f"   appended offsets {r.base_offset}..{r.last_offset} in leader epoch {epoch}, fsynced"
-        )
-    _say(f"   log end offset {plog.log_end_offset}, persisted {plog.persisted_log_end_offset}")
-    _say(f"   leader-epoch-checkpoint: {[(e.epoch, e.start_offset) for e in plog.epochs.entries]}")
-    seg_path = plog.active.log_path
-    plog.close()
-
-    _say("\n== 2. The process dies halfway through writing a batch (torn tail)")
-    from epochlog.protocol.batch import encode_batch
-
-    half = encode_batch(_records(100, "torn"), base_offset=500, leader_epoch=3, timestamp=now)
-    with open(seg_path, "ab") as f:
-        f.write(half[: len(half) // 2])
-    _say(f"   wrote {len(half) // 2} of {len(half)} bytes of the next batch to {segment_name(0)}")
-    plog = PartitionLog.open(fs, pdir)
-    rep = plog.recovery
-    _say(
-        f"   reopened: cut {rep.truncated_bytes} bytes ({rep.truncated_batches} batch, "
-        f"{rep.truncated_reason}); log end offset {plog.log_end_offset}"
-    )
-    last = plog.read_records(plog.log_end_offset - 1)
-    _say(f"   last record still there: offset {last[0].offset} = {last[0].value!r}")
-
-    _say("\n== 3. Becoming follower: truncate at the divergence point (inside a batch)")
-    plog.truncate_to(250)
-    _say(
-        f"   log end offset {plog.log_end_offset}; epochs now "
-        f"{[(e.epoch, e.start_offset) for e in plog.epochs.entries]}"
-    )
-    plog.close()
-    plog = PartitionLog.open(fs, pdir)
-    _say(
-        f"   clean shutdown recognised on reopen: {plog.recovery.clean_shutdown}; "
-        f"log end offset {plog.log_end_offset}"
-    )
-    plog.close()
-
-
-def _power_losses(runs: int = 25, seed: int = 7) -> None:
-    _say(f"\n== 4. {runs} power losses on the crash-simulating disk (seed {seed})")
-    rng = random.Random(seed)
-    acked = lost = truncated_bytes = 0
-    cfg = LogConfig(segment_bytes=64 * 1024, max_batch_bytes=64 * 1024, index_interval_bytes=512)
-    for run in range(runs):
-        fs = CrashFileSystem()
-        plog = PartitionLog.open(fs, "/data/orders-0", cfg)
-        flushed: list[bytes] = []
-        pending: list[bytes] = []
-        epoch = 0
-        for step in range(rng.randint(5, 40)):
-            epoch += rng.random() < 0.1
-            values = [f"r{run}-{step}-{i}".encode() for i in range(rng.randint(1, 30))]
-            plog.append_records([Record(v) for v in values], leader_epoch=epoch, timestamp=step)
-            pending.extend(values)
-            if rng.random() < 0.6:
-                plog.flush()
-                flushed.extend(pending)
-                pending.clear()
-        for tail in range(rng.randint(1, 3)):
-            values = [f"r{run}-tail{tail}-{i}".encode() for i in range(rng.randint(1, 30))]
-            plog.append_records([Record(v) for v in values], leader_epoch=epoch, timestamp=0)
-            pending.extend(values)
-        fs.crash(rng)
-        plog = PartitionLog.open(fs, "/data/orders-0", cfg)
-        got = [r.value for r in plog.read_records(0, max_bytes=1 << 30)]
-        assert got[: len(flushed)] == flushed, "a flushed record was lost"
-        assert got == (flushed + pending)[: len(got)], "the log is not a prefix of what was written"
-        acked += len(flushed)
-        lost += len(flushed) + len(pending) - len(got)
-        truncated_bytes += plog.recovery.truncated_bytes
-    _say(f"   {acked} fsynced records written across all runs: every one survived")
-    _say(f"   {lost} records that were never fsynced were lost, as allowed")
-    _say(f"   {truncated_bytes} bytes of torn batches cut on recovery")
-
-
-def run_demo(state_dir: str | None = None) -> int:
-    own = state_dir is None
-    base = tempfile.mkdtemp(prefix="epochlog-demo-", dir=".") if own else state_dir
-    assert base is not None
-    os.makedirs(base, exist_ok=True)
-    try:
-        _real_disk(base)
-        _power_losses()
-    finally:
-        if own:
-            shutil.rmtree(base, ignore_errors=True)
-    _say("\nThe replicated cluster end to end: `epochlog demo` (without --storage).")
-    return 0
-
-
-# -- the replicated cluster end to end -------------------------------------------------------
-
-DEMO_TOPIC = "payments"
+DEMO_TOPIC = "orders"
 DEMO_PARTITIONS = 3
 DEMO_RATE = 200.0
 
 
 async def _cluster_demo(
-    cluster: LocalCluster, duration_s: float, started: float
-) -> tuple[Verdict, list[str]]:
-    """The demo proper; returns the verdict and the summary lines of the election."""
+    cluster: LocalCluster, duration_s: float, started: float, spark: bool
+) -> tuple[Verdict, list[str], Report | None]:
+    """The demo proper; returns the verdict, the summary lines of the election and the
+    Spark act's report (None without Spark)."""
     from epochlog.client import Client
+    from epochlog.demo.pipeline import PipelineAct, order_value
     from epochlog.devcluster.local_workload import SteadyProducer, read_back, verify
     from epochlog.devcluster.partitions import partition_manifest
 
@@ -183,17 +77,35 @@ async def _cluster_demo(
             f"isr {list(st.isr)}"
         )
 
+    act: PipelineAct | None = None
+    if spark:
+        act = PipelineAct(cluster.state_dir / "pipeline", cluster.bootstrap, DEMO_TOPIC)
+        _say(
+            f'\n== 2b. The Spark order pipeline on "{DEMO_TOPIC}" (local mode): revenue per '
+            "minute and category, an audit copy of every record, dead letters"
+        )
+        await act.start()
+        progress(
+            f"queries {', '.join(act.queries)} running, a micro-batch every second; "
+            f"outputs in {act.config.output}"
+        )
     client = Client(
         cluster.bootstrap, request_timeout_ms=5000, retry_backoff_ms=20, retry_backoff_max_ms=200
     )
+    # Order event times start at a whole minute and advance faster than the clock.
+    orders_from_ms = int(time.time()) // 60 * 60_000
     try:
         _say(
-            f"\n== 3. Producing with acks=all: {DEMO_RATE:.0f} records/s, round robin over "
-            f"{', '.join(names)}"
+            f"\n== 3. Producing order events with acks=all: {DEMO_RATE:.0f} records/s, round "
+            f"robin over {', '.join(names)}"
         )
-        producer = await SteadyProducer(client, names, rate=DEMO_RATE, prefix="payment").start()
+        producer = await SteadyProducer(
+            client, names, rate=DEMO_RATE, make_value=lambda n: order_value(n, orders_from_ms)
+        ).start()
         await asyncio.sleep(duration_s)
         _say(f"   {producer.sent} sent, {len(producer.acks)} acknowledged so far")
+        if act is not None:
+            _say(f"   the job: {act.progress()}")
 
         victim = names[0]
         old = before[victim]
@@ -228,6 +140,8 @@ async def _cluster_demo(
         ]
         for line in election:
             _say(f"   {line}")
+        if act is not None:
+            _say(f"   the job meanwhile: {act.progress()}")
 
         _say(f"\n== 5. Producing on for {duration_s:.1f} s, then waiting for every answer")
         await asyncio.sleep(duration_s)
@@ -250,6 +164,16 @@ async def _cluster_demo(
                 _say(f"   {name}: empty")
         verdict = verify(producer.acks, logs)
 
+        report: Report | None = None
+        if act is not None:
+            _say(
+                "\n== 6b. The Spark job: stopped, started again from its checkpoints to finish "
+                "the topic (Trigger.AvailableNow), its outputs compared with the log"
+            )
+            _say(f"   before the stop: {act.progress()}")
+            report = await act.finish(logs, producer.acks)
+            progress("the job processed the topic to its end")
+
         _say(f"\n== 7. Restarting broker-{old_leader}: same data directory, it catches up")
         await cluster.restart(f"broker-{old_leader}")
         deadline = time.monotonic() + 30
@@ -261,9 +185,11 @@ async def _cluster_demo(
             f"   {victim}: leader broker {status.leader}, leaderEpoch "
             f"{status.leader_epoch}, isr {list(status.isr)}"
         )
-        return verdict, election
+        return verdict, election, report
     finally:
         await client.close()
+        if act is not None:
+            await asyncio.to_thread(act.stop)
 
 
 def run_cluster_demo(
@@ -272,30 +198,40 @@ def run_cluster_demo(
     settings: DevSettings | None = None,
     duration_s: float = 3.0,
     keep: bool = False,
+    spark: bool = True,
 ) -> int:
-    """`epochlog demo`: 0 when every acknowledged record was read back exactly once."""
+    """`epochlog demo`: 0 when every acknowledged record was read back exactly once (and
+    the Spark job's outputs equal the log)."""
+    from epochlog.demo.pipeline import spark_missing
     from epochlog.devcluster.local import DevClusterError, LocalCluster
+
+    if spark and (why := spark_missing()) is not None:
+        _say(f"the Spark act is left out: {why}")
+        spark = False
 
     own = state_dir is None
     base = Path(tempfile.mkdtemp(prefix="epochlog-demo-") if own else str(state_dir))
     cluster = LocalCluster(base, brokers=3, settings=settings)
     s = cluster.settings
-    _say("epochlog demo: a partition leader SIGKILLed while producing with acks=all")
+    _say(
+        "epochlog demo: a partition leader SIGKILLed while producing with acks=all"
+        + (" and while a Spark job reads the topic" if spark else "")
+    )
     _say(
         f"   state directory {base}; heartbeats every {s.heartbeat_interval_ms} ms, "
         f"session timeout {s.session_timeout_ms} ms\n"
     )
     started = time.monotonic()
 
-    async def run() -> tuple[Verdict, list[str]]:
+    async def run() -> tuple[Verdict, list[str], Report | None]:
         try:
-            return await _cluster_demo(cluster, duration_s, started)
+            return await _cluster_demo(cluster, duration_s, started, spark)
         finally:
             _say("\n== Stopping the cluster")
             await cluster.down()
 
     try:
-        verdict, election = asyncio.run(run())
+        verdict, election, report = asyncio.run(run())
     except (DevClusterError, TimeoutError) as exc:
         _say(f"\nFAILED: {exc}")
         _say(f"   logs: {base / 'logs'}")
@@ -329,6 +265,51 @@ def run_cluster_demo(
         f"\n{verdict.acknowledged} acknowledged records written across a leader's SIGKILL: "
         "every one survived, none twice."
     )
+    if report is not None and not _spark_result(report):
+        _say(f"\nFAILED: the Spark job's outputs differ from the log; data in {base}")
+        return 1
     if own and keep:
         _say(f"state, logs and data kept in {base}")
     return 0
+
+
+def _spark_result(report: Report) -> bool:
+    """Print the Spark act's report; whether the job's outputs equal the log."""
+
+    def mark(ok: bool) -> str:
+        return "yes" if ok else "NO"
+
+    _say("\n== The Spark job against the log")
+    _say(
+        f"   audit copy:     {report.audit_rows} rows for {report.records} records in the "
+        f"log; every record once: {mark(report.audit_once)}"
+    )
+    _say(
+        f"                   acknowledged records in it: {report.acknowledged_in_audit} "
+        f"of {report.acknowledged}"
+    )
+    _say(
+        f"   dead letters:   {report.dead_letters} (malformed values in the log: "
+        f"{report.malformed_in_log})"
+    )
+    _say(
+        f"   revenue:        {report.windows} closed windows (minute x category), "
+        f"{report.orders} orders, {report.revenue}; equal to the log's orders: "
+        f"{mark(report.revenue_equal)}"
+    )
+    _say(
+        "                   equal to the acknowledged orders alone: "
+        + (
+            "yes"
+            if report.acknowledged_totals_equal
+            else "no (the log also holds orders whose acknowledgement was lost)"
+        )
+    )
+    for line in report.mismatches[:10]:
+        _say(f"   MISMATCH: {line}")
+    if report.ok:
+        _say(
+            "\nThe job read through the SIGKILL and a restart of its own: every record of the "
+            "log once, totals equal to the log's."
+        )
+    return report.ok

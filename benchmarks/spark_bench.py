@@ -1,0 +1,218 @@
+"""Spark source throughput next to the plain client reading the same records.
+
+Starts the embedded cluster (API emulator, the real operator, three real
+brokers on loopback) under `--dir`, writes a topic of two partitions per
+record size (100 B and 1 KiB values, acks=all, binary batches), then reads
+every record of it, from offset 0 to the high watermark, in three ways:
+
+- the plain client: `epochlog.client.ranges.RangeReader` over each partition,
+  the two partitions at once, decoding every batch's records column by column
+  (the same decoding the source does) -- the baseline;
+- the `epochlog` source in a Structured Streaming query with
+  Trigger.AvailableNow into Spark's no-op sink (`format("noop")`): what the
+  source itself costs, Arrow conversion and Spark's Python-worker hand-over
+  included;
+- the same query into Parquet files.
+
+Spark runs in local mode with as many cores as the machine (`local[*]`), in
+this process; the brokers, the operator and the API emulator share the same
+cores. Each figure is the median of `--repeats` runs after one warm-up query;
+a Spark run includes planning the query, as a micro-batch does. The ratio
+printed is Spark records/s over client records/s, measured in the same run.
+Goal: no-op sink >= 0.5 x the client.
+
+Run with `.venv/bin/python -m benchmarks.spark_bench [--dir DIR] [--records-100 N]
+[--records-1k N] [--repeats R]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from epochlog.client import Client, Producer
+from epochlog.client.ranges import RangeReader
+from epochlog.devcluster.local import DevSettings, LocalCluster
+from epochlog.devcluster.partitions import partition_manifest
+from epochlog.logs import configure
+
+PARTITIONS = 2
+
+
+@dataclass
+class Figure:
+    label: str
+    records: int
+    seconds: list[float]
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / statistics.median(self.seconds)
+
+
+def _values(size: int, count: int) -> list[bytes]:
+    # Distinct values, so no layer sees the same bytes over and over.
+    return [(f"{n:012d}" * (size // 12 + 1))[:size].encode() for n in range(count)]
+
+
+async def write_topic(cluster: LocalCluster, topic: str, size: int, count: int) -> dict[str, int]:
+    """`count` records of `size` bytes over the topic's partitions; the high watermarks."""
+    names = [f"{topic}-{i}" for i in range(PARTITIONS)]
+    for i in range(PARTITIONS):
+        await cluster.apply(partition_manifest(topic, i))
+    for name in names:
+        status = await cluster.wait_leader(name, timeout=120)
+        await cluster.wait_serving(name, status, timeout=120)
+    async with Client(cluster.bootstrap) as client:
+        producer = Producer(client, acks="all", binary=True, linger_ms=5, batch_size=256 << 10)
+        futures = []
+        for n, value in enumerate(_values(size, count)):
+            futures.append(await producer.send(names[n % PARTITIONS], value))
+        await producer.flush()
+        await producer.close()
+        for f in futures:
+            f.result()
+        ends = {}
+        for name in names:
+            ends[name] = (await client.list_offsets(name, "latest")).offset
+    return ends
+
+
+async def client_read(bootstrap: list[str], ends: dict[str, int]) -> int:
+    """Every record below `ends`, decoded; the number read."""
+
+    async def one(client: Client, name: str, end: int) -> int:
+        n = 0
+        async for chunk in RangeReader(client, name, 0, end):
+            for batch in chunk.batches:
+                lo = max(chunk.start - batch.base_offset, 0)
+                hi = min(chunk.end, batch.next_offset) - batch.base_offset
+                n += len(batch.columns().values[lo:hi])
+        return n
+
+    async with Client(bootstrap) as client:
+        counts = await asyncio.gather(*(one(client, n, e) for n, e in ends.items()))
+    return sum(counts)
+
+
+def spark_read(spark: object, bootstrap: list[str], topic: str, sink: str, work: Path) -> None:
+    from pyspark.sql import SparkSession
+
+    assert isinstance(spark, SparkSession)
+    shutil.rmtree(work, ignore_errors=True)
+    frame = (
+        spark.readStream.format("epochlog")
+        .option("bootstrap", ",".join(bootstrap))
+        .option("topic", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    writer = frame.writeStream.trigger(availableNow=True).option(
+        "checkpointLocation", str(work / "checkpoint")
+    )
+    if sink == "parquet":
+        writer = writer.format("parquet").option("path", str(work / "out"))
+    else:
+        writer = writer.format("noop")
+    query = writer.start()
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+
+
+async def bench(base: Path, counts: dict[int, int], repeats: int) -> list[tuple[int, list[Figure]]]:
+    from epochlog_spark.session import local_session
+
+    cluster = LocalCluster(base / "cluster", brokers=3, settings=DevSettings())
+    results: list[tuple[int, list[Figure]]] = []
+    await cluster.up(example_partitions=False)
+    try:
+        print("starting Spark (local mode)...", flush=True)
+        spark = await asyncio.to_thread(local_session, "local[*]", "epochlog-bench")
+        try:
+            for size, count in counts.items():
+                topic = f"bench-{size}"
+                print(f"writing {count} records of {size} B to {topic}...", flush=True)
+                ends = await write_topic(cluster, topic, size, count)
+                total = sum(ends.values())
+                await asyncio.to_thread(
+                    spark_read, spark, cluster.bootstrap, topic, "noop", base / "warm-up"
+                )
+                figures = [
+                    Figure("plain client", total, []),
+                    Figure("Spark, no-op sink", total, []),
+                    Figure("Spark, Parquet", total, []),
+                ]
+                for r in range(repeats):
+                    print(f"   {size} B: run {r + 1}/{repeats}", flush=True)
+                    t = time.perf_counter()
+                    got = await client_read(cluster.bootstrap, ends)
+                    figures[0].seconds.append(time.perf_counter() - t)
+                    if got != total:
+                        raise RuntimeError(f"the client read {got} records, expected {total}")
+                    for figure, sink in zip(figures[1:], ("noop", "parquet"), strict=True):
+                        t = time.perf_counter()
+                        await asyncio.to_thread(
+                            spark_read, spark, cluster.bootstrap, topic, sink, base / sink
+                        )
+                        figure.seconds.append(time.perf_counter() - t)
+                written = spark.read.parquet(str(base / "parquet" / "out")).count()
+                if written != total:
+                    raise RuntimeError(f"Parquet holds {written} records, expected {total}")
+                results.append((size, figures))
+        finally:
+            await asyncio.to_thread(spark.stop)
+    finally:
+        await cluster.down()
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument(
+        "--dir", type=Path, default=None, help="work directory (default: a temporary one)"
+    )
+    p.add_argument("--records-100", type=int, default=400_000, help="records of 100 B")
+    p.add_argument("--records-1k", type=int, default=100_000, help="records of 1 KiB")
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args(argv)
+    configure("warning")
+    os.environ.setdefault("EPOCHLOG_LOG_LEVEL", "warning")
+    base = args.dir or Path(tempfile.mkdtemp(prefix="epochlog-spark-bench-"))
+    try:
+        results = asyncio.run(
+            bench(base, {100: args.records_100, 1024: args.records_1k}, args.repeats)
+        )
+    finally:
+        if args.dir is None:
+            shutil.rmtree(base, ignore_errors=True)
+    print(f"\nSpark source vs plain client ({os.cpu_count()} cores shared with 3 brokers)")
+    print(
+        f"{'values':>7} {'reader':<20} {'records':>9} {'records/s':>11} {'MiB/s':>7} {'ratio':>6}"
+    )
+    ok = True
+    for size, figures in results:
+        baseline = figures[0].records_per_s
+        for figure in figures:
+            ratio = figure.records_per_s / baseline
+            mib = figure.records_per_s * size / (1 << 20)
+            print(
+                f"{size:>5} B {figure.label:<20} {figure.records:>9} "
+                f"{figure.records_per_s:>11,.0f} {mib:>7.1f} {ratio:>6.2f}"
+            )
+        noop_ratio = figures[1].records_per_s / baseline
+        ok = ok and noop_ratio >= 0.5
+    print(f"\ngoal (no-op sink >= 0.5 x the client): {'met' if ok else 'NOT met'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

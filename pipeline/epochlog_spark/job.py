@@ -1,0 +1,172 @@
+"""The pipeline job: order events from an epochlog topic to revenue per minute, an audit copy
+and dead letters, in Parquet, exactly once.
+
+Three streaming queries read the topic through the `epochlog` source, each
+with its own checkpoint under `--checkpoint` and its own output under
+`--output`:
+
+- `revenue`: the values parsed as order events (`epochlog_spark.orders`),
+  revenue and order count per category in event-time windows (`--window`,
+  default 1 minute) with a watermark (`--watermark`, default 1 minute); a
+  window's row is written once the watermark has passed its end (append
+  mode). Columns: window_start, window_end, category, revenue, orders.
+- `audit`: every record as it is in the log: topic, partition, offset,
+  leaderEpoch, timestamp, key, value.
+- `dead-letters`: the records whose value is not a well-formed order event,
+  with topic, partition, offset, value and why (`error`), instead of failing
+  the job.
+
+Parquet file sinks with checkpoints are exactly once: a restarted job goes on
+from its checkpoint, re-reads the same offset ranges (the source gives the
+same records for the same range) and its sink keeps one copy.
+
+Run it here with `epochlog pipeline run ...` (Spark in local mode), or on a
+cluster with `spark-submit pipeline/epochlog_spark/job.py ...` (the same
+arguments; see `build_parser`).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Final
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.query import StreamingQuery
+
+from epochlog_spark.arrow import LEADER_EPOCH
+from epochlog_spark.config import JobConfig, build_parser, config_from_args
+from epochlog_spark.options import option_name
+from epochlog_spark.orders import AMOUNT, AMOUNT_TYPE, ORDER_SCHEMA
+from epochlog_spark.source import FORMAT, register
+
+REVENUE: Final = "revenue"
+AUDIT: Final = "audit"
+DEAD_LETTERS: Final = "dead-letters"
+QUERIES: Final = (REVENUE, AUDIT, DEAD_LETTERS)
+
+NOT_JSON: Final = "not a JSON object"
+BAD_FIELDS: Final = "order_id, category, amount or event_time missing or malformed"
+
+
+def read_topic(spark: SparkSession, config: JobConfig) -> DataFrame:
+    options = {
+        option_name("bootstrap"): config.bootstrap,
+        option_name("topic"): config.topic,
+        option_name("starting_offsets"): config.starting_offsets,
+        **config.source_options,
+    }
+    return spark.readStream.format(FORMAT).options(**options).load()
+
+
+def parse_orders(records: DataFrame) -> DataFrame:
+    """The records with `order` (the parsed event, null fields where malformed), `ok`
+    (well-formed) and `error` (why not)."""
+    text = F.col("value").cast("string")
+    parsed = F.from_json(text, ORDER_SCHEMA)
+    as_object = F.from_json(text, "MAP<STRING, STRING>")
+    amount_ok = parsed["amount"].rlike(AMOUNT.pattern)
+    event_time = F.try_to_timestamp(parsed["event_time"])
+    ok: Column = (
+        as_object.isNotNull()
+        & parsed["order_id"].isNotNull()
+        & parsed["category"].isNotNull()
+        & F.coalesce(amount_ok, F.lit(False))
+        & event_time.isNotNull()
+    )
+    return records.select(
+        "*",
+        F.struct(
+            parsed["order_id"].alias("order_id"),
+            parsed["category"].alias("category"),
+            parsed["amount"].try_cast(AMOUNT_TYPE).alias("amount"),
+            event_time.alias("event_time"),
+        ).alias("order"),
+        ok.alias("ok"),
+        F.when(as_object.isNull(), F.lit(NOT_JSON)).when(~ok, F.lit(BAD_FIELDS)).alias("error"),
+    )
+
+
+def revenue(orders: DataFrame, config: JobConfig) -> DataFrame:
+    return (
+        orders.where("ok")
+        .select("order.*")
+        .withWatermark("event_time", config.watermark)
+        .groupBy(F.window("event_time", config.window), "category")
+        .agg(F.sum("amount").alias("revenue"), F.count("*").alias("orders"))
+        .select(
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            "category",
+            "revenue",
+            "orders",
+        )
+    )
+
+
+def audit(records: DataFrame) -> DataFrame:
+    return records.select("topic", "partition", "offset", LEADER_EPOCH, "timestamp", "key", "value")
+
+
+def dead_letters(orders: DataFrame) -> DataFrame:
+    return orders.where(~F.col("ok")).select("topic", "partition", "offset", "value", "error")
+
+
+def start_job(spark: SparkSession, config: JobConfig) -> dict[str, StreamingQuery]:
+    """Start the three queries; they run until stopped (or, with available_now, until the
+    topic's current end is processed)."""
+    register(spark)
+    records = read_topic(spark, config)
+    orders = parse_orders(records)
+    frames = {
+        REVENUE: revenue(orders, config),
+        AUDIT: audit(records),
+        DEAD_LETTERS: dead_letters(orders),
+    }
+    queries = {}
+    for name, frame in frames.items():
+        writer = (
+            frame.writeStream.format("parquet")
+            .queryName(name)
+            .outputMode("append")
+            .option("path", config.path(name))
+        )
+        writer = (
+            writer.trigger(availableNow=True)
+            if config.available_now
+            else writer.trigger(processingTime=config.trigger_interval)
+        )
+        queries[name] = writer.start(checkpointLocation=config.checkpoint_of(name))
+    return queries
+
+
+def stop_job(queries: dict[str, StreamingQuery]) -> None:
+    for query in queries.values():
+        if query.isActive:
+            query.stop()
+
+
+def await_job(spark: SparkSession, queries: dict[str, StreamingQuery]) -> None:
+    """Until every query ended; the first failure stops the others and is raised."""
+    try:
+        while any(q.isActive for q in queries.values()):
+            spark.streams.awaitAnyTermination()
+            spark.streams.resetTerminated()
+            for query in queries.values():
+                if not query.isActive and query.exception() is not None:
+                    raise query.exception()  # type: ignore[misc]
+    finally:
+        stop_job(queries)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`spark-submit job.py ...`: the session comes from spark-submit's configuration."""
+    config = config_from_args(build_parser().parse_args(argv))
+    spark = SparkSession.builder.appName("epochlog-orders").getOrCreate()
+    await_job(spark, start_job(spark, config))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""Offsets as the checkpoint holds them, and how a micro-batch's ranges are planned.
+
+Pure: no broker, no Spark. The stream reader asks the brokers where each
+partition stands (`epochlog_spark.brokers`) and hands the answers here.
+
+- An offset map is keyed by (topic, partition index); in the checkpoint it is
+  JSON as in Spark's Kafka source, `{"orders": {"0": 120, "1": 98}}`: per
+  partition, the next offset to read.
+- `next_end` decides where the next micro-batch ends. It never goes back: a
+  partition whose latest offset fell below where the query stands (its log was
+  truncated under the query) keeps its offset and is reported as a
+  `Truncation`; a partition no broker lists right now keeps its offset. A
+  partition seen for the first time starts at offset 0 (its earliest, unless
+  records were deleted, which the reader then reports). A read limit
+  (`maxRecordsPerTrigger`) is shared out in proportion to what each partition
+  has to read, never more in all; a cap (Trigger.AvailableNow) bounds the end.
+- `plan_ranges` turns (start, end) into the ranges read by Spark tasks, one
+  per partition, split further to reach `minPartitions`. The same (start, end)
+  always gives the same ranges.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+Key = tuple[str, int]
+"""(topic, partition index)."""
+Offsets = dict[Key, int]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetRange:
+    """Offsets [start, end) of one partition, read by one Spark task."""
+
+    topic: str
+    partition: int
+    name: str
+    """The partition's name, which the brokers' API addresses it by."""
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True, slots=True)
+class Truncation:
+    """A partition whose latest offset is below where the query stands."""
+
+    key: Key
+    position: int
+    latest: int
+
+
+def offsets_to_json(offsets: Mapping[Key, int]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for (topic, index), offset in sorted(offsets.items()):
+        out.setdefault(topic, {})[str(index)] = offset
+    return out
+
+
+def offsets_from_json(doc: Any) -> Offsets:
+    """An offset map from the checkpoint's JSON; ValueError if it is not one."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"offsets are not a JSON object of topics: {doc!r}")
+    out: Offsets = {}
+    for topic, per_partition in doc.items():
+        if not isinstance(topic, str) or not isinstance(per_partition, dict):
+            raise ValueError(f"offsets of topic {topic!r} are not an object: {per_partition!r}")
+        for index, offset in per_partition.items():
+            if not (isinstance(index, str) and index.isdigit()):
+                raise ValueError(f"{topic}: partition {index!r} is not an index")
+            if type(offset) is not int or offset < 0:
+                raise ValueError(f"{topic}/{index}: offset {offset!r} is not an integer >= 0")
+            out[(topic, int(index))] = offset
+    return out
+
+
+def apportion(available: Mapping[K, int], limit: int) -> dict[K, int]:
+    """Share `limit` out over the keys in proportion to what each has available (largest
+    remainder, ties in key order): each gets at most its own, all together
+    min(limit, total)."""
+    total = sum(available.values())
+    if total <= limit:
+        return dict(available)
+    grant = {k: available[k] * limit // total for k in available}
+    left = limit - sum(grant.values())
+    by_remainder = sorted(available, key=lambda k: (-(available[k] * limit % total), str(k)))
+    for k in by_remainder[:left]:
+        grant[k] += 1
+    return grant
+
+
+def next_end(
+    start: Mapping[Key, int],
+    latest: Mapping[Key, int],
+    *,
+    limit: int | None = None,
+    cap: Mapping[Key, int] | None = None,
+) -> tuple[Offsets, list[Truncation]]:
+    """Where the next micro-batch ends, for every partition in `start` or `latest`, and the
+    partitions whose log was truncated under the query."""
+    truncated: list[Truncation] = []
+    end: Offsets = {}
+    for key in sorted(set(start) | set(latest)):
+        position = start.get(key, 0)
+        now = latest.get(key)
+        if now is None:
+            end[key] = position
+        elif now < position:
+            truncated.append(Truncation(key, position, now))
+            end[key] = position
+        else:
+            end[key] = now if cap is None else max(position, min(now, cap.get(key, position)))
+    if limit is not None:
+        grant = apportion({k: end[k] - start.get(k, 0) for k in end}, limit)
+        end = {k: start.get(k, 0) + grant[k] for k in end}
+    return end, truncated
+
+
+def plan_ranges(
+    start: Mapping[Key, int],
+    end: Mapping[Key, int],
+    names: Mapping[Key, str],
+    min_partitions: int | None = None,
+) -> list[OffsetRange]:
+    """The non-empty ranges between `start` and `end` (a partition missing from `start`
+    starts at 0), split in halves, largest first, until there are `min_partitions`."""
+    ranges = [
+        OffsetRange(topic, index, names[(topic, index)], start.get((topic, index), 0), stop)
+        for (topic, index), stop in sorted(end.items())
+        if stop > start.get((topic, index), 0)
+    ]
+    if min_partitions is None or len(ranges) >= min_partitions:
+        return ranges
+    heap = [(-r.size, r.topic, r.partition, r.start, r) for r in ranges]
+    heapq.heapify(heap)
+    while len(heap) < min_partitions and heap and -heap[0][0] >= 2:
+        _, _, _, _, r = heapq.heappop(heap)
+        middle = r.start + r.size // 2
+        for part in (
+            OffsetRange(r.topic, r.partition, r.name, r.start, middle),
+            OffsetRange(r.topic, r.partition, r.name, middle, r.end),
+        ):
+            heapq.heappush(heap, (-part.size, part.topic, part.partition, part.start, part))
+    return sorted((item[4] for item in heap), key=lambda r: (r.topic, r.partition, r.start))

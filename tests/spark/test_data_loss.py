@@ -1,0 +1,108 @@
+"""failOnDataLoss on a log truncated under a running query, with real Spark and real brokers.
+
+A Partition with uncleanLeaderElection: replicas 1, 2, 3 (the first leads). The
+query reads the first records; one follower is SIGKILLed and leaves the ISR;
+more records are acknowledged by the two others and read by the query too. Then
+those two are SIGKILLed and the stale follower comes back: the operator elects
+it uncleanly, and the log ends below where the query stands.
+
+- failOnDataLoss=true (the default): the query's next run fails, and the error
+  names the partition and both offsets.
+- failOnDataLoss=false: from a copy of the same checkpoint, the query logs the
+  loss and goes on; it never goes back, so it reads only records written past
+  its position once the log grows beyond it again.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from pyspark.errors.exceptions.captured import CapturedException
+from pyspark.sql import SparkSession
+
+from epochlog.devcluster.local import LocalCluster
+from tests.spark.conftest import Background
+from tests.spark.helpers import (
+    LONG_S,
+    checkpoint_offsets,
+    create_partition,
+    produce,
+    rows,
+    stream,
+    to_parquet,
+)
+from tests.waiting import until
+
+TOPIC = "loss"
+NAME = f"{TOPIC}-0"
+REPLICAS = (1, 2, 3)
+STALE = 3
+"""The follower that falls behind and is elected uncleanly."""
+
+
+def _run(spark: SparkSession, cluster: LocalCluster, out: Path, **options: str) -> None:
+    query = to_parquet(
+        stream(spark, cluster, topic=TOPIC, startingOffsets="earliest", **options), out
+    )
+    query.awaitTermination()
+
+
+def test_fail_on_data_loss_both_ways_on_a_log_truncated_under_the_query(
+    spark: SparkSession, background: Background, cluster: LocalCluster, workdir: Path
+) -> None:
+    create_partition(
+        background,
+        cluster,
+        TOPIC,
+        0,
+        replicas=REPLICAS,
+        min_insync_replicas=1,
+        unclean_leader_election=True,
+    )
+    out = workdir / "query"
+    produce(background, cluster, [(NAME, f"first-{n}") for n in range(20)])
+    _run(spark, cluster, out)
+
+    cluster.kill(f"broker-{STALE}")
+
+    async def out_of_isr() -> bool:
+        status = await cluster.wait_leader(NAME, timeout=LONG_S)
+        return STALE not in status.isr
+
+    background.run(until(out_of_isr, f"broker {STALE} to leave the ISR", 30))
+    produce(background, cluster, [(NAME, f"second-{n}") for n in range(30)])
+    _run(spark, cluster, out)
+    assert checkpoint_offsets(out / "checkpoint")[-1] == {TOPIC: {"0": 50}}
+
+    # The two brokers holding offsets 20..49 go; the stale one comes back and is elected.
+    for broker in REPLICAS:
+        if broker != STALE:
+            cluster.kill(f"broker-{broker}")
+    background.run(cluster.restart(f"broker-{STALE}"))
+    others = set(REPLICAS) - {STALE}
+    status = background.run(cluster.wait_leader(NAME, not_in=others, timeout=LONG_S))
+    assert status.leader == STALE, status
+    background.run(cluster.wait_serving(NAME, status, timeout=LONG_S))
+
+    lenient = workdir / "lenient"
+    shutil.copytree(out, lenient)
+    with pytest.raises(CapturedException) as failed:
+        _run(spark, cluster, out)
+    message = str(failed.value)
+    assert "loss-0: the latest offset went back from 50 to 20" in message, message
+    assert "failOnDataLoss" in message
+
+    _run(spark, cluster, lenient, failOnDataLoss="false")
+    assert checkpoint_offsets(lenient / "checkpoint")[-1] == {TOPIC: {"0": 50}}
+    produce(background, cluster, [(NAME, f"third-{n}") for n in range(40)])
+    _run(spark, cluster, lenient, failOnDataLoss="false")
+    got = sorted(
+        (o, bytes(v).decode()) for o, v in rows(spark, lenient / "data", "offset", "value")
+    )
+    # Offsets 20..49 now hold third-0..29, which the query never reads: it stood at 50.
+    assert [(o, v) for o, v in got if v.startswith("third")] == [
+        (20 + n, f"third-{n}") for n in range(30, 40)
+    ]
+    assert checkpoint_offsets(lenient / "checkpoint")[-1] == {TOPIC: {"0": 60}}
