@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -256,6 +257,88 @@ def decode_columns(raw: bytes | bytearray | memoryview, h: BatchHeader) -> Recor
     return RecordColumns(timestamps, keys, values, headers)
 
 
+class PackedColumn(NamedTuple):
+    """A column of optional byte strings packed back to back: item i is
+    `data[ends[i - 1]:ends[i]]` (`ends[-1]` taken as 0), None where i is in `nulls`.
+    The layout of an Arrow binary array, without depending on Arrow."""
+
+    data: bytearray
+    ends: array[int]
+    """int32 end offsets into `data`, one per item."""
+    nulls: list[int]
+
+
+class PackedColumns(NamedTuple):
+    timestamps: array[int]
+    """int64 per record."""
+    keys: PackedColumn
+    values: PackedColumn
+    headers: list[tuple[tuple[str, bytes], ...]] | None
+    """Per record; None when no record of the batch has headers."""
+
+
+def decode_packed(raw: bytes | bytearray | memoryview, h: BatchHeader) -> PackedColumns:
+    """Decode the records of a checked batch into packed columns: no object per key or
+    value, for columnar readers (Arrow) that take the buffers as they are."""
+    timestamps = array("q")
+    keys, key_ends, key_nulls = bytearray(), array("i"), []
+    values, value_ends, value_nulls = bytearray(), array("i"), []
+    headers: list[tuple[tuple[str, bytes], ...]] | None = None
+    # Bound methods and running ends: this loop is the whole cost of a columnar read.
+    add_ts, add_key_end, add_value_end = timestamps.append, key_ends.append, value_ends.append
+    key_end = value_end = 0
+    pos = HEADER_SIZE
+    end = h.size
+    unpack = _REC.unpack_from
+    rec_size = _REC.size
+    mv = memoryview(raw)
+    try:
+        for i in range(h.record_count):
+            ts, klen, vlen, nh = unpack(mv, pos)
+            pos += rec_size
+            add_ts(ts)
+            if klen > 0:
+                keys += mv[pos : pos + klen]
+                pos += klen
+                key_end += klen
+            elif klen < 0:
+                key_nulls.append(i)
+            add_key_end(key_end)
+            if vlen > 0:
+                values += mv[pos : pos + vlen]
+                pos += vlen
+                value_end += vlen
+            elif vlen < 0:
+                value_nulls.append(i)
+            add_value_end(value_end)
+            if nh:
+                if headers is None:
+                    headers = [()] * i
+                hs = []
+                for _ in range(nh):
+                    hkl, hvl = _HDR.unpack_from(mv, pos)
+                    pos += _HDR.size
+                    hk = bytes(mv[pos : pos + hkl]).decode()
+                    pos += hkl
+                    hs.append((hk, bytes(mv[pos : pos + hvl])))
+                    pos += hvl
+                headers.append(tuple(hs))
+            elif headers is not None:
+                headers.append(())
+            if pos > end:
+                raise BatchFormatError("record runs past the batch", pos)
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise BatchFormatError(f"malformed record section ({exc})", pos) from exc
+    if pos != end or len(values) != value_end or len(keys) != key_end:
+        raise BatchFormatError("bytes left after the last record", pos)
+    return PackedColumns(
+        timestamps,
+        PackedColumn(keys, key_ends, key_nulls),
+        PackedColumn(values, value_ends, value_nulls),
+        headers,
+    )
+
+
 def decode_records(raw: bytes | bytearray | memoryview, h: BatchHeader) -> list[LogRecord]:
     """Decode the records of a batch already checked by `check_batch` (raw starts at it)."""
     c = decode_columns(raw, h)
@@ -314,3 +397,6 @@ class RecordBatch:
 
     def columns(self) -> RecordColumns:
         return decode_columns(self.raw, self.header)
+
+    def packed(self) -> PackedColumns:
+        return decode_packed(self.raw, self.header)

@@ -8,13 +8,16 @@ timestampType, leaderEpoch, and headers (array of key/value structs) when
 record: the time in a record is the one its producer gave, or the leader's
 clock when a JSON produce gave none.
 
-`to_arrow` decodes the records of stored batches column by column
-(`epochlog.protocol.batch.decode_columns`) and keeps those in [start, end);
+`to_arrow` decodes the records of stored batches into packed columns
+(`epochlog.protocol.batch.decode_packed`: keys and values back to back, no
+object per record), takes those buffers as Arrow arrays as they are, and keeps
+the records in [start, end);
 the result has exactly the Arrow schema Spark expects for `spark_schema`.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable
 from typing import Final
 
@@ -31,7 +34,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from epochlog.protocol.batch import RecordBatch
+from epochlog.protocol.batch import PackedColumn, RecordBatch
 from epochlog.protocol.wire import wire_name
 
 CREATE_TIME: Final = 0
@@ -74,6 +77,36 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
+def _fixed(values: array[int], type_: pa.DataType) -> pa.Array:
+    """A fixed-width Arrow array over the bytes of a Python array (no per-item conversion)."""
+    return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
+
+
+def _binary(column: PackedColumn) -> pa.Array:
+    """An Arrow binary array over a packed column's buffers, as they are."""
+    n = len(column.ends)
+    offsets = array("i", [0])
+    offsets.extend(column.ends)
+    validity = None
+    if column.nulls:
+        bits = bytearray(b"\xff" * ((n + 7) // 8))
+        for i in column.nulls:
+            bits[i >> 3] &= ~(1 << (i & 7)) & 0xFF
+        validity = pa.py_buffer(bits)
+    return pa.Array.from_buffers(
+        pa.binary(),
+        n,
+        [validity, pa.py_buffer(offsets), pa.py_buffer(column.data)],
+        null_count=len(column.nulls),
+    )
+
+
+def _concat(pieces: list[pa.Array], type_: pa.DataType) -> pa.Array:
+    if not pieces:
+        return pa.array([], type_)
+    return pieces[0] if len(pieces) == 1 else pa.concat_arrays(pieces)
+
+
 def to_arrow(
     batches: Iterable[RecordBatch],
     *,
@@ -84,38 +117,41 @@ def to_arrow(
     schema: pa.Schema,
 ) -> pa.RecordBatch:
     """The records of `batches` with offsets in [start, end), as one Arrow record batch."""
-    keys: list[bytes | None] = []
-    values: list[bytes | None] = []
-    timestamps: list[int] = []
-    offsets: list[int] = []
-    epochs: list[int] = []
+    keys: list[pa.Array] = []
+    values: list[pa.Array] = []
+    timestamps: list[pa.Array] = []
+    offsets = array("q")
+    epochs = array("i")
     headers: list[tuple[tuple[str, bytes], ...]] = []
+    with_headers = HEADERS in schema.names
     for batch in batches:
         base = batch.base_offset
         lo = max(start - base, 0)
         hi = min(end, batch.next_offset) - base
         if hi <= lo:
             continue
-        offsets += range(base + lo, base + hi)
-        cols = batch.columns()
-        keys += cols.keys[lo:hi]
-        values += cols.values[lo:hi]
-        timestamps += cols.timestamps[lo:hi]
-        epochs += [batch.leader_epoch] * (hi - lo)
-        headers += cols.headers[lo:hi]
-    n = len(values)
-    ts = pa.array(timestamps, pa.int64()).cast(pa.timestamp("ms", tz="UTC"))
+        cols = batch.packed()
+        count = hi - lo
+        offsets.extend(range(base + lo, base + hi))
+        epochs.extend(array("i", [batch.leader_epoch]) * count)
+        keys.append(_binary(cols.keys).slice(lo, count))
+        values.append(_binary(cols.values).slice(lo, count))
+        timestamps.append(_fixed(cols.timestamps, pa.int64()).slice(lo, count))
+        if with_headers:
+            headers += cols.headers[lo:hi] if cols.headers is not None else [()] * count
+    n = len(offsets)
+    ts = _concat(timestamps, pa.int64()).cast(pa.timestamp("ms", tz="UTC"))
     arrays = [
-        pa.array(keys, pa.binary()),
-        pa.array(values, pa.binary()),
+        _concat(keys, pa.binary()),
+        _concat(values, pa.binary()),
         pa.repeat(topic, n).cast(pa.string()) if n else pa.array([], pa.string()),
         pa.repeat(pa.scalar(partition, pa.int32()), n),
-        pa.array(offsets, pa.int64()),
+        _fixed(offsets, pa.int64()),
         ts.cast(schema.field(TIMESTAMP).type),
         pa.repeat(pa.scalar(CREATE_TIME, pa.int32()), n),
-        pa.array(epochs, pa.int32()),
+        _fixed(epochs, pa.int32()),
     ]
-    if HEADERS in schema.names:
+    if with_headers:
         arrays.append(
             pa.array(
                 [[{KEY: k, VALUE: v} for k, v in hs] for hs in headers],

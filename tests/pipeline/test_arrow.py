@@ -3,7 +3,7 @@ Kafka source, exactly the offsets of the range, the schema Spark checks against.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -75,3 +75,42 @@ def test_only_the_range_is_kept(a: int, b: int) -> None:
     assert got.column("value").to_pylist() == [f"{o}".encode() for o in range(start, end)]
     assert got.num_rows == end - start
     assert got.schema == schema
+
+
+records = st.lists(
+    st.builds(
+        Record,
+        value=st.none() | st.binary(max_size=40),
+        key=st.none() | st.binary(max_size=10),
+        headers=st.lists(st.tuples(st.text(max_size=5), st.binary(max_size=5)), max_size=2).map(
+            tuple
+        ),
+        timestamp=st.integers(0, 2**41),
+    ),
+    min_size=1,
+    max_size=20,
+)
+
+
+@given(st.lists(records, min_size=1, max_size=4), st.booleans())
+def test_columns_hold_what_the_records_hold(
+    groups: list[list[Record]], include_headers: bool
+) -> None:
+    batches, base = [], 0
+    for group in groups:
+        batches.append(stored(base, group))
+        base += len(group)
+    schema = arrow_schema(spark_schema(include_headers))
+    got = to_arrow(batches, topic="t", partition=0, start=0, end=base, schema=schema).to_pylist()
+    expected = [r for b in batches for r in b.records()]
+    assert [row["offset"] for row in got] == [r.offset for r in expected]
+    assert [row["key"] for row in got] == [r.key for r in expected]
+    assert [row["value"] for row in got] == [r.value for r in expected]
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    assert [(row["timestamp"] - epoch) // timedelta(milliseconds=1) for row in got] == [
+        r.timestamp for r in expected
+    ]
+    if include_headers:
+        assert [[(h["key"], h["value"]) for h in row["headers"]] for row in got] == [
+            list(r.headers) for r in expected
+        ]
