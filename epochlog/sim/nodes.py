@@ -163,6 +163,8 @@ class SimBroker(Process):
         self.history = history
         self.legacy = legacy
         self.fs = CrashFileSystem()
+        self.storage_id: str | None = None
+        """The storage id of the disk as the broker last opened it; None once it is lost."""
         self.broker_epoch = 0
         self.core: BrokerCore | None = None
         self.skew_ms = world.rng.randint(-config.clock_skew_ms, config.clock_skew_ms)
@@ -198,6 +200,7 @@ class SimBroker(Process):
         self._waiters.clear()
         self._flush_scheduled = False
         core.open()
+        self.storage_id = core.storage_id
         self.history.broker_starts.setdefault(self.broker_id, []).append(
             (self.world.now, self.broker_epoch)
         )
@@ -218,6 +221,7 @@ class SimBroker(Process):
         """The disk is lost: the process dies and the next boot finds an empty one."""
         self.kill()
         self.fs = CrashFileSystem()
+        self.storage_id = None
 
     def shutdown(self) -> None:
         """A clean stop: flush, checkpoint, close."""

@@ -292,9 +292,25 @@ class _Nemesis:
         return next(s for s in self.sim.specs if s.name == name)
 
     def _outside_every_isr(self, b: int) -> bool:
-        """Per the current statuses, `b` is in no ISR (and leads nothing)."""
+        """Per the current statuses, `b` is in no ISR (and leads nothing), and every ISR
+        still has a member on the disk it was in sync on: wiping `b` then loses one copy
+        among others, the single-disk loss the wipe fault models. When every member of an
+        ISR lost its disk since it was recorded (a member can be wiped moments before the
+        leader's proposal to add it is accepted), the other replicas hold the only copies
+        and wiping one of them is a multi-disk loss nothing survives."""
         statuses = [self.sim.status(s.name) for s in self.sim.specs]
-        return all(st is not None and b not in st.isr and st.leader != b for st in statuses)
+        return all(
+            st is not None
+            and b not in st.isr
+            and st.leader != b
+            and any(self._disk_intact(m, st.isr_storage_ids.get(m)) for m in st.isr)
+            for st in statuses
+        )
+
+    def _disk_intact(self, member: int, recorded: str | None) -> bool:
+        """`member` still has the disk the ISR recorded it on."""
+        now = self.sim.brokers[member].storage_id
+        return now is not None and (recorded is None or now == recorded)
 
     def _wipe(self) -> None:
         sim, rng = self.sim, self.rng
