@@ -45,8 +45,9 @@ FAULTS: Final = {
     "kill-on-isr-change": "kill a follower; moments after it is back in the ISR (at times "
     "cut off from the leader), kill the other members, the leader included",
     "recreate": "delete a Partition and create it again, at times while a broker is down",
-    "wipe": "lose the disk of a broker outside the ISR of every partition it hosts (killing "
-    "a follower and waiting for it to leave first if none is), then restart it",
+    "wipe": "lose the disk of a broker outside the ISR of every partition it hosts, each ISR "
+    "keeping a member on its recorded disk (killing a follower and waiting for it to leave "
+    "first if none is), then restart it",
 }
 
 LIVENESS_BOUND_MS: Final = 10_000
