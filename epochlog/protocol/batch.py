@@ -201,6 +201,21 @@ def check_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeade
     return h
 
 
+def _decode_headers(
+    mv: memoryview, pos: int, count: int
+) -> tuple[tuple[tuple[str, bytes], ...], int]:
+    """`count` headers of a record from `pos`; the headers and the position after them."""
+    hs = []
+    for _ in range(count):
+        hkl, hvl = _HDR.unpack_from(mv, pos)
+        pos += _HDR.size
+        hk = bytes(mv[pos : pos + hkl]).decode()
+        pos += hkl
+        hs.append((hk, bytes(mv[pos : pos + hvl])))
+        pos += hvl
+    return tuple(hs), pos
+
+
 class RecordColumns(NamedTuple):
     """The records of one batch, column by column (record i has offset baseOffset + i)."""
 
@@ -237,15 +252,8 @@ def decode_columns(raw: bytes | bytearray | memoryview, h: BatchHeader) -> Recor
             else:
                 values.append(None)
             if nh:
-                hs = []
-                for _ in range(nh):
-                    hkl, hvl = _HDR.unpack_from(mv, pos)
-                    pos += _HDR.size
-                    hk = bytes(mv[pos : pos + hkl]).decode()
-                    pos += hkl
-                    hs.append((hk, bytes(mv[pos : pos + hvl])))
-                    pos += hvl
-                headers.append(tuple(hs))
+                hs, pos = _decode_headers(mv, pos, nh)
+                headers.append(hs)
             else:
                 headers.append(())
             if pos > end:
@@ -314,15 +322,8 @@ def decode_packed(raw: bytes | bytearray | memoryview, h: BatchHeader) -> Packed
             if nh:
                 if headers is None:
                     headers = [()] * i
-                hs = []
-                for _ in range(nh):
-                    hkl, hvl = _HDR.unpack_from(mv, pos)
-                    pos += _HDR.size
-                    hk = bytes(mv[pos : pos + hkl]).decode()
-                    pos += hkl
-                    hs.append((hk, bytes(mv[pos : pos + hvl])))
-                    pos += hvl
-                headers.append(tuple(hs))
+                hs, pos = _decode_headers(mv, pos, nh)
+                headers.append(hs)
             elif headers is not None:
                 headers.append(())
             if pos > end:
