@@ -25,11 +25,26 @@ import enum
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Annotated, Final, Self
+from typing import Annotated, Any, Final, Self
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+from pydantic.config import JsonDict
 
-from epochlog.protocol.wire import BrokerId, BrokerKey, NonNegativeInt, PositiveInt, WireModel
+from epochlog.protocol.wire import (
+    BrokerId,
+    BrokerKey,
+    NonNegativeInt,
+    PositiveInt,
+    WireModel,
+    wire_name,
+)
 
 GROUP: Final = "epochlog.dev"
 VERSION: Final = "v1alpha1"
@@ -146,12 +161,23 @@ class Condition(WireModel):
     observed_generation: NonNegativeInt = 0
 
 
+def _unset_when_absent(schema: JsonDict) -> None:
+    schema.pop("default", None)
+
+
+_UNSET_EPOCHS: Final = ("leader_epoch", "partition_epoch")
+
+
 class PartitionStatus(WireModel):
-    """What the controller decided and observed. Epoch 0 means "never elected"."""
+    """What the controller decided and observed. Epochs are absent until known."""
+
+    # leaderEpoch and partitionEpoch stay out of the status until the first election, or
+    # until a broker reports the epochs of a Partition deleted and created again.
 
     leader: BrokerId | None = None
-    leader_epoch: NonNegativeInt = 0
-    partition_epoch: NonNegativeInt = 0
+    leader_epoch: NonNegativeInt = Field(default=0, json_schema_extra=_unset_when_absent)
+    """0 in Python: unset (left out on the wire), never a published epoch."""
+    partition_epoch: NonNegativeInt = Field(default=0, json_schema_extra=_unset_when_absent)
     """Version of leader, ISR and replicas together: bumped whenever any of them changes."""
     isr: tuple[BrokerId, ...] = ()
     isr_broker_epochs: dict[BrokerKey, NonNegativeInt] = Field(default_factory=dict)
@@ -179,6 +205,17 @@ class PartitionStatus(WireModel):
         if self.leader is not None and self.leader not in self.isr:
             raise ValueError(f"leader {self.leader} is not in the isr {list(self.isr)}")
         return self
+
+    @model_serializer(mode="wrap")
+    def _leave_out_unset_epochs(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # An epoch of 0 is "not known yet": a watcher sees the field absent, never a 0
+        # after a higher epoch published before the resource was re-created.
+        out: dict[str, Any] = handler(self)
+        for attribute in _UNSET_EPOCHS:
+            if getattr(self, attribute) == 0:
+                out.pop(wire_name(attribute), None)
+                out.pop(attribute, None)
+        return out
 
     def condition(self, type_: ConditionType) -> Condition | None:
         for c in self.conditions:

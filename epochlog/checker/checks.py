@@ -21,7 +21,9 @@ Checks:
 - epoch-went-back / epoch-reused / two-leaders: leaderEpoch or partitionEpoch
   in the status decreased, or a leader epoch was given to two leaders; two
   processes (two brokers, or two runs of one broker) appended as leader in the
-  same epoch. One status is excused: after the resource was re-created and the
+  same epoch. An epoch left out of a status (unset, until the first election
+  or until a broker reports one) is not compared; a status naming a leader
+  always carries both. One status is excused: after the resource was re-created and the
   controller restarted, epochs that were published but never reached a broker
   are forgotten with both, and the history goes on from what brokers received.
 - isr-healthy-removed: a follower that read to the leader's log end at least
@@ -331,6 +333,15 @@ class Checker:
                 (wire_name("leader_epoch"), s.leader_epoch, delivered[0]),
                 (wire_name("partition_epoch"), s.partition_epoch, delivered[1]),
             ):
+                if value == 0:
+                    if s.leader is not None:
+                        self._flag(
+                            "epoch-went-back",
+                            w.time,
+                            w.partition,
+                            f"leader {s.leader} written without a {field}",
+                        )
+                    continue  # unset: the status leaves the field out until it is known
                 seen = (w.partition, field)
                 top, top_at = latest.get(seen, (0, 0))
                 if value >= top:

@@ -30,8 +30,8 @@ could only lose a safe candidate.
 
 A status that has never had an ISR (a new or re-created resource waiting for
 its replicas) carries the highest leaderEpoch and partitionEpoch the brokers
-report, so a watcher never sees an epoch lower than one published before for
-the same partition name.
+report (none reported: both unset, left out of the status), so a watcher never
+sees an epoch lower than one published before for the same partition name.
 
 `Decision.material` separates state changes (leader, ISR, epochs, replicas,
 epoch history, conditions), which must be written at once, from refreshes of
@@ -210,6 +210,7 @@ def _first_election(
         liveness=view,
         reports=obs.reports,
         unclean_allowed=spec.unclean_leader_election,
+        heard=obs.heard,
     )
     if result.leader is None:
         d.offline = result.offline

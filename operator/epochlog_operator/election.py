@@ -15,9 +15,11 @@ uncleanLeaderElection is set; then the live replica with the highest log end
 offset leads, and everything between its log end and the highest offset
 known to have been reached before may be lost.
 
-A partition elected for the first time waits until every replica has either
-heartbeated or been fenced: one not heard from yet may hold data and a newer
-epoch. Then, if no replica holds data, the preferred live replica leads with
+A partition elected for the first time waits until every replica has
+heartbeated to this controller process at least once (or, with
+uncleanLeaderElection, been fenced): one not heard from may hold data and a
+newer epoch, and a controller that started after it went down knows nothing of
+what it holds. Then, if no replica holds data, the preferred live replica leads with
 every live replica in the ISR. If replicas do hold data (the resource was
 deleted and created again, and no broker holds an assignment to restore it
 from), the most up-to-date log leads alone, judged as Raft does: the epoch of
@@ -164,12 +166,15 @@ def elect_initial_leader(
     liveness: LivenessView,
     reports: Mapping[int, PartitionReport],
     unclean_allowed: bool,
+    heard: Collection[int],
 ) -> tuple[ElectionResult, tuple[int, ...]]:
-    """First election of a partition: the leader and the first ISR."""
+    """First election of a partition: the leader and the first ISR.
+
+    `heard`: the brokers this controller process has a heartbeat of."""
     order = preference_order(replicas, preferred_leader)
     held = {b: r for b, r in reports.items() if b in replicas}
-    heard = [r for r in order if liveness.is_live(r)]
-    live = [r for r in heard if not (r in held and held[r].storage_error)]
+    up = [r for r in order if liveness.is_live(r)]
+    live = [r for r in up if not (r in held and held[r].storage_error)]
     has_data = any(r.log_end_offset > 0 or r.leader_epoch > 0 for r in held.values())
     unknown = [r for r in replicas if liveness.state(r) is BrokerState.UNKNOWN]
     if unknown:
@@ -180,13 +185,24 @@ def elect_initial_leader(
             f"waiting for the first heartbeat of replica(s) {unknown}",
         )
         return ElectionResult(None, offline=offline), ()
+    silent = [r for r in replicas if r not in heard]
+    if silent and not unclean_allowed:
+        # Fenced without a word to this controller (it started after they went down):
+        # empty logs elsewhere say nothing of theirs, which may hold the records and
+        # the assignment of a partition deleted and created again.
+        offline = PartitionOffline(
+            OfflineReason.AWAITING_REPLICAS,
+            f"replica(s) {silent} have not reported since the controller started and may "
+            f"hold this partition's records; waiting for them (uncleanLeaderElection is off)",
+        )
+        return ElectionResult(None, offline=offline), ()
     if not live:
         return ElectionResult(None, offline=_no_live_replica(replicas)), ()
     if not has_data:
         return ElectionResult(live[0]), tuple(r for r in replicas if r in live)
-    everyone = len(heard) == len(replicas)
+    everyone = len(up) == len(replicas)
     if not everyone and not unclean_allowed:
-        missing = [r for r in replicas if r not in heard]
+        missing = [r for r in replicas if r not in up]
         offline = PartitionOffline(
             OfflineReason.AWAITING_REPLICAS,
             f"brokers hold data of this partition; electing needs every replica live, "
@@ -202,7 +218,7 @@ def elect_initial_leader(
         return (-progress(b)[0], -progress(b)[1], order.index(b))
 
     leader = min(live, key=rank)
-    best = min(heard, key=rank)
+    best = min(up, key=rank)
     if best not in live and not unclean_allowed:
         # The most up-to-date log is on a replica that cannot serve it now: electing a
         # shorter one would drop what only that one holds.

@@ -120,7 +120,7 @@ def test_partition_waits_for_enough_live_brokers_before_assigning() -> None:
     assert c.current.leader is not None
 
 
-def test_new_partition_waits_for_every_replica_to_be_heard_or_fenced() -> None:
+def test_new_partition_waits_for_every_replica_to_be_heard() -> None:
     c = Controller()
     c.beat(1, 0)
     c.beat(2, 0)
@@ -130,7 +130,26 @@ def test_new_partition_waits_for_every_replica_to_be_heard_or_fenced() -> None:
     for now in (1_500, 3_000, 3_001):
         c.beat(1, now)
         c.beat(2, now)
-    c.decide(3_001)  # broker 3 is fenced now: a replica not heard from holds nothing we know of
+    # Broker 3 is fenced now, but this controller never heard what it holds: it may hold
+    # the records of a Partition deleted and created again. No leader, no epoch yet.
+    c.decide(3_001)
+    waiting = c.current
+    assert waiting.leader is None
+    assert "leaderEpoch" not in waiting.model_dump(mode="json")
+    assert condition(waiting, ConditionType.OFFLINE) == (ConditionStatus.TRUE, "AwaitingReplicas")
+    c.beat(3, 3_500)
+    c.decide(3_500)
+    first = c.current
+    assert first.leader == 1
+    assert first.isr == (1, 2, 3)
+
+
+def test_new_partition_with_unclean_election_elects_without_a_replica_never_heard() -> None:
+    c = Controller(make_spec(unclean_leader_election=True))
+    for now in (0, 1_500, 3_000, 3_001):
+        c.beat(1, now)
+        c.beat(2, now)
+    c.decide(3_001)
     first = c.current
     assert first.leader == 1
     assert first.isr == (1, 2)

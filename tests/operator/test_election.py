@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from epochlog.protocol.heartbeat import PartitionReport, PartitionRole
 from epochlog_operator.election import (
@@ -138,13 +138,20 @@ def report(
     )
 
 
-def first(view: LivenessView, reports: Mapping[int, PartitionReport], *, unclean: bool = False):
+def first(
+    view: LivenessView,
+    reports: Mapping[int, PartitionReport],
+    *,
+    unclean: bool = False,
+    heard: Collection[int] = (1, 2, 3),
+):
     return elect_initial_leader(
         replicas=(1, 2, 3),
         preferred_leader=None,
         liveness=view,
         reports=reports,
         unclean_allowed=unclean,
+        heard=heard,
     )
 
 
@@ -152,6 +159,24 @@ def test_a_new_partition_elects_its_preferred_live_replica_with_every_live_repli
     None
 ):
     result, isr = first(view_of({2: 1, 3: 1}), {})
+    assert result.leader == 2
+    assert isr == (2, 3)
+
+
+def test_a_first_election_waits_for_a_replica_this_controller_never_heard() -> None:
+    # Replica 1 was down before the controller started: 2 and 3 reporting nothing says
+    # nothing of what 1 holds (a re-created Partition's records, its assignment).
+    view = view_of({2: 1, 3: 1}, now=10_000)
+    result, isr = first(view, {}, heard=(2, 3))
+    assert result.leader is None
+    assert isr == ()
+    assert result.offline is not None
+    assert result.offline.reason is OfflineReason.AWAITING_REPLICAS
+    assert "[1]" in result.offline.message
+
+
+def test_unclean_election_does_not_wait_for_a_replica_never_heard() -> None:
+    result, isr = first(view_of({2: 1, 3: 1}), {}, heard=(2, 3), unclean=True)
     assert result.leader == 2
     assert isr == (2, 3)
 

@@ -137,6 +137,19 @@ def test_empty_status_means_never_elected() -> None:
     assert status.isr == status.replicas == ()
 
 
+def test_unset_epochs_are_left_out_of_the_wire_form() -> None:
+    # A watcher must never read leaderEpoch 0 after a higher one published for the same
+    # name (a re-created Partition whose epochs no broker has reported yet).
+    waiting = PartitionStatus(replicas=(1, 2, 3))
+    wire = waiting.model_dump(mode="json")
+    assert "leaderEpoch" not in wire
+    assert "partitionEpoch" not in wire
+    assert PartitionStatus.model_validate(wire) == waiting
+    elected = PartitionStatus(replicas=(1,), isr=(1,), leader=1, leader_epoch=4, partition_epoch=7)
+    wire = elected.model_dump(mode="json")
+    assert (wire["leaderEpoch"], wire["partitionEpoch"]) == (4, 7)
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [

@@ -37,6 +37,8 @@ SOAK_FINDINGS = {
     11457: "the wipe fault took broker 2 outside the ISR, which the leader's pending proposal "
     "then added back: the ISR was one member without its disk, and the fault went on to wipe "
     "brokers 3 and 1, which held the only copies",
+    14130: "a controller that restarted while every broker holding t-1 was down or paused met "
+    "t-1 re-created, knew no epoch for it and wrote leaderEpoch 0 after 4 had been published",
 }
 """Seeds a soak (`make soak`) failed on, each fixed since: they stay clean."""
 

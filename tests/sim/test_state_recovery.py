@@ -187,6 +187,82 @@ def test_wiped_replica_is_never_elected_empty() -> None:
     sim.assert_ok()
 
 
+def test_controller_that_lost_its_memory_publishes_no_epoch_it_does_not_know() -> None:
+    """Soak seed 14130: the controller restarts (its memory of published epochs is gone)
+    while every broker holding the partition is down, and the Partition is deleted and
+    created again. Nothing tells the controller what was published for the name, so the
+    fresh status must leave leaderEpoch and partitionEpoch unset, not write 0 after the
+    2 a watcher saw: the epochs come back once a broker reports what it holds."""
+    sim = three_brokers(4110)
+    assert sim.produce(P, ["m1"]).acked
+    sim.kill(A)
+
+    def failed_over() -> bool:
+        leader = sim.leader(P)
+        if leader in (None, A) or not leads(sim, P, leader):
+            return False
+        f = follower_role(sim, P, ({B, C} - {leader}).pop())
+        return f is not None and f.leader_epoch == status(sim, P).leader_epoch
+
+    assert sim.wait_for(failed_over, 10_000)
+    before = status(sim, P).leader_epoch
+    assert before >= 2
+    for b in (B, C):
+        sim.kill(b)
+    sim.restart_controller()
+    sim.recreate(P)
+    sim.advance(6000)
+
+    fresh = writes_of(sim, P)[-1].status
+    wire = fresh.model_dump(mode="json", by_alias=True)
+    for field in ("leaderEpoch", "partitionEpoch"):
+        assert field not in wire, (
+            f"the status of the re-created Partition shows {field} {wire[field]} after "
+            f"leaderEpoch {before} was published: {wire}"
+        )
+    for b in (A, B, C):
+        sim.restart(b)
+    assert sim.wait_for(lambda: sim.leading(P), 15_000), sim.refusals(P)
+    assert status(sim, P).leader_epoch >= before
+    assert sim.produce(P, ["m2"]).acked
+    assert sim.wait_for(lambda: settled(sim), 15_000), sim.report(sim.check())
+    assert sim.log(P, sim.leader(P) or 0) == ["m1", "m2"]
+    sim.assert_ok()
+
+
+def test_recreated_partition_waits_for_a_replica_the_controller_never_heard() -> None:
+    """A controller that restarted never heard from B, the only replica holding x1
+    (acknowledged with ISR [B], minInsyncReplicas 1) and the assignment to restore
+    from; A and C come back on empty disks and the Partition is re-created. An empty
+    report from A and C says nothing of B: electing one of them would have B truncate
+    x1 when it returns. The first election waits for B."""
+    sim = Sim(4111, partitions=[spec("t", 0, replicas=(A, B, C), min_insync_replicas=1)])
+    sim.start()
+    assert sim.produce(P, ["m1"]).acked
+    assert sim.wait_for(lambda: settled(sim), 5000)
+    sim.kill(A)
+    sim.kill(C)
+    assert sim.wait_for(lambda: sim.isr(P) == (B,) and leads(sim, P, B), 10_000)
+    assert sim.produce(P, ["x1"]).acked
+    sim.wipe(A)
+    sim.wipe(C)
+    sim.kill(B)
+    sim.restart_controller()
+    sim.recreate(P)
+    sim.advance(6000)
+    sim.restart(A)
+    sim.restart(C)
+    elected = sim.wait_for(lambda: sim.leader(P) in (A, C), 10_000)
+    assert not elected, (
+        f"broker {sim.leader(P)} elected with the log {sim.log(P, sim.leader(P) or 0)} "
+        f"while B, never heard by this controller, holds {sim.log(P, B)}"
+    )
+    sim.restart(B)
+    assert sim.wait_for(lambda: settled(sim), 20_000), sim.report(sim.check())
+    assert sim.log(P, sim.leader(P) or 0) == ["m1", "x1"]
+    sim.assert_ok()
+
+
 # -- the verbs ---------------------------------------------------------------------------
 
 
