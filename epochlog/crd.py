@@ -161,6 +161,12 @@ PRINTER_COLUMNS: Final = (
     {"name": "Replicas", "type": "string", "jsonPath": ".status.replicas"},
     {"name": "HW", "type": "integer", "jsonPath": ".status.highWatermark"},
     {
+        "name": "HW-Age",
+        "type": "date",
+        "description": "How long ago the leader reported the high watermark shown",
+        "jsonPath": ".status.highWatermarkTime",
+    },
+    {
         "name": "Status",
         "type": "string",
         "description": "Reason of the Ready condition: InSync, UnderMinIsr or Offline",

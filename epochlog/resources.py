@@ -11,7 +11,8 @@ Units: offsets are record offsets, `*Ms` fields are durations in ms, and
 `lastCaughtUpTime` and `epochHistory[].time` are ms since the Unix epoch on the
 controller's clock. Conditions follow the Kubernetes convention instead, with an
 RFC 3339 `lastTransitionTime`, so that `kubectl describe` and tools that read
-conditions understand them.
+conditions understand them; so does `highWatermarkTime`, which `kubectl get`
+shows as an age.
 
 The spec is written by people, so it rejects unknown fields and inconsistent
 settings with a message naming them. The status is written by the controller
@@ -187,6 +188,9 @@ class PartitionStatus(WireModel):
     member that comes back with another storageId lost its disk and leaves the ISR."""
     replicas: tuple[BrokerId, ...] = ()
     high_watermark: NonNegativeInt = 0
+    high_watermark_time: str | None = None
+    """When the leader reported the high watermark shown (RFC 3339, the controller's clock,
+    whole seconds): how fresh it is. None until a leader has reported one."""
     log_end_offsets: dict[BrokerKey, NonNegativeInt] = Field(default_factory=dict)
     lag_ms: dict[BrokerKey, NonNegativeInt] = Field(default_factory=dict)
     last_caught_up_time: dict[BrokerKey, NonNegativeInt] = Field(default_factory=dict)

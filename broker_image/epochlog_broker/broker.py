@@ -75,6 +75,7 @@ from epochlog_broker.core import (
 )
 from epochlog_broker.fetcher import Fetchers, Outcome
 from epochlog_broker.identity import DataDirClaim
+from epochlog_broker.liveness_thread import KeepaliveHeader, KeepaliveThread
 from epochlog_broker.log.fs import OsFileSystem
 from epochlog_broker.metrics import BrokerMetrics
 from epochlog_broker.replica_wire import ReplicaClient
@@ -173,6 +174,7 @@ class Broker:
         self._stopping = False
         self._session: aiohttp.ClientSession | None = None
         self._controller_ok: bool | None = None
+        self._keepalive: KeepaliveThread | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -189,6 +191,16 @@ class Broker:
         self._fetchers = Fetchers(
             self.config, ReplicaClient(self._session), self._apply_leader_answer
         )
+        loop = asyncio.get_running_loop()
+        self._keepalive = KeepaliveThread(
+            url=self.config.controller_url.rstrip("/") + HEARTBEAT_PATH,
+            interval_s=self.config.heartbeat_interval_ms / 1000,
+            timeout_s=self.config.heartbeat_timeout_s,
+            header=self._keepalive_header,
+            now_ms=now_ms,
+            on_fenced=lambda: loop.call_soon_threadsafe(self._fenced_by_keepalive),
+        )
+        self._keepalive.start()
         self._loops = [
             asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
             asyncio.create_task(self._tick_loop(), name="tick"),
@@ -229,6 +241,8 @@ class Broker:
             return
         self._stopping = True
         log.info("broker_stopping", broker=self.config.broker_id)
+        if self._keepalive is not None:
+            await asyncio.to_thread(self._keepalive.stop)
         # Under the state lock no loop is inside a checkpoint write or a restart, whose
         # worker threads would go on after a cancellation.
         async with self._state:
@@ -580,6 +594,25 @@ class Broker:
                     self._report_now.wait(), max(0.0, started + interval - loop.time())
                 )
 
+    def _keepalive_header(self) -> KeepaliveHeader | None:
+        """Read on the keepalive thread: plain attribute reads of the current core."""
+        core = self.core
+        if core is None or self._stopping:
+            return None
+        return KeepaliveHeader(
+            broker_id=core.broker_id,
+            broker_epoch=core.broker_epoch,
+            address=core.address or f"broker-{core.broker_id}",
+            storage_id=core.storage_id or None,
+            session_id=core.report_session.session_id,
+        )
+
+    def _fenced_by_keepalive(self) -> None:
+        core = self.core
+        if core is not None and not self._stopping:
+            fenced = HeartbeatResponse(fenced=True)
+            self._loops.append(asyncio.create_task(self._apply_heartbeat_response(core, fenced, 0)))
+
     async def _heartbeat_once(self) -> None:
         core = self.core
         session = self._session
@@ -589,10 +622,15 @@ class Broker:
         self._report_now.clear()
         self._faults_reported = core.storage_faults
         heartbeat = core.heartbeat(now_ms())
+        data = heartbeat.model_dump_json(by_alias=True)
+        self.metrics.heartbeat_bytes.inc(len(data))
+        if self._keepalive is not None:
+            self._keepalive.loop_sent()
+        self.metrics.heartbeat_reports.inc(len(heartbeat.partitions))
         try:
             async with session.post(
                 cfg.controller_url.rstrip("/") + HEARTBEAT_PATH,
-                data=heartbeat.model_dump_json(by_alias=True),
+                data=data,
                 headers={"Content-Type": "application/json"},
                 timeout=aiohttp.ClientTimeout(total=cfg.heartbeat_timeout_s),
             ) as resp:
@@ -602,6 +640,7 @@ class Broker:
                 raise ValueError(f"HTTP {status}: {body[:300]!r}")
             response = HeartbeatResponse.model_validate_json(body)
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError, ValidationError) as exc:
+            core.heartbeat_failed(heartbeat.seq)
             self.metrics.heartbeats.labels("error").inc()
             if self._controller_ok is not False:
                 log.warning(
@@ -616,10 +655,13 @@ class Broker:
         if self._controller_ok is not True:
             log.info("controller_reachable", broker=cfg.broker_id, controller=cfg.controller_url)
         self._controller_ok = True
-        await self._apply_heartbeat_response(core, response)
+        self.metrics.heartbeat_response_bytes.inc(len(body))
+        await self._apply_heartbeat_response(core, response, heartbeat.seq)
+        if response.full_report_required:
+            self._report_now.set()  # the controller holds nothing of this broker yet
 
     async def _apply_heartbeat_response(
-        self, core: BrokerCore, response: HeartbeatResponse
+        self, core: BrokerCore, response: HeartbeatResponse, seq: int
     ) -> None:
         bad = [a.name for a in response.assignments if not _PARTITION_NAME.match(a.name)]
         if bad:
@@ -630,7 +672,7 @@ class Broker:
         async with self._state, self._disk:
             if core is not self.core:
                 return
-            effects = core.on_heartbeat_response(response, now_ms())
+            effects = core.on_heartbeat_response(response, now_ms(), seq)
             self.config.learned_peers.update(
                 {b: a for b, a in response.brokers.items() if b != self.config.broker_id}
             )

@@ -125,6 +125,7 @@ from epochlog_broker.replication.replica import (
     Replica,
     TransitionKind,
 )
+from epochlog_broker.report_session import ReportSession
 from epochlog_broker.storage_faults import (
     FaultKind,
     StorageFault,
@@ -137,9 +138,55 @@ log = structlog.get_logger("epochlog.broker")
 
 EARLIEST = "earliest"
 LATEST = "latest"
+DEFAULT_CAUGHT_UP_WINDOW_MS = 1_000
+"""Twice the broker's default replica fetch wait: an idle follower fetches again sooner."""
 RECOVERY_INTERVAL_MS = 500
 """How often the shell calls `begin_recovery` while a replica is offline."""
 _DISK_ERRORS = (StorageError, CorruptRecordError, OSError)
+
+
+_ReportFacts = tuple[
+    PartitionRole,
+    int,
+    int,
+    int,
+    int,
+    int,
+    HeldAssignment | None,
+    str | None,
+    int | None,
+    tuple[tuple[int, int, bool, int | None], ...],
+    tuple[tuple[int, int, int, int], ...],
+]
+"""role, leaderEpoch, partitionEpoch, logEndOffset, lastEpoch, highWatermark, assignment,
+storageError, epochStartOffset, followers (replica, logEndOffset, caughtUp,
+lastCaughtUpTime), proposals (replica, brokerEpoch, logEndOffset, proposalId)."""
+
+
+def _report(name: str, facts: _ReportFacts) -> PartitionReport:
+    role, epoch, pepoch, end, last, hw, held, error, start, followers, proposals = facts
+    return PartitionReport(
+        name=name,
+        role=role,
+        leader_epoch=epoch,
+        partition_epoch=pepoch,
+        log_end_offset=end,
+        last_epoch=last,
+        high_watermark=hw,
+        assignment=held,
+        storage_error=error,
+        epoch_start_offset=start,
+        followers=tuple(
+            FollowerProgress(
+                replica=r, log_end_offset=o, last_caught_up_time=t, caught_up=caught_up
+            )
+            for r, o, caught_up, t in followers
+        ),
+        isr_proposals=tuple(
+            IsrProposal(replica=r, broker_epoch=be, log_end_offset=o, proposal_id=pid)
+            for r, be, o, pid in proposals
+        ),
+    )
 
 
 def _held(a: Assignment | None) -> HeldAssignment | None:
@@ -355,6 +402,13 @@ class BrokerCore:
 
     fetch_backoff: FetchBackoff = field(default_factory=FetchBackoff)
     """When a follower's next request to its leader goes (`BrokerConfig.fetch_backoff`)."""
+
+    caught_up_window_ms: int = DEFAULT_CAUGHT_UP_WINDOW_MS
+    """A follower whose last fetch read to the log end at most this long before a
+    heartbeat is reported `caughtUp`: longer than the gap between two fetches of an idle
+    follower, so that its report does not change with every fetch."""
+    report_session: ReportSession = field(default_factory=ReportSession)
+    """Which reports the next heartbeat carries (`report_session`)."""
 
     storage_retry_ms: int = 1_000
     """First wait before bringing back a replica after a storage fault (then doubling)."""
@@ -688,71 +742,95 @@ class BrokerCore:
     # -- controller ------------------------------------------------------------------------
 
     def heartbeat(self, now_ms: int) -> BrokerHeartbeat:
+        """The next heartbeat: every report the controller does not hold as it is now."""
+        facts = {n: self._report_facts(h, now_ms) for n, h in self.partitions.items()}
+        plan = self.report_session.prepare(facts)
         return BrokerHeartbeat(
             broker_id=self.broker_id,
             broker_epoch=self.broker_epoch,
             address=self.address or f"broker-{self.broker_id}",
             storage_id=self.storage_id or None,
             time_ms=now_ms,
-            partitions=tuple(self._report(n, h) for n, h in sorted(self.partitions.items())),
+            full=plan.full,
+            session_id=plan.session_id,
+            seq=plan.seq,
+            answered=plan.answered,
+            partitions=tuple(_report(n, facts[n]) for n in plan.names),
+            removed=plan.removed,
         )
 
-    def _report(self, name: str, host: Hosted) -> PartitionReport:
+    def reports(self, now_ms: int) -> dict[str, PartitionReport]:
+        """Every hosted partition's report as it stands: what a full heartbeat would say."""
+        return {n: _report(n, self._report_facts(h, now_ms)) for n, h in self.partitions.items()}
+
+    def heartbeat_failed(self, seq: int) -> None:
+        """Heartbeat `seq` went unanswered (timeout, connection error, an error status)."""
+        self.report_session.on_failure(seq)
+
+    def _report_facts(self, host: Hosted, now_ms: int) -> _ReportFacts:
+        """Everything a partition's report says, as plain values: cheap to compare, so
+        that only reports that changed are built and sent."""
         replica, plog = host.replica, host.log
         role = replica.role
         persisted = plog.persisted_log_end_offset
         last_epoch = reported_epoch(plog.epochs.epoch_for_offset(persisted - 1))
         held = _held(replica.assignment) or host.held
+        error = None if host.fault is None else host.fault.describe()
         if isinstance(role, Leader):
             hb = role.heartbeat()
-            proposals: tuple[IsrProposal, ...] = ()
+            proposals: tuple[tuple[int, int, int, int], ...] = ()
             pending = role.pending_proposal
             if pending is not None:
                 proposals = tuple(
-                    IsrProposal(
-                        replica=r,
-                        broker_epoch=be,
-                        log_end_offset=role.follower_log_end_offset(r) or 0,
-                        proposal_id=pending.proposal_id,
-                    )
+                    (r, be, role.follower_log_end_offset(r) or 0, pending.proposal_id)
                     for r, be in pending.broker_epochs
                 )
-            return PartitionReport(
-                name=name,
-                role=PartitionRole.LEADER,
-                leader_epoch=hb.leader_epoch,
-                partition_epoch=hb.partition_epoch,
-                log_end_offset=hb.persisted_log_end_offset,
-                last_epoch=last_epoch,
-                high_watermark=hb.high_watermark,
-                assignment=held,
-                storage_error=self.storage_error_of(name),
-                epoch_start_offset=role.epoch_start_offset,
-                followers=tuple(
-                    FollowerProgress(
-                        replica=f.broker_id,
-                        log_end_offset=f.log_end_offset,
-                        last_caught_up_time=f.last_caught_up_time_ms,
-                    )
-                    for f in hb.followers
-                    if f.log_end_offset is not None
-                ),
-                isr_proposals=proposals,
+            followers = []
+            for f in hb.followers:
+                if f.log_end_offset is None:
+                    continue
+                t = f.last_caught_up_time_ms
+                caught_up = t is not None and now_ms - t <= self.caught_up_window_ms
+                followers.append(
+                    (f.broker_id, f.log_end_offset, caught_up, None if caught_up else t)
+                )
+            return (
+                PartitionRole.LEADER,
+                hb.leader_epoch,
+                hb.partition_epoch,
+                hb.persisted_log_end_offset,
+                last_epoch,
+                hb.high_watermark,
+                held,
+                error,
+                role.epoch_start_offset,
+                tuple(followers),
+                proposals,
             )
         assignment = replica.assignment
-        return PartitionReport(
-            name=name,
-            role=PartitionRole.FOLLOWER,
-            leader_epoch=reported_epoch(max(replica.leader_epoch, plog.latest_epoch)),
-            partition_epoch=assignment.partition_epoch if assignment else 0,
-            log_end_offset=persisted,
-            last_epoch=last_epoch,
-            high_watermark=replica.high_watermark,
-            assignment=held,
-            storage_error=self.storage_error_of(name),
+        return (
+            PartitionRole.FOLLOWER,
+            reported_epoch(max(replica.leader_epoch, plog.latest_epoch)),
+            assignment.partition_epoch if assignment else 0,
+            persisted,
+            last_epoch,
+            replica.high_watermark,
+            held,
+            error,
+            None,
+            (),
+            (),
         )
 
-    def on_heartbeat_response(self, response: HeartbeatResponse, now_ms: int) -> list[Effect]:
+    def on_heartbeat_response(
+        self, response: HeartbeatResponse, now_ms: int, seq: int | None = None
+    ) -> list[Effect]:
+        """Apply the controller's answer to heartbeat `seq` (None: the latest sent)."""
+        self.report_session.on_answer(
+            self.report_session.seq if seq is None else seq,
+            response.session_id,
+            response.full_report_required,
+        )
         if response.fenced:
             if not self.fenced:
                 log.warning("broker_fenced", broker=self.broker_id, brokerEpoch=self.broker_epoch)

@@ -171,6 +171,19 @@ class BrokerMetrics:
             ["result"],
             registry=r,
         )
+        self.heartbeat_bytes = Counter(
+            "epochlog_heartbeat_bytes", "Bytes of heartbeat bodies sent", registry=r
+        )
+        self.heartbeat_response_bytes = Counter(
+            "epochlog_heartbeat_response_bytes",
+            "Bytes of the controller's answers to heartbeats",
+            registry=r,
+        )
+        self.heartbeat_reports = Counter(
+            "epochlog_heartbeat_reports",
+            "Partition reports sent in heartbeats (only changed ones between full reports)",
+            registry=r,
+        )
         self.broker_epoch = Gauge("epochlog_broker_epoch", "Current brokerEpoch", registry=r)
         self.ready = Gauge("epochlog_broker_ready", "1 when /readyz answers ready", registry=r)
         r.register(PartitionCollector(core))

@@ -31,7 +31,8 @@ Checks:
   the ISR for lag; only judged while follower, leader, controller and their
   links were undisturbed, so that lag is the only possible reason.
 - isr-stuck-kept: a follower that stopped reading was still in the ISR more
-  than replicaLagTimeMaxMs plus one heartbeat and one status write later.
+  than replicaLagTimeMaxMs plus the leader's caught-up window, one heartbeat
+  and one status write later.
 - no-leader: after the faults healed, a partition had no leader within the
   liveness bound (not judged, nor not-replicated, for a partition left without a
   leader because every ISR member lost its disk: it waits rather than guess).
@@ -77,6 +78,10 @@ class Timing:
     reconcile_interval_ms: int = 200
     fetch_wait_ms: int = 25
     max_network_delay_ms: int = 8
+    caught_up_window_ms: int = 0
+    """A leader reports a follower as caught up (as of its heartbeat) while its last fetch
+    that read to the log end is at most this old: the controller learns of a stop that
+    much later."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,8 +211,11 @@ class Checker:
             if key in self._reported_stuck or not self._reporting(leader, since, now):
                 continue  # a silent leader is a matter for fencing, not for ISR lag
             # A heartbeat is built up to one network delay before it is received, and
-            # the leader measures lag from its build time.
-            built_after = since + lag_max + self.timing.max_network_delay_ms
+            # the leader reports a follower caught up for one caught-up window after
+            # its last fetch to the log end.
+            built_after = (
+                since + lag_max + self.timing.caught_up_window_ms + self.timing.max_network_delay_ms
+            )
             reports = [x for x in self.h.heartbeats_in.get(leader, []) if x > built_after]
             if not reports or now <= reports[0] + write:
                 continue

@@ -137,6 +137,7 @@ class KubernetesApi(KubernetesEmulator):
 
     _types: dict[tuple[str, str, str], ResourceType] = attrs.field(factory=dict, init=False)
     _store: Store | None = attrs.field(default=None, init=False)
+    _listeners: list[Callable[[Request], None]] = attrs.field(factory=list, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -188,6 +189,14 @@ class KubernetesApi(KubernetesEmulator):
 
     # -- request entry -------------------------------------------------------------------
 
+    def listen(self, listener: Callable[[Request], None]) -> None:
+        """Call `listener(request)` for every request as it arrives, before it is served.
+
+        The requests kept for inspection are trimmed (REQUESTS_KEPT); a test that measures
+        how many requests of a kind arrive over a long run counts them here instead.
+        """
+        self._listeners.append(listener)
+
     @override
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         # kmock's request parser fails on the namespaces collection (`/api/v1/namespaces`),
@@ -223,6 +232,8 @@ class KubernetesApi(KubernetesEmulator):
             name=k8s.name,
             subresource=k8s.subresource,
         )
+        for listener in self._listeners:
+            listener(request)
         self._requests.append(request)
         self._trim_requests()
         try:

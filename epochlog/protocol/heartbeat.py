@@ -19,6 +19,28 @@ the directory was formatted): a new storageId under the same broker id is a
 replica whose disk was lost. A replica taken offline by a storage error says
 so in `storageError`.
 
+Heartbeats are incremental, so that their size and the controller's work
+follow changes, not the partition count (as Kafka's incremental fetch
+sessions, KIP-227). A broker starts a report session with a full heartbeat
+(`full`: every hosted partition); the controller answers with a `sessionId`.
+Later heartbeats of the session (`seq` rising by one each) carry only the
+reports that differ from what the controller has acknowledged, and `removed`
+names partitions the broker no longer hosts. A report left out is unchanged:
+the controller holds it as current as of the latest heartbeat. A broker sends
+a full heartbeat again when it starts, when the controller answers
+`fullReportRequired` (it restarted, or does not know the session), when a
+full heartbeat went unanswered, and periodically. `answered` is the `seq` of the
+last heartbeat whose answer the broker applied: the controller's answers
+likewise carry only the assignments that changed since the ones the broker
+applied (all of them in the answer to a full heartbeat).
+
+A leader reports a follower that reads at its log end as `caughtUp` (its last
+fetch read to the log end within the leader's caught-up window of `timeMs`)
+rather than by the time of that fetch, which changes with every fetch of an
+idle partition; the controller takes a caught-up follower as caught up at the
+time of the latest heartbeat of its leader. A follower that falls behind is
+reported with the time it last caught up, which stays fixed while it lags.
+
 Times a broker reports (`timeMs`, `lastCaughtUpTime`) are on the broker's clock.
 `timeMs` is the broker's clock when it built the heartbeat, so the controller
 can read the other times relative to it and never compare two clocks directly.
@@ -62,7 +84,10 @@ class FollowerProgress(WireModel):
     """The offset the follower fetches from: all below it is on the follower's disk."""
     last_caught_up_time: NonNegativeInt | None = None
     """Leader clock when a fetch last read up to the leader's log end; None: not since the
-    broker became leader."""
+    broker became leader, or `caught_up`."""
+    caught_up: bool = Field(default=False, exclude_if=lambda v: not v)
+    """Caught up at the heartbeat's `timeMs` (and at every later heartbeat that leaves the
+    report out): its last fetch read to the leader's log end within the caught-up window."""
 
 
 class IsrProposal(WireModel):
@@ -130,14 +155,34 @@ class BrokerHeartbeat(WireModel):
     storage_id: str | None = None
     """The data directory's storage id (a UUID); None from brokers that do not report one."""
     time_ms: NonNegativeInt
+    full: Annotated[bool, Field(strict=True)] = True
+    """`partitions` lists every hosted partition; otherwise only those that changed."""
+    session_id: NonNegativeInt = 0
+    """The report session an incremental heartbeat continues (0 with a full one)."""
+    seq: NonNegativeInt = 0
+    """This heartbeat's number within the broker process: rises by one per heartbeat."""
+    answered: NonNegativeInt = 0
+    """`seq` of the last heartbeat whose answer the broker applied (0: none)."""
     partitions: tuple[PartitionReport, ...] = ()
+    removed: tuple[Annotated[str, Field(min_length=1)], ...] = ()
+    """Incremental heartbeats: partitions reported before that the broker no longer hosts."""
+    liveness_only: Annotated[bool, Field(strict=True)] = False
+    """A keepalive from a broker whose event loop is late with its heartbeat: it renews the
+    session of this brokerEpoch and nothing else (no report, none re-asserted)."""
 
     @model_validator(mode="after")
     def _one_report_per_partition(self) -> Self:
         counts = Counter(p.name for p in self.partitions)
+        counts.update(self.removed)
         repeated = sorted(n for n, c in counts.items() if c > 1)
         if repeated:
             raise ValueError(f"partitions {repeated} are reported more than once")
+        if self.full and self.removed:
+            raise ValueError("a full heartbeat lists what is hosted; it removes nothing")
+        if not self.full and self.session_id == 0:
+            raise ValueError("an incremental heartbeat names the session it continues")
+        if self.liveness_only and (self.full or self.partitions or self.removed):
+            raise ValueError("a keepalive (livenessOnly) carries no reports")
         return self
 
     def partition(self, name: str) -> PartitionReport | None:
@@ -207,7 +252,14 @@ class RejectedIsrProposal(WireModel):
 class HeartbeatResponse(WireModel):
     fenced: Annotated[bool, Field(strict=True)] = False
     """This brokerEpoch is fenced: the broker must restart with a new brokerEpoch to rejoin."""
+    full_report_required: Annotated[bool, Field(strict=True)] = False
+    """The controller does not know the session of this incremental heartbeat (it
+    restarted, or a newer session replaced it) and took nothing from it: send a full one."""
+    session_id: NonNegativeInt = 0
+    """The report session the heartbeat was taken into."""
     assignments: tuple[PartitionAssignment, ...] = ()
+    """Assignments that changed since the answer the broker last applied (every one in the
+    answer to a full heartbeat), and any the broker reports holding an older version of."""
     rejected_isr_proposals: tuple[RejectedIsrProposal, ...] = ()
     brokers: dict[BrokerKey, str] = Field(default_factory=dict)
     """Address of every live broker, as it advertises itself: where to find a leader."""

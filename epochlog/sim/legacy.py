@@ -160,7 +160,7 @@ def count_lag(
     if status is None or status.leader is None:
         return decision
     got = heartbeats.get(status.leader)
-    report = got.heartbeat.partition(name) if got else None
+    report = got.partition(name) if got else None
     if (
         report is None
         or report.role is not PartitionRole.LEADER

@@ -65,6 +65,9 @@ class SimConfig:
     replica_fetch_idle_ms: int = 25
     """After an answer without data a follower waits this long before it fetches again:
     the simulated leader answers at once, where the broker's holds the fetch."""
+    caught_up_window_ms: int = 200
+    """A leader reports a follower caught up while its last fetch to the log end is at most
+    this old (the broker's `caught_up_window_ms`): several idle fetch rounds."""
     replica_request_timeout_ms: int = 500
     replica_backoff_ms: int = 50
     replica_backoff_max_ms: int = 1000
@@ -193,6 +196,7 @@ class SimBroker(Process):
             replica_class=legacy_mod.replica_class(self.legacy),
             make_storage_id=self._new_storage_id,
             fetch_backoff=self.config.fetch_backoff,
+            caught_up_window_ms=self.config.caught_up_window_ms,
         )
         if isinstance(core, legacy_mod.LegacyBrokerCore):
             core.legacy = self.legacy
@@ -236,6 +240,10 @@ class SimBroker(Process):
     # -- loops -----------------------------------------------------------------------------
 
     def _heartbeat(self) -> None:
+        self._send_heartbeat()
+        self.after(self.config.heartbeat_interval_ms, self._heartbeat)
+
+    def _send_heartbeat(self) -> None:
         core = self.core
         assert core is not None
         hb = core.heartbeat(self.now)
@@ -243,20 +251,24 @@ class SimBroker(Process):
             self,
             CONTROLLER,
             lambda dst, reply: _controller(dst).handle_heartbeat(hb, reply),
-            lambda result: self._on_heartbeat_response(core, result),
+            lambda result: self._on_heartbeat_response(core, hb.seq, result),
             self.config.heartbeat_interval_ms,
             message=hb,
         )
-        self.after(self.config.heartbeat_interval_ms, self._heartbeat)
 
-    def _on_heartbeat_response(self, core: BrokerCore, result: object) -> None:
-        if core is not self.core or not isinstance(result, HeartbeatResponse):
+    def _on_heartbeat_response(self, core: BrokerCore, seq: int, result: object) -> None:
+        if core is not self.core:
+            return
+        if not isinstance(result, HeartbeatResponse):
+            core.heartbeat_failed(seq)
             return
         for a in result.assignments:
             self.history.delivered.setdefault(a.name, []).append(
                 (self.world.now, a.leader_epoch, a.leader, a.partition_epoch)
             )
-        self.run(core.on_heartbeat_response(result, self.now))
+        self.run(core.on_heartbeat_response(result, self.now, seq))
+        if result.full_report_required and self.core is core and self.alive:
+            self._send_heartbeat()  # the controller holds nothing of this broker yet
 
     def _restart(self, reason: str) -> None:
         """The process restarts (a new brokerEpoch) shortly after."""

@@ -133,6 +133,7 @@ class Sim:
             reconcile_interval_ms=self.config.reconcile_interval_ms,
             fetch_wait_ms=self.config.replica_fetch_idle_ms,
             max_network_delay_ms=self.world.net.max_delay_ms,
+            caught_up_window_ms=self.config.caught_up_window_ms,
         )
         self.checker = Checker(self.history, timing, self._lag_max_ms)
         self._client = Process(self.world, SCENARIO_CLIENT, "scenario")

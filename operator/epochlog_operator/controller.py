@@ -35,6 +35,7 @@ from epochlog_operator.liveness import (
     Liveness,
 )
 from epochlog_operator.observations import ReceivedHeartbeat
+from epochlog_operator.report_sessions import Intake, ReportSessions
 
 
 @dataclass
@@ -57,11 +58,17 @@ class ControllerCore:
     refusal, so the same proposal, still in an older stored report, must never be
     accepted afterwards."""
 
+    reports: ReportSessions = field(default_factory=lambda: ReportSessions(0))
+    """The brokers' report sessions: what each heartbeat carries and each answer needs."""
+    _assignments: dict[str, tuple[PartitionStatus, object, PartitionAssignment]] = field(
+        default_factory=dict
+    )
+
     @classmethod
     def start(
         cls, now_ms: int, session_timeout_ms: int = DEFAULT_BROKER_SESSION_TIMEOUT_MS
     ) -> ControllerCore:
-        return cls(Liveness.start(now_ms, session_timeout_ms))
+        return cls(Liveness.start(now_ms, session_timeout_ms), reports=ReportSessions(now_ms))
 
     def on_heartbeat(
         self,
@@ -69,33 +76,48 @@ class ControllerCore:
         now_ms: int,
         partitions: Mapping[str, PartitionInput],
     ) -> tuple[HeartbeatResponse, HeartbeatResult]:
-        """Record a heartbeat and answer with the broker's assignments as persisted."""
-        self.liveness, result = self.liveness.heartbeat(
-            heartbeat.broker_id, heartbeat.broker_epoch, now_ms
-        )
-        if result.outcome in (HeartbeatOutcome.STILL_FENCED, HeartbeatOutcome.STALE):
+        """Record a heartbeat and answer with the broker's assignments as persisted: those
+        it has not applied yet (all of them in answer to a full heartbeat)."""
+        broker = heartbeat.broker_id
+        known = self.liveness.sessions.get(broker)
+        if known is not None and heartbeat.broker_epoch < known.broker_epoch:
+            # A late message from a dead process: it must not touch the live one's session.
+            self.liveness, result = self.liveness.heartbeat(broker, heartbeat.broker_epoch, now_ms)
             return HeartbeatResponse(fenced=True), result
-        self.heartbeats[heartbeat.broker_id] = ReceivedHeartbeat(heartbeat, now_ms)
-        assignments = []
+        if heartbeat.liveness_only:
+            return self._keepalive(heartbeat, now_ms)
+        intake, received = self.reports.take(heartbeat, now_ms, self.heartbeats.get(broker))
+        if intake is Intake.UNKNOWN_SESSION:
+            refused = HeartbeatResult(HeartbeatOutcome.FULL_REPORT_REQUIRED, None)
+            return HeartbeatResponse(full_report_required=True), refused
+        if intake is Intake.OUT_OF_ORDER or received is None:
+            ignored = HeartbeatResult(HeartbeatOutcome.OUT_OF_ORDER, None)
+            return HeartbeatResponse(session_id=heartbeat.session_id), ignored
+        self.liveness, result = self.liveness.heartbeat(broker, heartbeat.broker_epoch, now_ms)
+        if result.outcome in (HeartbeatOutcome.STILL_FENCED, HeartbeatOutcome.STALE):
+            self.reports.drop(broker)
+            return HeartbeatResponse(fenced=True), result
+        self.heartbeats[broker] = received
+        self.reports.confirm(heartbeat)
+        assignments: dict[str, PartitionAssignment] = {}
         for name, p in sorted(partitions.items()):
             status = p.status
             # A status without an ISR (never elected, or waiting to be restored from the
             # brokers) hands out nothing: an empty assignment would overwrite the one a
             # broker holds, which is what a lost status is restored from.
-            if status is None or not status.isr or heartbeat.broker_id not in status.replicas:
+            if status is None or not status.isr or broker not in status.replicas:
                 continue
-            recorded = status.isr_broker_epochs.get(heartbeat.broker_id)
-            if status.leader == heartbeat.broker_id and recorded not in (
-                None,
-                heartbeat.broker_epoch,
-            ):
+            recorded = status.isr_broker_epochs.get(broker)
+            if status.leader == broker and recorded not in (None, heartbeat.broker_epoch):
                 # Leadership was given to the broker's previous process; the next decision
                 # elects anew, so this process never leads an epoch its predecessor led.
                 continue
-            assignment = PartitionAssignment.from_status(name, status, p.spec)
-            assignments.append(assignment)
-            self._handed(assignment)
-        rejected = tuple(self.rejected.pop(heartbeat.broker_id, ()))
+            assignment = self._assignment(name, p)
+            if self.reports.needs(heartbeat, assignment, received.partition(name)):
+                assignments[name] = assignment
+                self._handed(assignment)
+        self.reports.sent(heartbeat, assignments)
+        rejected = tuple(self.rejected.pop(broker, ()))
         view = self.liveness.view(now_ms)
         brokers = {
             b: got.heartbeat.address
@@ -104,12 +126,48 @@ class ControllerCore:
         }
         return (
             HeartbeatResponse(
-                assignments=tuple(assignments),
+                session_id=self.reports.session_id(broker),
+                assignments=tuple(assignments.values()),
                 rejected_isr_proposals=rejected,
                 brokers=brokers,
             ),
             result,
         )
+
+    def _keepalive(
+        self, heartbeat: BrokerHeartbeat, now_ms: int
+    ) -> tuple[HeartbeatResponse, HeartbeatResult]:
+        """A broker whose event loop is late renews its session: reports and their time
+        stay those of its last heartbeat, so lag is judged as of then."""
+        broker = heartbeat.broker_id
+        session = self.reports.sessions.get(broker)
+        if (
+            session is None
+            or session.session_id != heartbeat.session_id
+            or session.broker_epoch != heartbeat.broker_epoch
+            or broker not in self.heartbeats
+        ):
+            refused = HeartbeatResult(HeartbeatOutcome.FULL_REPORT_REQUIRED, None)
+            return HeartbeatResponse(full_report_required=True), refused
+        self.liveness, result = self.liveness.heartbeat(broker, heartbeat.broker_epoch, now_ms)
+        if result.outcome is not HeartbeatOutcome.RENEWED:
+            # Registered anew, restarted or stale: not a continuation of the session.
+            if result.outcome is not HeartbeatOutcome.STALE:
+                self.reports.drop(broker)
+            return HeartbeatResponse(fenced=True), result
+        return HeartbeatResponse(session_id=heartbeat.session_id), result
+
+    def _assignment(self, name: str, p: PartitionInput) -> PartitionAssignment:
+        """The assignment of `p`'s status, built once per status and spec: the same object
+        until either changes, so that a session recognises it by identity."""
+        status = p.status
+        assert status is not None
+        cached = self._assignments.get(name)
+        if cached is not None and cached[0] is status and cached[1] is p.spec:
+            return cached[2]
+        assignment = PartitionAssignment.from_status(name, status, p.spec)
+        self._assignments[name] = (status, p.spec, assignment)
+        return assignment
 
     def _handed(self, a: PartitionAssignment) -> None:
         known = self.handed.get(a.name)
@@ -156,7 +214,7 @@ class ControllerCore:
         if decision.rejected_proposals and partition.status and partition.status.leader:
             leader = partition.status.leader
             got = self.heartbeats.get(leader)
-            report = got.heartbeat.partition(name) if got else None
+            report = got.partition(name) if got else None
             if got is not None and report is not None:
                 for r in decision.rejected_proposals:
                     self.refused.add(
@@ -186,7 +244,7 @@ class ControllerCore:
         out = dict(self.heartbeats)
         for broker, got in self.heartbeats.items():
             hb = got.heartbeat
-            report = hb.partition(name)
+            report = got.partition(name)
             if report is None or not report.isr_proposals:
                 continue
             keep = tuple(
@@ -197,13 +255,9 @@ class ControllerCore:
             )
             if len(keep) == len(report.isr_proposals):
                 continue
-            parts = tuple(
-                r.model_copy(update={"isr_proposals": keep}) if r.name == name else r
-                for r in hb.partitions
-            )
-            out[broker] = ReceivedHeartbeat(
-                hb.model_copy(update={"partitions": parts}), got.received_ms
-            )
+            reports = dict(got.all_reports())
+            reports[name] = report.model_copy(update={"isr_proposals": keep})
+            out[broker] = ReceivedHeartbeat(hb, got.received_ms, reports)
         return out
 
 

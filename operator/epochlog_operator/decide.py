@@ -15,7 +15,8 @@ In order, a decision
 1. assigns replicas if neither spec nor status has them (`assignment`),
 2. refreshes log end offsets, high watermark and lastCaughtUpTime from the
    heartbeats (only the current leader's report, for the current leaderEpoch,
-   speaks for followers),
+   speaks for followers and for the high watermark; highWatermarkTime says when
+   that report arrived, so a reader sees how fresh the high watermark is),
 3. elects the first leader, or else judges the ISR (`isr`): a healthy leader
    keeps leading while fenced, restarted and lagging followers leave and
    proposed replicas join; a fenced or restarted leader, no leader, or brokers
@@ -35,7 +36,8 @@ sees an epoch lower than one published before for the same partition name.
 
 `Decision.material` separates state changes (leader, ISR, epochs, replicas,
 epoch history, conditions), which must be written at once, from refreshes of
-high watermark, log end offsets and lag, which the I/O layer may throttle.
+high watermark (and its time), log end offsets and lag, which the I/O layer may
+throttle.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from epochlog.protocol.heartbeat import HeldAssignment, PartitionReport
-from epochlog.resources import EpochHistoryEntry, PartitionSpec, PartitionStatus
+from epochlog.resources import EpochHistoryEntry, PartitionSpec, PartitionStatus, rfc3339
 from epochlog_operator.assignment import BrokerLoad, assign_replicas
 from epochlog_operator.conditions import partition_conditions
 from epochlog_operator.election import (
@@ -107,6 +109,7 @@ class _Draft:
     isr_storage_ids: dict[int, str]
     replicas: tuple[int, ...]
     high_watermark: int
+    high_watermark_time: str | None
     log_end_offsets: dict[int, int]
     last_caught_up: dict[int, int]
     epoch_history: list[EpochHistoryEntry]
@@ -125,6 +128,7 @@ class _Draft:
             isr_storage_ids=dict(status.isr_storage_ids),
             replicas=status.replicas,
             high_watermark=status.high_watermark,
+            high_watermark_time=status.high_watermark_time,
             log_end_offsets=dict(status.log_end_offsets),
             last_caught_up=dict(status.last_caught_up_time),
             epoch_history=list(status.epoch_history),
@@ -237,7 +241,11 @@ def _judge(
     if leader is not None and report is not None:
         reported = obs.caught_up_times(leader, report)
         d.last_caught_up = merge_caught_up_times(d.last_caught_up, reported, d.replicas)
-        d.high_watermark = max(d.high_watermark, report.high_watermark)
+        if report.high_watermark >= d.high_watermark:
+            # The leader vouches for the high watermark shown as of its report. (One below
+            # it, from a leader still learning the HW, leaves the older measurement shown.)
+            d.high_watermark = report.high_watermark
+            d.high_watermark_time = rfc3339(obs.received[leader].received_ms)
 
     assessment = assess_isr(
         isr=old.isr,
@@ -377,7 +385,11 @@ def _install_leader(
         d.last_caught_up[m] = view.now_ms
     was = f"previous leader {old.leader}" if old.leader is not None else "no previous leader"
     if result.unclean:
-        d.high_watermark = min(d.high_watermark, start)
+        if start < d.high_watermark:
+            # What the new leader holds is all there is: its report is the measurement.
+            d.high_watermark = start
+            got = obs.received.get(new)
+            d.high_watermark_time = rfc3339(got.received_ms if got else view.now_ms)
         loss = (
             f"offsets {result.may_be_lost} may be lost"
             if result.may_be_lost
@@ -522,6 +534,7 @@ def _finish(
         isr_storage_ids=isr_storage_ids,
         replicas=d.replicas,
         high_watermark=d.high_watermark,
+        high_watermark_time=d.high_watermark_time,
         log_end_offsets={r: d.log_end_offsets[r] for r in d.replicas if r in d.log_end_offsets},
         lag_ms=dict(sorted(lags.items())),
         last_caught_up_time=last_caught_up,
@@ -579,7 +592,9 @@ def _isr_storage_ids(d: _Draft, obs: PartitionObservation) -> dict[int, str]:
 
 
 def _state(s: PartitionStatus) -> tuple[object, ...]:
-    """The part of a status that is state, as opposed to refreshed measurements."""
+    """The part of a status that is state, as opposed to refreshed measurements (high
+    watermark and its time, log end offsets, lag, lastCaughtUpTime): a decision that
+    changes only those is a refresh."""
     return (
         s.leader,
         s.leader_epoch,

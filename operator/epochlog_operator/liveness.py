@@ -46,6 +46,11 @@ class HeartbeatOutcome(enum.StrEnum):
     """The broker's session had expired; the same brokerEpoch cannot revive it."""
     STALE = "stale"
     """A brokerEpoch older than the known one: a late message from a dead process."""
+    FULL_REPORT_REQUIRED = "full-report-required"
+    """An incremental heartbeat of a report session the controller does not hold: not
+    taken (liveness included) until the broker sends a full one."""
+    OUT_OF_ORDER = "out-of-order"
+    """A heartbeat older than one already taken from the same process: ignored."""
 
 
 @dataclass(frozen=True, slots=True)

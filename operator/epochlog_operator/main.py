@@ -126,6 +126,8 @@ async def serve(settings: OperatorSettings) -> None:
                 sessionTimeoutMs=settings.broker_session_timeout_ms,
                 statusRefreshIntervalMs=settings.status_refresh_interval_ms,
                 reconcileIntervalMs=settings.reconcile_interval_ms,
+                apiWritesPerSecond=settings.api_writes_per_second,
+                apiWriteBurst=settings.api_write_burst,
             )
             if not settings.standalone:
                 await gate.ensure_objects()

@@ -79,6 +79,24 @@ class Metrics:
             "Successful Partition status writes, by kind (material: state changed; refresh: "
             "HW, log end or lag only).",
         )
+        self.api_writes = self._family(
+            "epochlog_operator_api_writes_total",
+            "counter",
+            "Writes to the API server let through by the write budget (status writes, their "
+            "retries after a conflict, and Event posts), by kind (election, state, event, "
+            "refresh).",
+        )
+        self.api_write_wait = self._family(
+            "epochlog_operator_api_write_wait_seconds_total",
+            "counter",
+            "Seconds writes waited for the write budget, by kind; divided by "
+            "epochlog_operator_api_writes_total, the mean wait.",
+        )
+        self.api_writes_waiting = self._family(
+            "epochlog_operator_api_writes_waiting",
+            "gauge",
+            "Writes waiting for the write budget now, by kind.",
+        )
         self.conflicts = self._family(
             "epochlog_operator_status_conflicts_total",
             "counter",

@@ -36,8 +36,27 @@ from epochlog_operator.liveness import LivenessView
 
 @dataclass(frozen=True, slots=True)
 class ReceivedHeartbeat:
+    """A broker's latest heartbeat and every partition report of its report session.
+
+    An incremental heartbeat carries only the reports that changed; the others are
+    unchanged, so every report in `reports` is current as of `heartbeat`."""
+
     heartbeat: BrokerHeartbeat
     received_ms: int
+    reports: Mapping[str, PartitionReport] | None = None
+    """Partition name -> report (None: the ones `heartbeat` carries, a full heartbeat)."""
+
+    def __post_init__(self) -> None:
+        if self.reports is None:
+            object.__setattr__(self, "reports", {p.name: p for p in self.heartbeat.partitions})
+
+    def partition(self, name: str) -> PartitionReport | None:
+        assert self.reports is not None
+        return self.reports.get(name)
+
+    def all_reports(self) -> Mapping[str, PartitionReport]:
+        assert self.reports is not None
+        return self.reports
 
     def to_controller_time(self, broker_time_ms: int) -> int:
         age = max(0, self.heartbeat.time_ms - broker_time_ms)
@@ -82,11 +101,15 @@ class PartitionObservation:
     def caught_up_times(self, leader: int, report: PartitionReport) -> dict[int, int]:
         """Followers' lastCaughtUpTime from the leader's report, on the controller's clock."""
         received = self.received[leader]
-        return {
-            f.replica: received.to_controller_time(f.last_caught_up_time)
-            for f in report.followers
-            if f.last_caught_up_time is not None
-        }
+        out = {}
+        for f in report.followers:
+            if f.caught_up:
+                # Caught up as of the leader's latest heartbeat, which left the report as
+                # it was or carried it.
+                out[f.replica] = received.received_ms
+            elif f.last_caught_up_time is not None:
+                out[f.replica] = received.to_controller_time(f.last_caught_up_time)
+        return out
 
 
 def observe(
@@ -110,7 +133,7 @@ def observe(
         current = liveness.broker_epoch(hb.broker_id) == hb.broker_epoch
         if current and hb.storage_id is not None:
             storage_ids[hb.broker_id] = hb.storage_id
-        report = hb.partition(name)
+        report = got.partition(name)
         if report is None:
             continue
         max_leader_epoch = max(max_leader_epoch, report.leader_epoch)

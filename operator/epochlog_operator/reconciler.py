@@ -24,9 +24,16 @@ How to persist (`_write`):
 - state changes (leader, ISR, epochs, conditions) are written at once by a
   pool of writers, leader changes ahead of everything else; refreshes of HW,
   log end offsets and lag at most once per status refresh interval per
-  Partition, by a smaller pool that waits while state changes are pending;
+  Partition, by a smaller pool that waits while state changes are pending,
+  the Partition refreshed longest ago first;
 - the decision's Events are posted after its status was written, so every
-  Event describes a persisted change, and also wait for pending state changes.
+  Event describes a persisted change, and also wait for pending state changes;
+- every status write (each retry too) and every Event post first takes a
+  token from the API write budget (`budget`, `throttle`): elections, then
+  other state changes, then Events, then refreshes. A refresh waits for its
+  token before it decides and before its Partition counts as in flight, so a
+  refresh waiting for the budget never holds up a state change of its
+  Partition.
 
 A replica that stops acting (peering) drops its `ControllerCore`; when it acts
 again it starts a new one, which waits one session timeout before fencing
@@ -53,6 +60,7 @@ from epochlog.objects import metadata_of
 from epochlog.protocol.errors import LeaderNotAvailableError
 from epochlog.protocol.heartbeat import BrokerHeartbeat, HeartbeatResponse
 from epochlog.resources import ConditionType, PartitionSpec, PartitionStatus
+from epochlog_operator.budget import WriteBudget, WriteKind
 from epochlog_operator.controller import ControllerCore
 from epochlog_operator.decide import Decision, PartitionInput
 from epochlog_operator.events import Event, EventReason
@@ -60,6 +68,7 @@ from epochlog_operator.kube import ConflictError, KubeApiError, KubeClient, NotF
 from epochlog_operator.liveness import HeartbeatOutcome
 from epochlog_operator.metrics import Metrics
 from epochlog_operator.settings import OperatorSettings
+from epochlog_operator.throttle import WriteThrottle
 
 log = structlog.get_logger("epochlog.operator")
 
@@ -148,6 +157,18 @@ def _needs_assignment(p: PartitionInput) -> bool:
     return not (p.spec.replicas or (p.status is not None and p.status.replicas))
 
 
+def write_kind(decided_from: PartitionInput | None, decision: Decision) -> WriteKind:
+    """The budget's kind of a status write: a new leader or leaderEpoch (none included) is an
+    election, any other state change a state change, the rest a refresh."""
+    if not decision.material:
+        return WriteKind.REFRESH
+    before = decided_from.status if decided_from is not None else None
+    after = decision.status
+    led = (before.leader, before.leader_epoch) if before is not None else (None, 0)
+    leads = (after.leader, after.leader_epoch) if after is not None else led
+    return WriteKind.ELECTION if leads != led else WriteKind.STATE
+
+
 _EVENT_METRICS: Final = {
     EventReason.LEADER_ELECTED: ("elections", {"kind": "clean"}),
     EventReason.UNCLEAN_LEADER_ELECTION: ("elections", {"kind": "unclean"}),
@@ -186,8 +207,15 @@ class Reconciler:
         self._write_queue: asyncio.PriorityQueue[tuple[int, int, _Write]] = asyncio.PriorityQueue()
         self._write_seq = 0
         self._workers: list[asyncio.Task[None]] = []
-        self._refresh_queue: asyncio.Queue[str] = asyncio.Queue()
+        self._refresh_queue: asyncio.PriorityQueue[tuple[float, int, str]] = asyncio.PriorityQueue()
+        """(time of the last write, sequence, name): the longest unrefreshed first."""
         self._refresh_queued: set[str] = set()
+        """Names queued for a refresh or being refreshed: a sweep does not queue them again."""
+        self._refresh_seq = 0
+        self.throttle = WriteThrottle(
+            WriteBudget(settings.api_writes_per_second, settings.api_write_burst, monotonic()),
+            monotonic,
+        )
         self._material = 0
         """Material writes queued or running: refreshes and Events wait while there are any."""
         self._material_idle = asyncio.Event()
@@ -347,11 +375,14 @@ class Reconciler:
                 if broker in replicas or heartbeat.partition(name) is not None:
                     self._mark(name)
         elif outcome is HeartbeatOutcome.RENEWED:
-            before = previous.heartbeat if previous is not None else None
+            # Only the reports that changed travel: the others are as they were.
+            for name in heartbeat.removed:
+                if name in self.inputs:
+                    self._mark(name)
             for report in heartbeat.partitions:
                 if report.name not in self.inputs:
                     continue
-                old = before.partition(report.name) if before is not None else None
+                old = previous.partition(report.name) if previous is not None else None
                 if (
                     report.isr_proposals
                     or old is None
@@ -437,7 +468,7 @@ class Reconciler:
         # would all be placed from the same picture of the load.
         others = ChainMap(self._planned, self.inputs)
         refresh = self.settings.status_refresh_interval_ms / 1000
-        writes: list[tuple[bool, Entry, Decision]] = []
+        writes: list[tuple[WriteKind, Entry, Decision]] = []
         for name in names:
             entry = self.entries.get(name)
             if entry is None or entry.input is None:
@@ -453,17 +484,16 @@ class Reconciler:
                 continue
             if not decision.material:
                 if mono - entry.last_write >= refresh:
-                    self._queue_refresh(name)
+                    self._queue_refresh(entry)
                 continue
             if assigning:
                 self._planned[name] = PartitionInput(
                     p.spec, decision.status, p.generation, p.resource_version
                 )
-            leader_before = p.status.leader if p.status is not None else None
-            writes.append((decision.status.leader == leader_before, entry, decision))
+            writes.append((write_kind(p, decision), entry, decision))
         if full:
             self.metrics.sweep_seconds.set(time.perf_counter() - started)
-        for same_leader, entry, decision in writes:
+        for kind, entry, decision in writes:
             self.in_flight.add(entry.name)
             self._material += 1
             self._material_idle.clear()
@@ -471,44 +501,86 @@ class Reconciler:
             # queued by earlier passes: without a leader they take no writes at all.
             self._write_seq += 1
             write = _Write(entry, decision, self._term)
-            self._write_queue.put_nowait((int(same_leader), self._write_seq, write))
+            self._write_queue.put_nowait((kind.priority, self._write_seq, write))
 
     async def _writer(self) -> None:
         while True:
             _, _, w = await self._write_queue.get()
             await self._write(w.entry, w.decision, w.term, material=True)
 
-    def _queue_refresh(self, name: str) -> None:
-        if name not in self._refresh_queued:
-            self._refresh_queued.add(name)
-            self._refresh_queue.put_nowait(name)
+    def _queue_refresh(self, entry: Entry) -> None:
+        if entry.name not in self._refresh_queued:
+            self._refresh_queued.add(entry.name)
+            self._refresh_seq += 1
+            self._refresh_queue.put_nowait((entry.last_write, self._refresh_seq, entry.name))
+
+    def _refresh_due(self, name: str) -> tuple[ControllerCore, Entry] | None:
+        core = self.core
+        entry = self.entries.get(name)
+        if core is None or entry is None or entry.input is None or name in self.in_flight:
+            return None
+        refresh = self.settings.status_refresh_interval_ms / 1000
+        if self._monotonic() - entry.last_write < refresh:
+            return None
+        return core, entry
 
     async def _refresher(self) -> None:
         """Write due refreshes, a few at a time, deciding each again at the moment of writing.
 
         Refreshes queue here instead of being written from the sweep: a thousand of
         them falling due together must not stand in front of an election, nor hold
-        their Partitions "in flight" (undecidable) while they wait for a slot.
+        their Partitions "in flight" (undecidable) while they wait for a slot or for
+        the write budget.
         """
-        refresh = self.settings.status_refresh_interval_ms / 1000
         while True:
-            name = await self._refresh_queue.get()
-            await self._material_idle.wait()
-            self._refresh_queued.discard(name)
-            core = self.core
-            entry = self.entries.get(name)
-            if core is None or entry is None or entry.input is None or name in self.in_flight:
-                continue
-            if self._monotonic() - entry.last_write < refresh:
-                continue
-            p = entry.input
-            others = ChainMap(self._planned, self.inputs) if _needs_assignment(p) else None
-            decision = core.decide(name, p, self.now_ms(), others)
-            self.metrics.decisions.inc()
-            if decision.status is None:
-                continue
-            self.in_flight.add(name)
-            await self._write(entry, decision, self._term)
+            _, _, name = await self._refresh_queue.get()
+            try:
+                await self._material_idle.wait()
+                due = self._refresh_due(name)
+                if due is None:
+                    continue
+                waited = await self.throttle.acquire(WriteKind.REFRESH, due[1].last_write)
+                # The budget may have kept it waiting long: everything may have changed.
+                decided = self._decide_refresh(name)
+                if decided is None:
+                    self.throttle.give_back()
+                    continue
+                entry, decision = decided
+                self._count_write(WriteKind.REFRESH, waited)
+                self.in_flight.add(name)
+                await self._write(entry, decision, self._term, granted=True)
+            finally:
+                self._refresh_queued.discard(name)
+
+    def _decide_refresh(self, name: str) -> tuple[Entry, Decision] | None:
+        """The refresh to write now, if the Partition is still due and has one."""
+        due = self._refresh_due(name)
+        if due is None:
+            return None
+        core, entry = due
+        p = entry.input
+        assert p is not None
+        others = ChainMap(self._planned, self.inputs) if _needs_assignment(p) else None
+        decision = core.decide(name, p, self.now_ms(), others)
+        self.metrics.decisions.inc()
+        if decision.status is None:
+            return None
+        return entry, decision
+
+    async def _take(self, kind: WriteKind, order: float = 0.0) -> None:
+        """Wait until the API write budget lets one write of `kind` go."""
+        self._count_write(kind, await self.throttle.acquire(kind, order))
+
+    def _count_write(self, kind: WriteKind, waited: float) -> None:
+        self.metrics.api_writes.inc(kind=str(kind))
+        self.metrics.api_write_wait.inc(waited, kind=str(kind))
+
+    def count_waiting(self) -> None:
+        """Set the gauge of writes waiting for the budget (at scrape time)."""
+        for kind in WriteKind:
+            self.metrics.api_writes_waiting.set(
+                self.throttle.budget.waiting_of(kind), kind=str(kind)
+            )
 
     async def close(self) -> None:
         """Stop the loop and every write and event post in flight."""
@@ -522,11 +594,18 @@ class Reconciler:
     # -- writes -----------------------------------------------------------------------------
 
     async def _write(
-        self, entry: Entry, decision: Decision, term: int, *, material: bool = False
+        self,
+        entry: Entry,
+        decision: Decision,
+        term: int,
+        *,
+        material: bool = False,
+        granted: bool = False,
     ) -> None:
+        """`granted`: the first attempt already has its token from the write budget."""
         name = entry.name
         try:
-            await self._write_until_settled(entry, decision, term)
+            await self._write_until_settled(entry, decision, term, granted)
         except (aiohttp.ClientError, TimeoutError) as exc:
             self.metrics.write_errors.inc(status="network")
             log.warning("status write failed", partition=name, error=repr(exc))
@@ -541,13 +620,20 @@ class Reconciler:
                 if self._material == 0:
                     self._material_idle.set()
 
-    async def _write_until_settled(self, entry: Entry, decision: Decision, term: int) -> None:
+    async def _write_until_settled(
+        self, entry: Entry, decision: Decision, term: int, granted: bool
+    ) -> None:
         name = entry.name
         for _ in range(MAX_CONFLICT_RETRIES + 1):
             if term != self._term or decision.status is None:
                 return
             if decision.resource_version is None:
                 return
+            if not granted:
+                await self._take(write_kind(entry.input, decision))
+                if term != self._term:
+                    return
+            granted = False
             status = decision.status.model_dump(mode="json", by_alias=True)
             try:
                 written = await self.kube.replace_status(
@@ -651,6 +737,7 @@ class Reconciler:
             obj, event = await self._events.get()
             # Status first: Events of a burst wait until its writes are done.
             await self._material_idle.wait()
+            await self._take(WriteKind.EVENT)
             await self._post_event(obj, event)
 
     async def _post_event(self, obj: Obj, event: Event) -> None:

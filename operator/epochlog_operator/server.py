@@ -89,6 +89,7 @@ def build_app(reconciler: Reconciler, metrics: Metrics) -> web.Application:
         )
 
     async def render_metrics(request: web.Request) -> web.Response:
+        reconciler.count_waiting()
         text = metrics.render(reconciler.heartbeat_ages())
         return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
 

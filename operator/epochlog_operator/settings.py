@@ -19,10 +19,17 @@ else from the default below. The table is the documentation (`epochlog operator
 | --priority N                  | EPOCHLOG_PEERING_PRIORITY            | (2)      |
 | --peering-lifetime-s          | EPOCHLOG_PEERING_LIFETIME_S          | 15       |
 | --write-concurrency           | EPOCHLOG_WRITE_CONCURRENCY           | 8        |
+| --api-writes-per-second       | EPOCHLOG_API_WRITES_PER_SECOND       | 20       |
+| --api-write-burst             | EPOCHLOG_API_WRITE_BURST             | 30       |
 | --identity                    | POD_NAME                             | (3)      |
 
 (1) the pod's service account, else ~/.kube/config. (2) falls with the start
 time, so the longest-running replica acts. (3) user@host/start-time/random.
+
+The API write budget (status writes and Event posts together) defaults to the
+client-go QPS and burst that controller-runtime gives a controller, 20 and 30: a
+control plane is shared, and a thousand Partitions refreshing every few seconds
+would otherwise write hundreds of times a second (see `budget`).
 
 No kopf or aiohttp here: the `epochlog` command builds its parser from this
 module without the operator's dependencies installed.
@@ -32,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import math
 import os
 import secrets
 import socket
@@ -47,6 +55,8 @@ DEFAULT_RECONCILE_INTERVAL_MS: Final = 500
 DEFAULT_LISTEN_PORT: Final = 8081
 DEFAULT_PEERING_LIFETIME_S: Final = 15
 DEFAULT_WRITE_CONCURRENCY: Final = 8
+DEFAULT_API_WRITES_PER_SECOND: Final = 20.0
+DEFAULT_API_WRITE_BURST: Final = 30
 
 # Priorities fall with the start time, so that the replica that has run longest
 # keeps leading: a restarted replica comes back passive instead of taking over
@@ -97,6 +107,10 @@ class OperatorSettings:
     """How long a replica that stopped without saying so still counts as running."""
     write_concurrency: int = DEFAULT_WRITE_CONCURRENCY
     """Status writes in flight at once."""
+    api_writes_per_second: float = DEFAULT_API_WRITES_PER_SECOND
+    """Status writes and Event posts per second to the API server, all Partitions together."""
+    api_write_burst: int = DEFAULT_API_WRITE_BURST
+    """Writes that may go at once after a quiet spell (the token bucket's size)."""
     identity: str = field(default_factory=default_identity)
 
     def __post_init__(self) -> None:
@@ -107,10 +121,15 @@ class OperatorSettings:
             "reconcile_interval_ms",
             "peering_lifetime_s",
             "write_concurrency",
+            "api_writes_per_second",
+            "api_write_burst",
         ):
             value = getattr(self, name)
-            if value <= 0:
+            # `not value > 0` also refuses NaN, which argparse's float() accepts.
+            if not value > 0:
                 raise SettingsError(f"{_flag(name)} must be positive, not {value}")
+        if math.isinf(self.api_writes_per_second):
+            raise SettingsError("--api-writes-per-second must be a finite number")
         if not 0 <= self.listen_port <= 65535:
             raise SettingsError(f"--listen-port must be a port number, not {self.listen_port}")
         # A session must survive one lost heartbeat, or a single dropped packet
@@ -160,6 +179,8 @@ _ENV: Final[dict[str, tuple[str, str]]] = {
     "priority": ("EPOCHLOG_PEERING_PRIORITY", "int"),
     "peering_lifetime_s": ("EPOCHLOG_PEERING_LIFETIME_S", "int"),
     "write_concurrency": ("EPOCHLOG_WRITE_CONCURRENCY", "int"),
+    "api_writes_per_second": ("EPOCHLOG_API_WRITES_PER_SECOND", "float"),
+    "api_write_burst": ("EPOCHLOG_API_WRITE_BURST", "int"),
     "identity": ("POD_NAME", "str"),
 }
 
@@ -177,6 +198,11 @@ def _parse(var: str, raw: str, kind: str) -> object:
             return int(raw)
         except ValueError as exc:
             raise SettingsError(f"{var} must be an integer, not {raw!r}") from exc
+    if kind == "float":
+        try:
+            return float(raw)
+        except ValueError as exc:
+            raise SettingsError(f"{var} must be a number, not {raw!r}") from exc
     if kind == "bool":
         lowered = raw.strip().lower()
         if lowered in ("1", "true", "yes", "on"):
@@ -250,6 +276,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "write_concurrency",
         f"status writes in flight at once (default {DEFAULT_WRITE_CONCURRENCY})",
+        type=int,
+    )
+    add(
+        "api_writes_per_second",
+        "status writes and Event posts per second to the API server, all Partitions "
+        f"together; elections first, refreshes last (default {DEFAULT_API_WRITES_PER_SECOND:g})",
+        type=float,
+    )
+    add(
+        "api_write_burst",
+        f"writes that may go at once after a quiet spell (default {DEFAULT_API_WRITE_BURST})",
         type=int,
     )
     add("identity", "this replica's name in the peering object (default user@host/time)")

@@ -181,8 +181,8 @@ class Controller:
 
     def storage_error(self, broker: int, name: str) -> str | None:
         """What `broker` last reported as `name`'s storage error (None: none)."""
-        hb = self.last_heartbeat.get(broker)
-        report = next((p for p in hb.partitions if p.name == name), None) if hb else None
+        got = self.core.heartbeats.get(broker)
+        report = got.partition(name) if got is not None else None
         return report.storage_error if report is not None else None
 
     def leader(self, name: str) -> int | None:

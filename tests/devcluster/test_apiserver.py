@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
 from kmock import resource
 
+from epochlog.kubeapi import emulator
 from epochlog.kubeapi.apiserver import ApiServer
 from tests.devcluster.conftest import EVENTS, PARTITIONS, Http, partition
 
@@ -321,6 +326,7 @@ async def test_label_selectors(http: Http) -> None:
 
 async def test_table_with_printer_columns(http: Http) -> None:
     await http.ok("POST", PARTITIONS, partition())
+    measured = datetime.now(UTC) - timedelta(minutes=30)
     status = {
         "status": {
             "leader": 1,
@@ -328,6 +334,7 @@ async def test_table_with_printer_columns(http: Http) -> None:
             "isr": [1, 2],
             "replicas": [1, 2, 3],
             "highWatermark": 42,
+            "highWatermarkTime": measured.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "conditions": [
                 {"type": "Ready", "status": "True", "reason": "InSync", "lastTransitionTime": "t"},
                 {
@@ -352,12 +359,16 @@ async def test_table_with_printer_columns(http: Http) -> None:
         "ISR",
         "Replicas",
         "HW",
+        "HW-Age",
         "Status",
         "Age",
     ]
     (row,) = found["rows"]
-    assert row["cells"][:-1] == ["orders-0", "orders", 0, 1, 4, "[1 2]", "[1 2 3]", 42, "InSync"]
-    assert row["cells"][-1].endswith("s")
+    cells = row["cells"]
+    assert cells[:8] == ["orders-0", "orders", 0, 1, 4, "[1 2]", "[1 2 3]", 42]
+    assert re.fullmatch(r"\d+m", cells[8]), cells[8]  # the HW's age: 30 minutes and a bit
+    assert cells[9] == "InSync"
+    assert cells[-1].endswith("s")
     assert row["object"]["metadata"]["name"] == "orders-0"
     single = await http.ok("GET", ORDERS_0, headers={"Accept": TABLE})
     assert single["rows"][0]["cells"][0] == "orders-0"
@@ -382,6 +393,21 @@ async def test_injected_fault_takes_precedence(http: Http, api: ApiServer) -> No
     )
     assert status == 503
     assert (await http.ok("GET", ORDERS_0))["metadata"]["name"] == "orders-0"
+
+
+async def test_a_listener_hears_every_request_also_past_the_ones_kept(
+    http: Http, api: ApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(emulator, "REQUESTS_KEPT", 4)
+    heard: list[tuple[str, str, object]] = []
+    api.handler.listen(lambda r: heard.append((str(r.method.value), r.url.path, r.data)))
+    await http.ok("POST", PARTITIONS, partition())
+    for _ in range(10):
+        await http.ok("GET", ORDERS_0)
+    assert heard[0][:2] == ("POST", PARTITIONS)
+    assert isinstance(heard[0][2], dict)
+    assert heard[0][2]["metadata"]["name"] == "orders-0"
+    assert heard[1:] == [("GET", ORDERS_0, None)] * 10
 
 
 async def test_in_process_objects_are_visible(http: Http, api: ApiServer) -> None:

@@ -101,6 +101,7 @@ def test_crd_names_defaults_and_columns() -> None:
         "ISR",
         "REPLICAS",
         "HW",
+        "HW-AGE",
         "STATUS",
         "AGE",
     ]

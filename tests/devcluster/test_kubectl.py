@@ -18,6 +18,7 @@ COLUMNS = [
     "ISR",
     "REPLICAS",
     "HW",
+    "HW-AGE",
     "STATUS",
     "AGE",
 ]

@@ -30,7 +30,9 @@ def logs(*replicas: list[str], hw: int | None = None) -> dict[str, dict[int, Rep
 
 
 def status(leader: int | None, epoch: int) -> PartitionStatus:
-    return PartitionStatus(leader=leader, leader_epoch=epoch, isr=(1, 2, 3), replicas=(1, 2, 3))
+    return PartitionStatus(
+        leader=leader, leader_epoch=epoch, partition_epoch=epoch, isr=(1, 2, 3), replicas=(1, 2, 3)
+    )
 
 
 def checks(h: History, final: dict[str, dict[int, ReplicaLog]], leader: int = 1) -> list[str]:

@@ -93,6 +93,8 @@ def test_response_carries_the_persisted_assignment() -> None:
     response = HeartbeatResponse(assignments=(PartitionAssignment.from_status("orders-0", status),))
     assert response.model_dump(mode="json") == {
         "fenced": False,
+        "fullReportRequired": False,
+        "sessionId": 0,
         "assignments": [
             {
                 "name": "orders-0",
@@ -120,3 +122,43 @@ def test_assignment_names_the_topic_and_index_from_the_spec() -> None:
     assert (wire["topic"], wire["partition"]) == ("orders", 3)
     back = PartitionAssignment.model_validate(wire)
     assert (back.topic, back.partition) == ("orders", 3)
+
+
+def test_an_incremental_heartbeat_names_its_session() -> None:
+    with pytest.raises(ValidationError, match="names the session it continues"):
+        BrokerHeartbeat.model_validate({**WIRE, "full": False})
+    hb = BrokerHeartbeat.model_validate(
+        {**WIRE, "full": False, "sessionId": 7, "seq": 3, "removed": ["orders-5"]}
+    )
+    assert hb.removed == ("orders-5",)
+
+
+def test_a_full_heartbeat_removes_nothing() -> None:
+    with pytest.raises(ValidationError, match="removes nothing"):
+        BrokerHeartbeat.model_validate({**WIRE, "removed": ["orders-5"]})
+
+
+def test_a_partition_is_not_both_reported_and_removed() -> None:
+    body = {**WIRE, "full": False, "sessionId": 7, "removed": ["orders-1"]}
+    with pytest.raises(ValidationError, match=r"\['orders-1'\] are reported more"):
+        BrokerHeartbeat.model_validate(body)
+
+
+def test_a_caught_up_follower_is_caught_up_at_the_latest_heartbeat() -> None:
+    body = {**WIRE}
+    lead = {**WIRE["partitions"][0]}
+    lead["followers"] = [{"replica": 3, "logEndOffset": 130, "caughtUp": True}]
+    body["partitions"] = [lead]
+    got = ReceivedHeartbeat(BrokerHeartbeat.model_validate(body), received_ms=30_000)
+    report = got.partition("orders-0")
+    assert report is not None
+    follower = report.follower(3)
+    assert follower is not None
+    assert follower.caught_up
+    assert follower.last_caught_up_time is None
+    wire = report.model_dump(mode="json")
+    assert wire["followers"][0]["caughtUp"] is True
+    quiet = report.model_copy(
+        update={"followers": (follower.model_copy(update={"caught_up": False}),)}
+    )
+    assert "caughtUp" not in quiet.model_dump(mode="json")["followers"][0]

@@ -67,6 +67,25 @@ def test_bad_settings_name_the_setting() -> None:
         OperatorSettings(reconcile_interval_ms=0)
 
 
+def test_the_api_write_budget_comes_from_flags_or_the_environment() -> None:
+    defaults = OperatorSettings.from_args(_args(), {})
+    assert (defaults.api_writes_per_second, defaults.api_write_burst) == (20, 30)
+    env = {"EPOCHLOG_API_WRITES_PER_SECOND": "2.5", "EPOCHLOG_API_WRITE_BURST": "4"}
+    s = OperatorSettings.from_args(_args(), env)
+    assert (s.api_writes_per_second, s.api_write_burst) == (2.5, 4)
+    s = OperatorSettings.from_args(_args("--api-writes-per-second", "50"), env)
+    assert (s.api_writes_per_second, s.api_write_burst) == (50, 4)
+    with pytest.raises(SettingsError, match="EPOCHLOG_API_WRITES_PER_SECOND must be a number"):
+        OperatorSettings.from_args(_args(), {"EPOCHLOG_API_WRITES_PER_SECOND": "fast"})
+    for rate in (0.0, float("nan")):
+        with pytest.raises(SettingsError, match="--api-writes-per-second must be positive"):
+            OperatorSettings(api_writes_per_second=rate)
+    with pytest.raises(SettingsError, match="--api-writes-per-second must be a finite number"):
+        OperatorSettings.from_args(_args("--api-writes-per-second", "inf"), {})
+    with pytest.raises(SettingsError, match="--api-write-burst must be positive"):
+        OperatorSettings(api_write_burst=0)
+
+
 def test_older_replicas_get_higher_default_priorities() -> None:
     assert OperatorSettings().priority > OperatorSettings().priority - 1
     from epochlog_operator.settings import default_priority
@@ -150,9 +169,13 @@ def test_metrics_render_as_prometheus_text() -> None:
     m.elections.inc(kind="clean")
     m.elections.inc(kind="clean")
     m.status_writes.inc(kind="refresh")
+    m.api_writes.inc(kind="election")
+    m.api_write_wait.inc(0.125, kind="refresh")
     text = m.render({2: 0.25})
     assert "# TYPE epochlog_operator_elections_total counter" in text
     assert 'epochlog_operator_elections_total{kind="clean"} 2' in text
     assert 'epochlog_operator_status_writes_total{kind="refresh"} 1' in text
     assert 'epochlog_operator_broker_heartbeat_age_seconds{broker="2"} 0.25' in text
+    assert 'epochlog_operator_api_writes_total{kind="election"} 1' in text
+    assert 'epochlog_operator_api_write_wait_seconds_total{kind="refresh"} 0.125' in text
     assert text.endswith("\n")

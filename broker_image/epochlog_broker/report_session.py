@@ -1,0 +1,132 @@
+"""Which partition reports a broker's next heartbeat carries: its side of the report session.
+
+The controller keeps the latest report of every partition a broker hosts; a
+heartbeat needs to carry only the reports that differ from what the
+controller acknowledged (see `epochlog.protocol.heartbeat`). `ReportSession`
+decides that from a cheap fingerprint per partition (a tuple of everything the
+report would say), so a broker hosting thousands of idle partitions builds and
+sends no report at all, and keeps the controller's copy exact:
+
+- what was sent is acknowledged only by an answer; a heartbeat that went
+  unanswered may still have been taken (a late delivery), so its reports are
+  sent again, as are those of a heartbeat still in flight;
+- a full heartbeat replaces the controller's copy, so it is acknowledged as a
+  whole, and one that went unanswered is followed by another full one;
+- an answer requiring a full report (a restarted controller) or naming another
+  session starts over with a full one;
+- every `full_every` heartbeats a full one resynchronises both sides anyway.
+
+Pure: no clock, no I/O; the broker's heartbeat loop calls it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+DEFAULT_FULL_REPORT_EVERY: Final = 120
+"""Heartbeats between two full ones (a minute at the default 500 ms interval)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReportPlan:
+    """What the next heartbeat carries."""
+
+    seq: int
+    full: bool
+    session_id: int
+    answered: int
+    names: tuple[str, ...]
+    """Partitions whose report the heartbeat carries."""
+    removed: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class _Sent:
+    full: bool
+    keys: dict[str, Hashable]
+    removed: tuple[str, ...]
+
+
+@dataclass
+class ReportSession:
+    full_every: int = DEFAULT_FULL_REPORT_EVERY
+    session_id: int = 0
+    seq: int = 0
+    answered: int = 0
+    acked: dict[str, Hashable] = field(default_factory=dict)
+    """The fingerprint of each report the controller holds, as far as answers tell."""
+    in_flight: dict[int, _Sent] = field(default_factory=dict)
+    full_needed: bool = True
+    since_full: int = 0
+
+    def prepare(self, keys: Mapping[str, Hashable]) -> ReportPlan:
+        """The next heartbeat, given the fingerprint of every hosted partition's report."""
+        self.seq += 1
+        self.since_full += 1
+        full = self.full_needed or self.session_id == 0 or self.since_full >= self.full_every
+        if full:
+            names = tuple(sorted(keys))
+            removed: tuple[str, ...] = ()
+            self.since_full = 0
+        else:
+            # A report in a heartbeat not answered yet may or may not be the controller's:
+            # sending it again keeps the copy exact whichever way that heartbeat goes.
+            unsure = {n for sent in self.in_flight.values() for n in sent.keys}
+            names = tuple(
+                sorted(
+                    n
+                    for n, k in keys.items()
+                    if n in unsure or n not in self.acked or self.acked[n] != k
+                )
+            )
+            removed = tuple(sorted(n for n in self.acked.keys() | unsure if n not in keys))
+        self.in_flight[self.seq] = _Sent(full, {n: keys[n] for n in names}, removed)
+        return ReportPlan(
+            seq=self.seq,
+            full=full,
+            session_id=0 if full else self.session_id,
+            answered=self.answered,
+            names=names,
+            removed=removed,
+        )
+
+    def on_answer(self, seq: int, session_id: int, full_report_required: bool) -> None:
+        """The controller answered heartbeat `seq`."""
+        sent = self.in_flight.pop(seq, None)
+        for older in [s for s in self.in_flight if s < seq]:
+            self.on_failure(older)
+        if sent is None:
+            return  # answered after a later heartbeat was: that one carried its reports
+        if full_report_required:
+            self._start_over()
+            return
+        if sent.full:
+            self.acked = dict(sent.keys)
+            self.session_id = session_id
+            self.full_needed = False
+        elif session_id != self.session_id:
+            self._start_over()
+            return
+        else:
+            self.acked.update(sent.keys)
+            for name in sent.removed:
+                self.acked.pop(name, None)
+        self.answered = seq
+
+    def on_failure(self, seq: int) -> None:
+        """Heartbeat `seq` went unanswered; the controller may have taken it or not."""
+        sent = self.in_flight.pop(seq, None)
+        if sent is None:
+            return
+        if sent.full:
+            self._start_over()
+            return
+        for name in sent.keys:
+            self.acked.pop(name, None)
+
+    def _start_over(self) -> None:
+        self.full_needed = True
+        self.session_id = 0
+        self.acked.clear()

@@ -1,0 +1,128 @@
+"""A broker whose event loop is blocked keeps its session: the keepalive thread.
+
+The broker runs in this process, in a thread with its own event loop (real
+logs on disk, its real HTTP server on loopback), so that the test can block
+that loop outright, the limit of a loop saturated by its data path. The
+controller is the real `ControllerCore` behind HTTP (tests/broker/controller.py)
+with a 1.5 s session timeout. Without the keepalive thread the controller hears
+nothing for the whole block and fences a broker that is alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+from aiohttp import web
+
+from epochlog.harness.ports import free_ports
+from epochlog_broker.broker import Broker
+from epochlog_broker.config import BrokerConfig
+from epochlog_broker.server import build_app
+from epochlog_operator.liveness import BrokerState
+from tests.broker.controller import Controller, spec, wall_ms
+
+SESSION_MS = 1500
+BLOCKED_S = 3 * SESSION_MS / 1000
+
+
+class BrokerThread:
+    """One broker on its own event loop in a thread."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.loop = asyncio.new_event_loop()
+        self.broker = Broker(config)
+        self._started = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._run, name="broker-under-test", daemon=True)
+        self.error: BaseException | None = None
+
+    def start(self) -> BrokerThread:
+        self._thread.start()
+        if not self._started.wait(60) or self.error is not None:
+            raise RuntimeError(f"the broker did not start: {self.error!r}")
+        return self
+
+    def block(self, seconds: float) -> threading.Event:
+        """Block the broker's event loop for `seconds`; the event is set when it ends."""
+        done = threading.Event()
+
+        def hog() -> None:
+            time.sleep(seconds)
+            done.set()
+
+        self.loop.call_soon_threadsafe(hog)
+        return done
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            self.loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(60)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self._serve())
+        except BaseException as exc:  # reported by start()
+            self.error = exc
+            self._started.set()
+
+    async def _serve(self) -> None:
+        self._stop = asyncio.Event()
+        await self.broker.start()
+        runner = web.AppRunner(build_app(self.broker), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, self.config.host, self.config.port).start()
+        self._started.set()
+        try:
+            await self._stop.wait()
+        finally:
+            await self.broker.shutdown()
+            await runner.cleanup()
+            await self.broker.close()
+
+
+async def test_a_broker_whose_event_loop_is_blocked_is_not_fenced(tmp_path: Path) -> None:
+    name = "k-0"
+    async with Controller(
+        [spec("k", 0, replicas=(1,), min_insync_replicas=1)], session_timeout_ms=SESSION_MS
+    ) as controller:
+        (port,) = free_ports(1)
+        config = BrokerConfig(
+            broker_id=1,
+            data_dir=str(tmp_path / "broker-1"),
+            controller_url=controller.url,
+            port=port,
+            heartbeat_interval_ms=100,
+        )
+        running = await asyncio.to_thread(BrokerThread(config).start)
+        try:
+            await controller.wait_for(lambda: controller.leader(name) == 1, 60, "a leader")
+            epoch = controller.core.liveness.sessions[1].broker_epoch
+            led = controller.status(name)
+            assert led is not None
+
+            ended = running.block(BLOCKED_S)
+            await asyncio.to_thread(ended.wait)
+            # The loop sends its next heartbeat with reports: the session goes on.
+            seen = controller.heartbeats.get(1, 0)
+            await controller.wait_for(
+                lambda: controller.heartbeats.get(1, 0) > seen + 2, 60, "heartbeats after"
+            )
+
+            session = controller.core.liveness.sessions[1]
+            assert session.broker_epoch == epoch
+            assert not session.expired, "the controller fenced a live broker"
+            assert controller.core.liveness.state(1, wall_ms()) is BrokerState.LIVE
+            assert running.broker.restarts == 0
+            after = controller.status(name)
+            assert after is not None
+            assert (after.leader, after.leader_epoch) == (led.leader, led.leader_epoch)
+            keepalive = running.broker._keepalive
+            assert keepalive is not None
+            assert keepalive.sent > 0, "no keepalive went out while the loop was blocked"
+        finally:
+            await asyncio.to_thread(running.stop)

@@ -1,0 +1,118 @@
+"""The broker's side of the report session: which reports each heartbeat carries."""
+
+from __future__ import annotations
+
+from epochlog_broker.report_session import ReportSession
+
+SESSION = 42
+
+
+def started(keys: dict[str, object]) -> ReportSession:
+    """A session whose first (full) heartbeat was answered."""
+    s = ReportSession()
+    plan = s.prepare(keys)
+    assert plan.full
+    s.on_answer(plan.seq, SESSION, full_report_required=False)
+    return s
+
+
+def test_the_first_heartbeat_is_full_and_its_answer_opens_the_session() -> None:
+    s = ReportSession()
+    plan = s.prepare({"a": 1, "b": 1})
+    assert plan.full
+    assert plan.names == ("a", "b")
+    assert plan.session_id == 0
+    s.on_answer(plan.seq, SESSION, full_report_required=False)
+    nxt = s.prepare({"a": 1, "b": 1})
+    assert not nxt.full
+    assert nxt.session_id == SESSION
+    assert nxt.names == ()
+    assert nxt.answered == plan.seq
+
+
+def test_only_changed_reports_travel() -> None:
+    s = started({"a": 1, "b": 1, "c": 1})
+    plan = s.prepare({"a": 1, "b": 2, "c": 1})
+    assert plan.names == ("b",)
+    s.on_answer(plan.seq, SESSION, full_report_required=False)
+    assert s.prepare({"a": 1, "b": 2, "c": 1}).names == ()
+
+
+def test_a_partition_no_longer_hosted_is_removed_once_acknowledged() -> None:
+    s = started({"a": 1, "b": 1})
+    plan = s.prepare({"a": 1})
+    assert plan.removed == ("b",)
+    s.on_answer(plan.seq, SESSION, full_report_required=False)
+    assert s.prepare({"a": 1}).removed == ()
+
+
+def test_an_unanswered_heartbeat_is_sent_again() -> None:
+    # The controller may have taken it (a late delivery) or not: either way the next
+    # heartbeat carries the report, so the controller's copy ends up exact.
+    s = started({"a": 1, "b": 1})
+    lost = s.prepare({"a": 2, "b": 1})
+    assert lost.names == ("a",)
+    s.on_failure(lost.seq)
+    again = s.prepare({"a": 2, "b": 1})
+    assert again.names == ("a",)
+
+
+def test_a_report_that_changed_back_after_an_unanswered_heartbeat_is_sent() -> None:
+    # a: 1 -> 2 (unanswered, maybe taken) -> 1. Comparing with the acknowledged 1 alone
+    # would send nothing and leave the controller with 2.
+    s = started({"a": 1})
+    lost = s.prepare({"a": 2})
+    s.on_failure(lost.seq)
+    assert s.prepare({"a": 1}).names == ("a",)
+
+
+def test_reports_of_a_heartbeat_in_flight_are_sent_again() -> None:
+    s = started({"a": 1})
+    first = s.prepare({"a": 2})
+    second = s.prepare({"a": 1})  # built before the answer to `first`
+    assert second.names == ("a",)
+    s.on_answer(second.seq, SESSION, full_report_required=False)
+    # The late answer to `first` changes nothing: `second` already carried a.
+    s.on_answer(first.seq, SESSION, full_report_required=False)
+    assert s.prepare({"a": 1}).names == ()
+
+
+def test_a_new_partition_dropped_while_in_flight_is_removed() -> None:
+    s = started({"a": 1})
+    s.prepare({"a": 1, "b": 1})  # carries b, unanswered so far
+    plan = s.prepare({"a": 1})
+    assert plan.removed == ("b",)
+
+
+def test_an_unanswered_full_heartbeat_is_followed_by_a_full_one() -> None:
+    s = ReportSession()
+    plan = s.prepare({"a": 1})
+    s.on_failure(plan.seq)
+    assert s.prepare({"a": 1}).full
+
+
+def test_a_controller_that_does_not_know_the_session_gets_a_full_report() -> None:
+    s = started({"a": 1, "b": 1})
+    plan = s.prepare({"a": 1, "b": 1})
+    s.on_answer(plan.seq, 0, full_report_required=True)
+    nxt = s.prepare({"a": 1, "b": 1})
+    assert nxt.full
+    assert nxt.names == ("a", "b")
+
+
+def test_a_full_report_goes_out_periodically() -> None:
+    s = ReportSession(full_every=4)
+    plan = s.prepare({"a": 1})
+    s.on_answer(plan.seq, SESSION, full_report_required=False)
+    fulls = []
+    for _ in range(8):
+        plan = s.prepare({"a": 1})
+        fulls.append(plan.full)
+        s.on_answer(plan.seq, SESSION, full_report_required=False)
+    assert fulls == [False, False, False, True, False, False, False, True]
+
+
+def test_seq_rises_by_one_per_heartbeat() -> None:
+    s = ReportSession()
+    seqs = [s.prepare({}).seq for _ in range(3)]
+    assert seqs == [1, 2, 3]

@@ -1,0 +1,153 @@
+"""The API write budget on a real operator process: 300 Partitions, writes counted by the emulator.
+
+One operator with a large budget creates the Partitions and elects their
+leaders; a second one, with a budget of a few writes a second, takes over. It
+would refresh 300 Partitions every status refresh interval (hundreds of writes
+a second), so refreshes wait for the budget. The emulator counts the status
+writes and Event posts it receives over a window in which one leader is lost:
+never more than the budget lets through, and the election is written without
+waiting for the budget at all.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+from kmock import Request
+
+from epochlog.harness.scripted_brokers import ScriptedBrokers
+from epochlog.kubeapi.apiserver import ApiServer
+from epochlog_operator.events import EventReason
+from epochlog_operator.reconciler import EVENT_POSTERS
+from epochlog_operator.settings import DEFAULT_WRITE_CONCURRENCY
+from tests import waiting
+from tests.operator_e2e.conftest import Env, Operator, until
+
+LOAD = 299
+"""Partitions on brokers 1, 2 and 3."""
+VOTE = "vote-0"
+"""The one Partition led by broker 4: silencing broker 4 makes one election."""
+RATE = 5
+BURST = 10
+HEARTBEAT_MS = 250
+"""Four brokers reporting 300 partitions every 100 ms would keep a small machine busy."""
+BROKER_SESSION = ("--broker-session-timeout-ms", "4000")
+"""Longer than the other tests' 1 s: with 300 partitions a busy machine may stall the
+brokers' heartbeats long enough to fence them, and the only election wanted is broker 4's."""
+IN_FLIGHT = DEFAULT_WRITE_CONCURRENCY + DEFAULT_WRITE_CONCURRENCY // 2 + EVENT_POSTERS
+"""Writes that can hold a token at once (status writers, refreshers, Event posters): a
+write granted before a window opens may arrive inside it."""
+WINDOW_WRITES = 60
+"""Writes to count: enough that an operator without a budget would need a rate many
+times the budget's to send them within the bound."""
+
+
+@dataclass
+class Writes:
+    """When each status write and operator Event post reached the emulator (monotonic s)."""
+
+    arrivals: list[float] = field(default_factory=list)
+
+    def heard(self, request: Request) -> None:
+        path = request.url.path
+        status_write = request.method == "PUT" and path.endswith("/status")
+        event = (
+            request.method == "POST"
+            and path.endswith("/events")
+            and isinstance(request.data, dict)
+            and request.data.get("reason") in set(EventReason)
+        )
+        if status_write or event:
+            self.arrivals.append(time.monotonic())
+
+    def since(self, start: float) -> list[float]:
+        return [t for t in self.arrivals if t >= start]
+
+    @classmethod
+    def on(cls, server: ApiServer) -> Writes:
+        writes = cls()
+        server.handler.listen(writes.heard)
+        return writes
+
+
+async def sample(op: Operator, session: aiohttp.ClientSession, name: str, kind: str) -> float:
+    """One sample of a metric with label kind=`kind` (0 when the operator has none yet)."""
+    _, text = await op.get(session, "/metrics")
+    prefix = f'{name}{{kind="{kind}"}} '
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return float(line[len(prefix) :])
+    return 0.0
+
+
+def _replicas(i: int) -> list[int]:
+    return [(i + k) % 3 + 1 for k in range(3)]
+
+
+async def test_many_partitions_write_within_the_budget_and_an_election_does_not_wait(
+    env: Env,
+) -> None:
+    writes = Writes.on(env.server)
+    names = [f"load-{i}" for i in range(LOAD)]
+    setup = await env.operator("--standalone", *BROKER_SESSION, "--api-writes-per-second", "10000")
+    brokers = ScriptedBrokers(
+        lambda: [op.heartbeat_url for op in env.operators if op.running],
+        [1, 2, 3, 4],
+        HEARTBEAT_MS,
+    )
+    async with brokers:
+        for i, name in enumerate(names):
+            await env.api.create(name, replicas=_replicas(i))
+        await env.api.create(VOTE, replicas=[4, 1, 2])
+
+        def all_elected() -> bool:
+            for name in [*names, VOTE]:
+                s = env.watch.latest(name)
+                if s is None or s.leader is None or len(s.isr) != 3:
+                    return False
+            return True
+
+        await until(all_elected, 60, "every Partition led with its 3 replicas in sync")
+        await setup.stop()
+
+        op = await env.operator(
+            "--standalone",
+            *BROKER_SESSION,
+            "--api-writes-per-second",
+            str(RATE),
+            "--api-write-burst",
+            str(BURST),
+        )
+        wait = "epochlog_operator_api_write_wait_seconds_total"
+        count = "epochlog_operator_api_writes_total"
+
+        async def refreshes_waited() -> bool:
+            return await sample(op, env.session, wait, "refresh") > 0
+
+        await waiting.until(refreshes_waited, "refreshes to wait for the budget", 30)
+        opened = time.monotonic()
+        elections_before = await sample(op, env.session, count, "election")
+        waited_before = await sample(op, env.session, wait, "election")
+
+        brokers.brokers[4].silence()
+        new = await env.watch.wait_for(
+            VOTE, lambda s: s.leader not in (None, 4), 15, "a leader other than broker 4"
+        )
+        assert new.leader in (1, 2)
+        await until(
+            lambda: len(writes.since(opened)) >= WINDOW_WRITES, 60, f"{WINDOW_WRITES} writes"
+        )
+        closed = time.monotonic()
+
+        seen = [t for t in writes.since(opened) if t <= closed]
+        allowed = BURST + RATE * (closed - opened) + IN_FLIGHT
+        assert len(seen) <= allowed, (
+            f"{len(seen)} writes in {closed - opened:.2f} s; the budget allows {allowed:.1f}"
+        )
+        # The election took a token at once: the reserve that refreshes never touch.
+        assert await sample(op, env.session, count, "election") >= elections_before + 1
+        assert await sample(op, env.session, wait, "election") == waited_before
+        await env.api.wait_events(VOTE, {"LeaderElected", "BrokerFenced", "IsrShrunk"})
+        env.watch.assert_epochs_safe(VOTE)
