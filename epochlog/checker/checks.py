@@ -25,7 +25,9 @@ Checks:
   or until a broker reports one) is not compared; a status naming a leader
   always carries both. One status is excused: after the resource was re-created and the
   controller restarted, epochs that were published but never reached a broker
-  are forgotten with both, and the history goes on from what brokers received.
+  (or reached only brokers that lost their disk since) are forgotten with both,
+  and the history goes on from what brokers received and still hold. Two
+  processes appending as leader in one epoch is never excused (two-leaders).
 - isr-healthy-removed: a follower that read to the leader's log end at least
   once every replicaLagTimeMaxMs (less the reporting delay) was removed from
   the ISR for lag; only judged while follower, leader, controller and their
@@ -500,9 +502,10 @@ class Checker:
                     )
 
     def _delivered(self, partition: str, leader_epoch: int, leader: int, by: int) -> bool:
+        """Some broker received `leader_epoch` for `leader` and can still remember it."""
         return any(
-            t <= by and le == leader_epoch and lead == leader
-            for t, le, lead, _pe in self.h.delivered.get(partition, [])
+            le == leader_epoch and lead == leader
+            for _t, le, lead, _pe, _b in self.h.kept(partition, by)
         )
 
     def _forgotten(self, partition: str, start: int, end: int) -> bool:

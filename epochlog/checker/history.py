@@ -124,13 +124,24 @@ class History:
     wiped: dict[int, list[int]] = field(default_factory=dict)
     """Broker id -> times its disk was lost."""
     refusals: list[Refusal] = field(default_factory=list)
-    delivered: dict[str, list[tuple[int, int, int | None, int]]] = field(default_factory=dict)
-    """Per partition, (time, leaderEpoch, leader, partitionEpoch) of each assignment a
-    broker received: epochs that left the controller's record for the brokers'."""
+    delivered: dict[str, list[tuple[int, int, int | None, int, int]]] = field(default_factory=dict)
+    """Per partition, (time, leaderEpoch, leader, partitionEpoch, receiving broker) of each
+    assignment a broker received: epochs that left the controller's record for the
+    brokers'."""
+
+    def kept(self, partition: str, time: int) -> list[tuple[int, int, int | None, int, int]]:
+        """Assignments received up to `time` by a broker that has not lost its disk since:
+        the ones some broker can still remember (a wiped disk takes its record along)."""
+        return [
+            d
+            for d in self.delivered.get(partition, [])
+            if d[0] <= time and not any(d[0] <= w <= time for w in self.wiped.get(d[4], []))
+        ]
 
     def delivered_by(self, partition: str, time: int) -> tuple[int, int]:
-        """Highest (leaderEpoch, partitionEpoch) any broker received up to `time`."""
-        got = [(le, pe) for t, le, _l, pe in self.delivered.get(partition, []) if t <= time]
+        """Highest (leaderEpoch, partitionEpoch) a broker received up to `time` and can
+        still remember."""
+        got = [(le, pe) for _t, le, _l, pe, _b in self.kept(partition, time)]
         return max((le for le, _ in got), default=0), max((pe for _, pe in got), default=0)
 
     def fault(self, time: int, description: str) -> None:

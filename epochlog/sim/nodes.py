@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from epochlog.checker.history import History, Refusal, StatusWrite
@@ -60,6 +60,9 @@ class SimConfig:
     heartbeat_interval_ms: int = 500
     session_timeout_ms: int = 3000
     reconcile_interval_ms: int = 200
+    full_reconcile_ms: int = 5000
+    """Every Partition is decided this often; in between only those with news or running
+    lag clocks (the operator's `full_reconcile_interval_ms`)."""
     status_refresh_ms: int = 2000
     checkpoint_interval_ms: int = 1000
     replica_fetch_idle_ms: int = 25
@@ -264,7 +267,7 @@ class SimBroker(Process):
             return
         for a in result.assignments:
             self.history.delivered.setdefault(a.name, []).append(
-                (self.world.now, a.leader_epoch, a.leader, a.partition_epoch)
+                (self.world.now, a.leader_epoch, a.leader, a.partition_epoch, self.broker_id)
             )
         self.run(core.on_heartbeat_response(result, self.now, seq))
         if result.full_report_required and self.core is core and self.alive:
@@ -472,12 +475,22 @@ class SimController(Process):
         self.core: ControllerCore | None = None
         self._last_write: dict[str, int] = {}
         self._offline: dict[str, tuple[str, str]] = {}
+        self._next_full = 0
+        self._shape: object = None
+        self._decided: dict[str, PartitionInput] = {}
+        self._watched: set[str] = set()
+        self._refresh_at: dict[str, int] = {}
 
     def boot(self) -> None:
         self.begin()
         self.core = ControllerCore.start(self.world.now, self.config.session_timeout_ms)
         self._last_write = {}
         self._offline = {}
+        self._next_full = 0
+        self._shape = None
+        self._decided = {}
+        self._watched = set()
+        self._refresh_at = {}
         self.history.controller_starts.append(self.world.now)
         self.after(self.config.reconcile_interval_ms, self._reconcile)
 
@@ -502,23 +515,58 @@ class SimController(Process):
         assert core is not None
         now = self.world.now
         inputs = self.store.inputs()
-        for name, p in inputs.items():
+        for name in self._due(core, now, inputs):
+            p = inputs[name]
             decision = core.decide(name, p, now, inputs)
             if legacy_mod.COUNT_LAG in self.legacy:
                 decision = legacy_mod.count_lag(decision, name, core.heartbeats)
             self._note_refusals(name, decision, p.status)
             status = decision.status
+            if decision.material or not core.quiet(name, status or p.status):
+                self._watched.add(name)
+            else:
+                self._watched.discard(name)
             if status is None:
+                self._refresh_at.pop(name, None)
                 continue
-            due = now - self._last_write.get(name, -(10**15)) >= self.config.status_refresh_ms
+            last = self._last_write.get(name, -(10**15))
+            due = now - last >= self.config.status_refresh_ms
             if not (decision.material or due):
+                self._refresh_at[name] = last + self.config.status_refresh_ms
                 continue
+            self._refresh_at.pop(name, None)
             if decision.resource_version is None:
                 raise InvalidRequestError(f"{name}: decision without a resourceVersion")
             self.store.write_status(name, status, decision.resource_version)
             self._last_write[name] = now
             self.history.status_writes.append(StatusWrite(name, status, now))
         self.after(self.config.reconcile_interval_ms, self._reconcile)
+
+    def _due(
+        self, core: ControllerCore, now: int, inputs: Mapping[str, PartitionInput]
+    ) -> list[str]:
+        """The Partitions to decide in this pass, as the operator's reconciler picks them:
+        all of them on a full pass (every `full_reconcile_ms`, and whenever the live
+        brokers or the grace period change); otherwise those whose reports or resource
+        changed, those that are not quiet (their lag clocks run) and those due a refresh."""
+        view = core.liveness.view(now)
+        shape = (view.live_brokers(), view.in_grace)
+        changed = core.take_changed()
+        if now >= self._next_full or shape != self._shape:
+            self._next_full = now + self.config.full_reconcile_ms
+            self._shape = shape
+            due = list(inputs)
+        else:
+            due = [
+                name
+                for name, p in inputs.items()
+                if name in changed
+                or name in self._watched
+                or self._decided.get(name) != p
+                or self._refresh_at.get(name, now + 1) <= now
+            ]
+        self._decided = dict(inputs)
+        return due
 
     def _note_refusals(self, name: str, decision: Decision, before: PartitionStatus | None) -> None:
         """Record refused ISR proposals, and each new reason for leaving `name` leaderless."""

@@ -23,6 +23,7 @@ from epochlog.protocol.heartbeat import (
     HeartbeatResponse,
     HeldAssignment,
     PartitionAssignment,
+    PartitionRole,
     RejectedIsrProposal,
 )
 from epochlog.resources import PartitionStatus
@@ -58,6 +59,8 @@ class ControllerCore:
     refusal, so the same proposal, still in an older stored report, must never be
     accepted afterwards."""
 
+    changed: set[str] = field(default_factory=set)
+    """Partitions whose reports changed in heartbeats taken since `take_changed`."""
     reports: ReportSessions = field(default_factory=lambda: ReportSessions(0))
     """The brokers' report sessions: what each heartbeat carries and each answer needs."""
     _assignments: dict[str, tuple[PartitionStatus, object, PartitionAssignment]] = field(
@@ -97,8 +100,19 @@ class ControllerCore:
         if result.outcome in (HeartbeatOutcome.STILL_FENCED, HeartbeatOutcome.STALE):
             self.reports.drop(broker)
             return HeartbeatResponse(fenced=True), result
+        previous = self.heartbeats.get(broker)
         self.heartbeats[broker] = received
         self.reports.confirm(heartbeat)
+        self._note_changes(previous, received)
+        if result.outcome in (HeartbeatOutcome.REGISTERED, HeartbeatOutcome.RESTARTED):
+            # A new process: every partition it is a replica of may change (its ISR place,
+            # its leadership), not only those whose reports did.
+            self.changed.update(
+                name
+                for name, p in partitions.items()
+                if broker
+                in (p.status.replicas if p.status and p.status.replicas else p.spec.replicas)
+            )
         assignments: dict[str, PartitionAssignment] = {}
         for name, p in sorted(partitions.items()):
             status = p.status
@@ -133,6 +147,46 @@ class ControllerCore:
             ),
             result,
         )
+
+    def _note_changes(
+        self, previous: ReceivedHeartbeat | None, received: ReceivedHeartbeat
+    ) -> None:
+        before = previous.all_reports() if previous is not None else {}
+        after = received.all_reports()
+        if received.heartbeat.full:
+            names: set[str] = {
+                n for n in after.keys() | before.keys() if before.get(n) != after.get(n)
+            }
+        else:
+            names = {r.name for r in received.heartbeat.partitions if before.get(r.name) != r}
+            names.update(received.heartbeat.removed)
+        self.changed |= names
+
+    def take_changed(self) -> set[str]:
+        """Partitions whose reports changed since the last call: the ones to decide again."""
+        changed, self.changed = self.changed, set()
+        return changed
+
+    def quiet(self, name: str, status: PartitionStatus | None) -> bool:
+        """Whether deciding `name` again can only change what time alone changes in the
+        status (lag shown, highWatermarkTime), as long as no report, resource or broker
+        session changes: it has a leader that reports leading the recorded epoch, every
+        other ISR member is caught up by that report, and no proposal waits. A partition
+        that is not quiet is decided every reconcile interval: its lag clocks run."""
+        if status is None or status.leader is None:
+            return False
+        got = self.heartbeats.get(status.leader)
+        report = got.partition(name) if got is not None else None
+        if (
+            report is None
+            or report.role is not PartitionRole.LEADER
+            or report.leader_epoch != status.leader_epoch
+            or report.isr_proposals
+            or report.storage_error
+        ):
+            return False
+        caught_up = {f.replica for f in report.followers if f.caught_up}
+        return all(m in caught_up for m in status.isr if m != status.leader)
 
     def _keepalive(
         self, heartbeat: BrokerHeartbeat, now_ms: int

@@ -241,8 +241,11 @@ def _judge(
     if leader is not None and report is not None:
         reported = obs.caught_up_times(leader, report)
         d.last_caught_up = merge_caught_up_times(d.last_caught_up, reported, d.replicas)
-        if report.high_watermark >= d.high_watermark:
-            # The leader vouches for the high watermark shown as of its report. (One below
+        if report.high_watermark > d.high_watermark or (
+            report.high_watermark == d.high_watermark and d.high_watermark_time is None
+        ):
+            # When the shown high watermark was reported. It stays while the HW does not
+            # move: an idle partition costs no status write per heartbeat. (A report below
             # it, from a leader still learning the HW, leaves the older measurement shown.)
             d.high_watermark = report.high_watermark
             d.high_watermark_time = rfc3339(obs.received[leader].received_ms)
@@ -522,7 +525,11 @@ def _finish(
             partition_epoch = next_epoch(old.partition_epoch, obs.max_partition_epoch)
     followers = [r for r in d.replicas if r != d.leader]
     last_caught_up = {r: d.last_caught_up[r] for r in followers if r in d.last_caught_up}
-    lags = {r: lag_ms(r, last_caught_up, view.now_ms, view.started_ms) for r in last_caught_up}
+    # Lag as the ISR rules measure it: as of the leader's latest report, so that a caught-up
+    # follower shows 0 between two heartbeats rather than a figure that moves with time.
+    got = obs.received.get(d.leader) if d.leader is not None else None
+    as_of = view.now_ms if got is None else min(view.now_ms, got.received_ms)
+    lags = {r: lag_ms(r, last_caught_up, as_of, view.started_ms) for r in last_caught_up}
     if d.leader is not None:
         lags[d.leader] = 0
     status = PartitionStatus(
@@ -555,7 +562,7 @@ def _finish(
     )
     events = tuple(d.events)
     written = partition.status
-    if written is not None and status == written:
+    if written is not None and (status == written or _clocks_only(status, written)):
         return Decision(None, False, events, partition.resource_version, d.rejected)
     if not d.isr and _unheard(view, obs, d.replicas, old.replicas):
         # Never elected, and a broker not heard from yet may report a higher epoch than
@@ -589,6 +596,15 @@ def _isr_storage_ids(d: _Draft, obs: PartitionObservation) -> dict[int, str]:
         if storage is not None:
             out[m] = storage
     return out
+
+
+def _clocks_only(status: PartitionStatus, written: PartitionStatus) -> bool:
+    """`status` differs from `written` only in lastCaughtUpTime: caught-up followers of an
+    idle partition, whose clocks move with every heartbeat of the leader. Not worth a write:
+    the lag shown is the same, and decisions take fresh times from the reports."""
+    return status.last_caught_up_time != written.last_caught_up_time and (
+        status.model_copy(update={"last_caught_up_time": written.last_caught_up_time}) == written
+    )
 
 
 def _state(s: PartitionStatus) -> tuple[object, ...]:

@@ -6,14 +6,17 @@ API server, and the status writes in flight. The decisions themselves are
 `ControllerCore.decide`; this module only chooses when to ask and persists the
 answer.
 
-When to decide:
-- every Partition once per reconcile interval (lag clocks and refreshes move
-  with time alone), and at once when the set of live brokers changes: the
-  loop wakes the moment the next broker session would expire, so a silent
-  leader is replaced one session timeout after its last heartbeat, not one
-  interval later;
-- a Partition at once when its resource changed, or a heartbeat changed its
-  role or epochs, proposed ISR members, or came from a new broker process.
+When to decide (decisions follow news, not the partition count):
+- every Partition once per full reconcile interval, and at once when the set of
+  live brokers changes: the loop wakes the moment the next broker session
+  would expire, so a silent leader is replaced one session timeout after its
+  last heartbeat, not one interval later;
+- once per reconcile interval, the Partitions that are not quiet
+  (`ControllerCore.quiet`: lag clocks run, a proposal waits, no leader) and
+  those whose skipped refresh fell due;
+- a Partition at once when its resource changed, a heartbeat changed its
+  reports (only changed reports travel), or a new broker process of one of its
+  replicas registered.
 
 How to persist (`_write`):
 - `PUT .../status` with the resourceVersion the decision was made from. On
@@ -225,6 +228,11 @@ class Reconciler:
         self._term = 0
         """Bumped on every activation and deactivation: writes of an earlier term stop."""
         self._next_sweep = 0.0
+        self._next_full = 0.0
+        self.watched: set[str] = set()
+        """Partitions that are not quiet (`ControllerCore.quiet`): decided every pass."""
+        self._refresh_at: dict[str, float] = {}
+        """Monotonic time a skipped refresh falls due, per Partition."""
         self._live: tuple[int, ...] = ()
         self._in_grace = False
         self.last_loop = monotonic()
@@ -268,6 +276,9 @@ class Reconciler:
         self._term += 1
         self.core = ControllerCore.start(self.now_ms(), self.settings.broker_session_timeout_ms)
         self._next_sweep = 0.0
+        self._next_full = 0.0
+        self.watched.clear()
+        self._refresh_at.clear()
         self._live = ()
         self._in_grace = True
         self.metrics.active.set(1)
@@ -337,6 +348,8 @@ class Reconciler:
         del self.entries[name]
         self.inputs.pop(name, None)
         self.dirty.discard(name)
+        self.watched.discard(name)
+        self._refresh_at.pop(name, None)
         self.metrics.partitions.set(len(self.entries))
         log.info("partition forgotten", partition=name, namespace=namespace)
 
@@ -355,7 +368,6 @@ class Reconciler:
                 "this operator replica is standing by; the active replica answers heartbeats",
                 identity=self.settings.identity,
             )
-        previous = core.heartbeats.get(heartbeat.broker_id)
         response, result = core.on_heartbeat(heartbeat, self.now_ms(), self.inputs)
         outcome = result.outcome
         self.metrics.heartbeats.inc(outcome=str(outcome))
@@ -368,28 +380,10 @@ class Reconciler:
                 previousBrokerEpoch=result.previous_broker_epoch,
                 address=heartbeat.address,
             )
-        if outcome in (HeartbeatOutcome.REGISTERED, HeartbeatOutcome.RESTARTED):
-            broker = heartbeat.broker_id
-            for name, p in self.inputs.items():
-                replicas = p.status.replicas if p.status and p.status.replicas else p.spec.replicas
-                if broker in replicas or heartbeat.partition(name) is not None:
-                    self._mark(name)
-        elif outcome is HeartbeatOutcome.RENEWED:
-            # Only the reports that changed travel: the others are as they were.
-            for name in heartbeat.removed:
-                if name in self.inputs:
-                    self._mark(name)
-            for report in heartbeat.partitions:
-                if report.name not in self.inputs:
-                    continue
-                old = previous.partition(report.name) if previous is not None else None
-                if (
-                    report.isr_proposals
-                    or old is None
-                    or (old.role, old.leader_epoch, old.partition_epoch)
-                    != (report.role, report.leader_epoch, report.partition_epoch)
-                ):
-                    self._mark(report.name)
+        # Reports that changed (only those travel), and every Partition of a new process.
+        for name in core.take_changed():
+            if name in self.inputs:
+                self._mark(name)
         return response
 
     # -- the loop ---------------------------------------------------------------------------
@@ -450,14 +444,23 @@ class Reconciler:
         view = core.liveness.view(now)
         live = view.live_brokers()
         in_grace = view.in_grace
-        full = mono >= self._next_sweep or live != self._live or in_grace != self._in_grace
+        full = mono >= self._next_full or live != self._live or in_grace != self._in_grace
         if live != self._live:
             log.info("live brokers", brokers=list(live), before=list(self._live))
         self._live = live
         self._in_grace = in_grace
         if full:
             names = list(self.entries)
+            self._next_full = mono + self.settings.full_reconcile_interval_ms / 1000
             self._next_sweep = mono + self.settings.reconcile_interval_ms / 1000
+            self.dirty.clear()
+        elif mono >= self._next_sweep:
+            # Quiet Partitions (a leader whose followers are all caught up, nothing
+            # proposed) change with news only: their reports, their resource or a broker
+            # session. The others run lag clocks and are decided every pass.
+            self._next_sweep = mono + self.settings.reconcile_interval_ms / 1000
+            due = {n for n, at in self._refresh_at.items() if at <= mono}
+            names = sorted(self.dirty | self.watched | due)
             self.dirty.clear()
         else:
             names = sorted(self.dirty)
@@ -480,12 +483,21 @@ class Reconciler:
             assigning = _needs_assignment(p)
             decision = core.decide(name, p, now, others if assigning else None)
             self.metrics.decisions.inc()
+            if decision.material or not core.quiet(name, decision.status or p.status):
+                self.watched.add(name)
+            else:
+                self.watched.discard(name)
             if decision.status is None:
+                self._refresh_at.pop(name, None)
                 continue
             if not decision.material:
                 if mono - entry.last_write >= refresh:
+                    self._refresh_at.pop(name, None)
                     self._queue_refresh(entry)
+                else:
+                    self._refresh_at[name] = entry.last_write + refresh
                 continue
+            self._refresh_at.pop(name, None)
             if assigning:
                 self._planned[name] = PartitionInput(
                     p.spec, decision.status, p.generation, p.resource_version

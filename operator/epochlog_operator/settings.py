@@ -52,6 +52,7 @@ from epochlog.protocol.errors import InvalidRequestError
 
 DEFAULT_STATUS_REFRESH_INTERVAL_MS: Final = 5000
 DEFAULT_RECONCILE_INTERVAL_MS: Final = 500
+DEFAULT_FULL_RECONCILE_INTERVAL_MS: Final = 10_000
 DEFAULT_LISTEN_PORT: Final = 8081
 DEFAULT_PEERING_LIFETIME_S: Final = 15
 DEFAULT_WRITE_CONCURRENCY: Final = 8
@@ -92,7 +93,9 @@ class OperatorSettings:
     status_refresh_interval_ms: int = DEFAULT_STATUS_REFRESH_INTERVAL_MS
     """At most one write per partition per interval for HW, log end and lag refreshes."""
     reconcile_interval_ms: int = DEFAULT_RECONCILE_INTERVAL_MS
-    """How often every Partition is decided again (lag clocks, refreshes)."""
+    """How often Partitions with news or running lag clocks are decided again."""
+    full_reconcile_interval_ms: int = DEFAULT_FULL_RECONCILE_INTERVAL_MS
+    """How often every Partition is decided again, quiet ones included."""
     namespaces: tuple[str, ...] = ()
     """Namespaces to serve; empty: all namespaces."""
     listen_address: str = "0.0.0.0"
@@ -119,6 +122,7 @@ class OperatorSettings:
             "broker_session_timeout_ms",
             "status_refresh_interval_ms",
             "reconcile_interval_ms",
+            "full_reconcile_interval_ms",
             "peering_lifetime_s",
             "write_concurrency",
             "api_writes_per_second",
@@ -170,6 +174,7 @@ _ENV: Final[dict[str, tuple[str, str]]] = {
     "broker_session_timeout_ms": ("EPOCHLOG_BROKER_SESSION_TIMEOUT_MS", "int"),
     "status_refresh_interval_ms": ("EPOCHLOG_STATUS_REFRESH_INTERVAL_MS", "int"),
     "reconcile_interval_ms": ("EPOCHLOG_RECONCILE_INTERVAL_MS", "int"),
+    "full_reconcile_interval_ms": ("EPOCHLOG_FULL_RECONCILE_INTERVAL_MS", "int"),
     "namespaces": ("EPOCHLOG_NAMESPACES", "list"),
     "listen_address": ("EPOCHLOG_LISTEN_ADDRESS", "str"),
     "listen_port": ("EPOCHLOG_LISTEN_PORT", "int"),
@@ -239,7 +244,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add(
         "reconcile_interval_ms",
-        f"decide every Partition again this often, in ms (default {DEFAULT_RECONCILE_INTERVAL_MS})",
+        f"decide Partitions with news or running lag clocks again this often, in ms "
+        f"(default {DEFAULT_RECONCILE_INTERVAL_MS})",
+        type=int,
+    )
+    add(
+        "full_reconcile_interval_ms",
+        f"decide every Partition again this often, quiet ones too, in ms "
+        f"(default {DEFAULT_FULL_RECONCILE_INTERVAL_MS})",
         type=int,
     )
     add(

@@ -48,15 +48,18 @@ def test_the_time_is_when_the_leaders_report_arrived_not_when_it_was_decided() -
     assert wire["highWatermarkTime"] == "2023-11-14T22:13:21Z"
 
 
-def test_a_later_report_of_the_same_high_watermark_makes_it_fresher() -> None:
+def test_an_idle_high_watermark_keeps_the_time_it_moved_and_costs_no_write() -> None:
     c = elected()
     report(c, T0 + 1_000, 10)
     c.decide(T0 + 1_000)
     report(c, T0 + 3_000, 10)
-    d = c.decide(T0 + 3_000)
+    assert c.decide(T0 + 3_000).status is None, "an idle partition wrote its status again"
+    assert c.current.high_watermark_time == rfc3339(T0 + 1_000)
+    report(c, T0 + 5_000, 12)
+    d = c.decide(T0 + 5_000)
     assert d.status is not None
     assert not d.material
-    assert d.status.high_watermark_time == rfc3339(T0 + 3_000)
+    assert d.status.high_watermark_time == rfc3339(T0 + 5_000)
 
 
 def test_a_decision_that_changes_only_the_time_is_a_refresh() -> None:
@@ -65,8 +68,8 @@ def test_a_decision_that_changes_only_the_time_is_a_refresh() -> None:
     report(c, now, 10)
     written = c.decide(now).status
     assert written is not None
-    # The same decision again, from a status that differs only in highWatermarkTime.
-    c.status = written.model_copy(update={"high_watermark_time": rfc3339(T0)})
+    # The same decision again, from a status that lacks the time.
+    c.status = written.model_copy(update={"high_watermark_time": None})
     d = c.decide(now)
     assert d.status == written
     assert not d.material

@@ -4,8 +4,11 @@ messages and a controller restart."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from epochlog.protocol.heartbeat import BrokerHeartbeat
 from epochlog.sim.scenario import Sim, spec
+from epochlog_operator.decide import Decision
 
 PARTITIONS = 12
 
@@ -96,4 +99,31 @@ def test_a_restarted_controller_gets_full_reports_and_keeps_every_leader() -> No
     assert any(hb.full for hb in sent), "no full report after the controller restarted"
     sim.advance(5000)
     assert {f"t-{i}": sim.leader(f"t-{i}") for i in range(PARTITIONS)} == leaders
+    sim.assert_ok()
+
+
+def test_an_idle_cluster_decides_only_on_full_passes_and_writes_nothing() -> None:
+    sim = cluster(5105).start()
+    for i in range(PARTITIONS):
+        assert sim.produce(f"t-{i}", [f"m{i}"]).acked
+    sim.advance(6000)
+    core = sim.controller.core
+    assert core is not None
+    decided: list[str] = []
+    decide = core.decide
+
+    def counting(name: str, *args: Any, **kwargs: Any) -> Decision:
+        decided.append(name)
+        return decide(name, *args, **kwargs)
+
+    core.decide = counting  # type: ignore[method-assign]
+    writes = len(sim.history.status_writes)
+    window = 20_000
+    sim.advance(window)
+    passes = window // sim.config.reconcile_interval_ms
+    full_passes = window // sim.config.full_reconcile_ms + 1
+    assert len(decided) <= PARTITIONS * full_passes, (
+        f"{len(decided)} decisions in {passes} passes over {PARTITIONS} idle partitions"
+    )
+    assert len(sim.history.status_writes) == writes, "an idle cluster wrote statuses"
     sim.assert_ok()
