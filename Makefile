@@ -51,6 +51,7 @@ bench: venv
 	$(BIN)/python -m benchmarks.operator_bench
 	$(BIN)/python -m benchmarks.failover_bench
 	$(BIN)/python -m benchmarks.spark_bench
+	$(BIN)/python -m benchmarks.scale_bench --partitions 10,100,300
 
 soak: venv
 	HYPOTHESIS_PROFILE=soak $(PYTEST) --timeout 3600
