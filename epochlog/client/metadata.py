@@ -107,6 +107,7 @@ class Metadata:
         self._reached: set[int] = set()
         self._leaders: dict[str, PartitionLeader] = {}
         self._lookups: dict[str, asyncio.Task[PartitionLeader]] = {}
+        self._probing: asyncio.Task[tuple[list[_Seen], dict[str, str]]] | None = None
         self._unhosted_since: dict[str, float] = {}
         self._probe_timeout_s = probe_timeout_s
         self._metadata_max_wait_s = metadata_max_wait_s
@@ -221,7 +222,17 @@ class Metadata:
         return decode_answer(PartitionsListing, body, url + PARTITIONS_PATH)
 
     async def _probe(self) -> tuple[list[_Seen], dict[str, str]]:
-        """Every known broker's reports, and the failure of each broker that did not answer."""
+        """Every known broker's reports, and the failure of each broker that did not answer.
+
+        Lookups that start while a probe is out share it: a client writing to a thousand
+        partitions at once asks each broker for its listing once, not once per partition."""
+        task = self._probing
+        if task is None or task.done():
+            task = asyncio.get_running_loop().create_task(self._probe_once())
+            self._probing = task
+        return await asyncio.shield(task)
+
+    async def _probe_once(self) -> tuple[list[_Seen], dict[str, str]]:
         urls = list(self._urls)
         answers = await asyncio.gather(*(self.describe(u) for u in urls), return_exceptions=True)
         seen: list[_Seen] = []
@@ -269,6 +280,7 @@ class Metadata:
 
     async def _lookup(self, partition: str) -> PartitionLeader:
         seen, failures = await self._probe()
+        self._learn_leaders(seen)
         mine = [s for s in seen if s.name == partition]
         if not seen and failures and len(failures) == len(self._urls):
             detail = "; ".join(f"{u}: {e}" for u, e in failures.items())
@@ -305,6 +317,24 @@ class Metadata:
                 self._set(leader, why="follower hint")
                 return leader
         raise LeaderNotAvailableError(f"{partition}: no leader known yet")
+
+    def _learn_leaders(self, seen: Sequence[_Seen]) -> None:
+        """Cache the leader of every partition a listing shows led and none is cached for,
+        as a Kafka client keeps every partition of a metadata answer: the next partition
+        asked for needs no probe of its own."""
+        best: dict[str, _Seen] = {}
+        newest: dict[str, int] = {}
+        for s in seen:
+            newest[s.name] = max(newest.get(s.name, s.leader_epoch), s.leader_epoch)
+            if s.role is HostedRole.LEADER and (
+                s.name not in best or s.leader_epoch > best[s.name].leader_epoch
+            ):
+                best[s.name] = s
+        for name, s in best.items():
+            # A replica that knows a newer epoch than the leader reports: leave it to the
+            # lookup of that partition, which follows the hint.
+            if name not in self._leaders and s.leader_epoch >= newest[name]:
+                self._set(PartitionLeader(name, s.url, s.leader_epoch, s.broker_id), "listing")
 
     async def _ask_for_leader_address(self, partition: str, follower: _Seen) -> str | None:
         """The leader's URL as `follower` knows it: its NOT_LEADER_OR_FOLLOWER answer names

@@ -311,3 +311,29 @@ async def test_sync_wrappers(cluster: Cluster) -> None:
     assert offsets == list(range(20))
     assert got == [f"s{i}" for i in range(20)]
     assert latest == 20
+
+
+async def test_concurrent_lookups_share_one_listing_per_broker(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that writes to many partitions at once asks each broker for its listing
+    once, and one listing answers for every partition it shows led: before, each
+    partition's lookup asked every broker, which timed out at a thousand partitions."""
+    names = [n for n in cluster.controller.store.items if cluster.controller.leader(n) is not None]
+    assert len(names) >= 10
+    async with Client([p.url for p in cluster.brokers.values()]) as fresh:
+        asked: list[str] = []
+        describe = fresh.metadata.describe
+
+        async def counting(url: str) -> Any:
+            asked.append(url)
+            return await describe(url)
+
+        monkeypatch.setattr(fresh.metadata, "describe", counting)
+        found = await asyncio.gather(*(fresh.metadata.leader(n) for n in names))
+        assert [f.partition for f in found] == names
+        assert len(asked) <= len(cluster.brokers), f"{len(asked)} listings for {len(names)}"
+        for n in names:
+            cached = fresh.metadata.cached(n)
+            assert cached is not None
+            assert cached.broker_id == cluster.controller.leader(n)
