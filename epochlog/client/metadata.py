@@ -30,6 +30,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -134,6 +135,7 @@ class Metadata:
             task = asyncio.get_running_loop().create_task(self._lookup(partition))
             self._lookups[partition] = task
             task.add_done_callback(lambda _t: self._lookups.pop(partition, None))
+            task.add_done_callback(_retrieved)
         # Shielded: one caller giving up must not cancel the lookup the others wait for.
         return await asyncio.shield(task)
 
@@ -229,6 +231,7 @@ class Metadata:
         task = self._probing
         if task is None or task.done():
             task = asyncio.get_running_loop().create_task(self._probe_once())
+            task.add_done_callback(_retrieved)
             self._probing = task
         return await asyncio.shield(task)
 
@@ -354,3 +357,10 @@ class Metadata:
             return None
         # It answered as the leader: it became one since it described itself.
         return follower.url
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """Mark a shared task's failure as seen: when every caller waiting on it gave up (a
+    timeout), nobody else would, and asyncio would report it at garbage collection."""
+    if not task.cancelled():
+        task.exception()

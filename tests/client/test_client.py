@@ -10,6 +10,7 @@ wrappers.
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
 import time
 from typing import Any
@@ -35,7 +36,7 @@ from epochlog.protocol.errors import (
 from tests.broker.cluster import Cluster
 from tests.client.conftest import MAX_RECORD
 from tests.client.helpers import AnswerDroppingProxy, read_all, values
-from tests.waiting import until
+from tests.waiting import until, until_true
 
 pytestmark = pytest.mark.asyncio(loop_scope="package")
 
@@ -337,3 +338,27 @@ async def test_concurrent_lookups_share_one_listing_per_broker(
             cached = fresh.metadata.cached(n)
             assert cached is not None
             assert cached.broker_id == cluster.controller.leader(n)
+
+
+async def test_a_lookup_every_caller_gave_up_on_leaves_no_unretrieved_error() -> None:
+    """A shared lookup whose callers all time out still fails later: its error is marked
+    seen, so asyncio reports no "Task exception was never retrieved" at collection."""
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        async with Client([f"http://127.0.0.1:{closed_port()}"]) as c:
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(c.metadata.leader("nowhere-0"), 0.0001)
+
+            def lookups_done() -> bool:
+                return not c.metadata._lookups  # the shared lookup has finished
+
+            await until_true(lookups_done, "the abandoned lookup to finish", 30)
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(previous)
+    unretrieved = [r for r in reported if "never retrieved" in str(r.get("message"))]
+    assert not unretrieved, unretrieved
