@@ -301,11 +301,12 @@ async def idle(
     after = {b: await scrape(http, u) for b, u in urls.items()}
     row.cpu_pct = {name: 100 * (cpu1[name] - cpu0[name]) / wall for name in pids}
     fetches = [
-        (_delta(after[b], before[b], "epochlog_fetch_requests_total", kind="replica") or 0.0) / wall
+        (_delta(after[b], before[b], "epochlog_fetch_session_requests_total", side="leader") or 0.0)
+        / wall
         for b in BROKERS
     ]
     row.notes.append(
-        "idle: replica fetches served per s "
+        "idle: fetch session requests served per s "
         + "/".join(f"{f:.0f}" for f in fetches)
         + " (b1/b2/b3)"
     )

@@ -13,17 +13,20 @@ simulated world:
 - group commit: one flusher fsyncs, in a worker thread, every log appended to
   since its last round, so the event loop keeps serving while the disk works
   and every append made meanwhile joins the next round;
-- replica fetchers (`fetcher`): each `SendToLeader` effect becomes an HTTP
-  request to the leader, sent after the delay the core stamped on it (its
-  backoff rule is the simulator's too); the answer, the leader's error or the
-  failure goes back to the core's `on_leader_answer`;
+- replica fetchers (`fetcher`): one fetch session per leader broker covers
+  every partition this broker follows there; each `SendSession` effect becomes
+  its next HTTP request, sent after the delay the core stamped on it (its
+  backoff rule is the simulator's too), and the answer, the leader's error or
+  the failure goes back to the core's `on_session_answer`. A partition's
+  divergence query (`SendToLeader`) goes on its own;
 - produce timeouts (`tick`) and the HW checkpoint on timers;
 - storage faults: a replica taken offline by a storage error (disk full, I/O
   error, damaged data) is retried every `RECOVERY_INTERVAL_MS`; the core says
   which ones are due and whether each came back, the attempt itself (repair,
   reopen, probe) runs in a worker thread under the state lock;
 - long polls: consumer reads wait for the high watermark to pass their offset,
-  and a caught-up follower's fetch waits at the leader for the next append.
+  and a fetch session request without news waits at the leader until one of
+  its partitions is appended to (the core names the sessions to wake).
 
 Every core call runs on the event loop, with two exceptions that run in a
 worker thread because they wait for the disk. `sync_log` (the flusher) runs
@@ -71,21 +74,21 @@ from epochlog_broker.core import (
     ProducerFields,
     ReadResult,
     Restart,
+    SendSession,
     SendToLeader,
 )
-from epochlog_broker.fetcher import Fetchers, Outcome
+from epochlog_broker.fetcher import Fetchers, Outcome, SessionOutcome
 from epochlog_broker.identity import DataDirClaim
 from epochlog_broker.liveness_thread import KeepaliveHeader, KeepaliveThread
 from epochlog_broker.log.fs import OsFileSystem
 from epochlog_broker.metrics import BrokerMetrics
 from epochlog_broker.replica_wire import ReplicaClient
+from epochlog_broker.replication.fetch_session import SessionFetchAnswer, SessionFetchRequest
 from epochlog_broker.replication.follower import Follower
 from epochlog_broker.replication.leader import Leader
 from epochlog_broker.replication.messages import (
     Acks,
-    DivergingEpoch,
     EpochEndOffset,
-    FetchData,
     FetchRequest,
     OffsetsForLeaderEpochRequest,
 )
@@ -129,8 +132,6 @@ class Signal:
 class _Partition:
     """The shell's state for one hosted partition, for one run of the core."""
 
-    appended: Signal = field(default_factory=Signal)
-    """Leader: new data for followers' parked fetches; also role changes."""
     progress: Signal = field(default_factory=Signal)
     """Leader: the HW moved (consumers' long polls); also role changes."""
 
@@ -167,6 +168,8 @@ class Broker:
         self._waiters: dict[int, asyncio.Future[ProduceDone]] = {}
         self._next_request = 0
         self._parts: dict[str, _Partition] = {}
+        self._sessions_held: dict[int, Signal] = {}
+        """Per follower broker: wakes its fetch session request held here for news."""
         self._fetchers: Fetchers | None = None
         self._loops: list[asyncio.Task[None]] = []
         self._flusher: asyncio.Task[None] | None = None
@@ -189,7 +192,10 @@ class Broker:
             connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True)
         )
         self._fetchers = Fetchers(
-            self.config, ReplicaClient(self._session), self._apply_leader_answer
+            self.config,
+            ReplicaClient(self._session),
+            self._apply_leader_answer,
+            self._apply_session_answer,
         )
         loop = asyncio.get_running_loop()
         self._keepalive = KeepaliveThread(
@@ -220,6 +226,9 @@ class Broker:
             address=cfg.address,
             log_config=cfg.log,
             fetch_backoff=cfg.fetch_backoff,
+            replica_fetch_max_wait_ms=cfg.replica_fetch_max_wait_ms,
+            replica_fetch_max_bytes=cfg.replica_fetch_max_bytes,
+            replica_fetch_response_max_bytes=cfg.replica_fetch_response_max_bytes,
         )
         reports = await asyncio.to_thread(core.open)
         self.core = core
@@ -314,12 +323,22 @@ class Broker:
                     waiter.set_result(e)
             elif isinstance(e, SendToLeader):
                 self._send_to_leader(e)
+            elif isinstance(e, SendSession):
+                self._send_session(e)
             # A `Restart` comes only from `on_heartbeat_response`, whose caller carries
             # it out (`_apply_heartbeat_response`).
         core = self.core
-        if core is not None and core.dirty:
+        if core is None:
+            return
+        for due in core.session_requests():
+            self._send_session(due)
+        for replica in core.take_woken_sessions():
+            signal = self._sessions_held.get(replica)
+            if signal is not None:
+                signal.notify()
+        if core.dirty:
             self._dirty.set()
-        if core is not None and core.storage_faults != self._faults_reported:
+        if core.storage_faults != self._faults_reported:
             self._report_now.set()
 
     def run_deferred(self) -> None:
@@ -347,7 +366,8 @@ class Broker:
     def _notify_all(self) -> None:
         for part in self._parts.values():
             part.progress.notify()
-            part.appended.notify()
+        for signal in self._sessions_held.values():
+            signal.notify()
 
     def _fail_waiters(self, error: EpochlogError) -> None:
         waiters, self._waiters = self._waiters, {}
@@ -383,7 +403,6 @@ class Broker:
                 leader_epoch=leader_epoch,
                 producer=producer,
             )
-            self._part(name).appended.notify()
             self.run(effects)
             # The core's purgatory answers by the deadline; this only guards against a
             # lost answer.
@@ -448,20 +467,27 @@ class Broker:
 
     # -- replication: leader side ----------------------------------------------------------
 
-    async def serve_fetch(
-        self, name: str, request: FetchRequest, *, max_wait_ms: int, max_bytes: int
-    ) -> FetchData | DivergingEpoch:
+    async def serve_session_fetch(self, request: SessionFetchRequest) -> SessionFetchAnswer:
+        """Answer a follower's fetch session request; one without news waits here up to
+        its maxWaitMs for data (a moved high watermark alone does not end the wait)."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max_wait_ms / 1000
+        deadline = loop.time() + min(request.max_wait_ms, self.config.max_wait_ms) / 1000
+        signal = self._sessions_held.setdefault(request.replica_id, Signal())
+        core = self.current_core()
+        served = core.handle_session_fetch(request, now_ms())
         while True:
-            core = self.current_core()
-            answer, effects = core.handle_fetch(name, request, now_ms(), max_bytes)
-            self.run(effects)
-            self._progress(name)
+            self.run(served.effects)
+            for name in served.partitions:
+                self._progress(name)
+            answer = served.answer
             remaining = deadline - loop.time()
-            if not isinstance(answer, FetchData) or answer.batches or remaining <= 0:
+            if answer.partitions or remaining <= 0:
                 return answer
-            await self._part(name).appended.wait(remaining)
+            woken = await signal.wait(remaining)
+            core = self.current_core()
+            served = core.resume_session_fetch(
+                request.replica_id, answer.session_id, now_ms(), final=not woken
+            )
 
     def serve_offsets_for_leader_epoch(
         self, name: str, request: OffsetsForLeaderEpochRequest
@@ -474,11 +500,37 @@ class Broker:
         core = self.core
         if core is None or self._stopping or self._fetchers is None:
             return
+        if isinstance(e.request, FetchRequest):
+            # A fetch in backoff: it joins its session once the wait is over.
+            asyncio.get_running_loop().call_later(e.delay_ms / 1000, self._fetch_due, core, e)
+            return
         self._fetchers.send(core, e, e.delay_ms / 1000)
+
+    def _fetch_due(self, core: BrokerCore, e: SendToLeader) -> None:
+        if core is self.core and not self._stopping:
+            core.fetch_due(e)
+            self.run([])
 
     async def _cancel_fetches(self) -> None:
         if self._fetchers is not None:
             await self._fetchers.cancel_all()
+
+    def _send_session(self, e: SendSession) -> None:
+        core = self.core
+        if core is None or self._stopping or self._fetchers is None:
+            return
+        self._fetchers.send_session(core, e.leader_id, e.delay_ms / 1000)
+
+    async def _apply_session_answer(
+        self, core: BrokerCore, leader_id: int, o: SessionOutcome
+    ) -> None:
+        async with self._disk:
+            if core is not self.core:
+                return
+            answer = o.answer if o.answer is not None else o.error
+            applied = core.on_session_answer(leader_id, o.request, answer, o.failure)
+        self.metrics.fetch_sessions.labels(str(leader_id), "follower", applied.result).inc()
+        self.run(applied.effects)
 
     async def _apply_leader_answer(self, core: BrokerCore, e: SendToLeader, o: Outcome) -> None:
         async with self._disk:

@@ -49,8 +49,11 @@ class BrokerConfig:
     """Granularity of produce timeouts in the purgatory."""
 
     replica_fetch_max_wait_ms: int = 500
-    """A caught-up follower's fetch waits at the leader this long for new data."""
-    replica_fetch_max_bytes: int = 4 * MiB
+    """A fetch session request without news waits at the leader this long for data."""
+    replica_fetch_max_bytes: int = 1 * MiB
+    """Bytes of one partition in one fetch answer (at least one batch goes)."""
+    replica_fetch_response_max_bytes: int = 10 * MiB
+    """Bytes of one fetch answer over all its partitions."""
     replica_request_timeout_ms: int = 5000
     """Time allowed to a replica request beyond its wait at the leader."""
     replica_backoff_ms: int = 50

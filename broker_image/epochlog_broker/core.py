@@ -90,6 +90,14 @@ from epochlog_broker.log.partition_log import PartitionLog, RecoveryReport
 from epochlog_broker.log.repair import RepairPlan, apply_repair, plan_repair, probe_space
 from epochlog_broker.log.storage_id import load_or_format, new_storage_id
 from epochlog_broker.replication.fetch_backoff import FetchBackoff, LeaderFailures
+from epochlog_broker.replication.fetch_session import (
+    FollowerSession,
+    LeaderSession,
+    LeaderSessions,
+    PartitionAnswer,
+    SessionFetchAnswer,
+    SessionFetchRequest,
+)
 from epochlog_broker.replication.follower import (
     Append,
     Follower,
@@ -220,6 +228,26 @@ class SendToLeader:
 
 
 @dataclass(frozen=True, slots=True)
+class SendSession:
+    """After `delay_ms`, build the next request of the fetch session with broker
+    `leader_id` (`session_request`), send it, and hand what comes back to
+    `on_session_answer`."""
+
+    leader_id: int
+    delay_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SessionServed:
+    """A leader's answer to a fetch session request, with the effects of serving it and
+    the partitions it looked at (whose high watermark may have moved)."""
+
+    answer: SessionFetchAnswer
+    effects: list[Effect]
+    partitions: list[str]
+
+
+@dataclass(frozen=True, slots=True)
 class ProduceDone:
     """A produce request is answered: acknowledged (`error` None) or failed."""
 
@@ -239,7 +267,17 @@ class Restart:
     reason: str
 
 
-Effect = SendToLeader | ProduceDone | Restart
+Effect = SendToLeader | SendSession | ProduceDone | Restart
+
+
+@dataclass(frozen=True, slots=True)
+class _WantedFetch:
+    """A partition's next fetch, as its fetch session holds it."""
+
+    sent: SendToLeader
+    request: FetchRequest
+    session: int
+
 
 LeaderAnswer = FetchData | DivergingEpoch | EpochEndOffset
 """What a leader answers a `SendToLeader` request with, when it answers without an error."""
@@ -319,6 +357,10 @@ class Hosted:
     """Follower: the leader's high watermark in its last fetch answer."""
     announced_high_watermark: int = -1
     """The high watermark `high_watermark_moved` last reported."""
+    fetching_from: int | None = None
+    """Follower: the leader whose fetch session holds this partition."""
+    session_high_watermark: int = -1
+    """Leader: the high watermark its fetch sessions were last told has moved."""
 
     def rebuild_producers(self) -> None:
         self.producers = producers_of(self.log)
@@ -414,12 +456,24 @@ class BrokerCore:
     """First wait before bringing back a replica after a storage fault (then doubling)."""
     storage_retry_max_ms: int = 10_000
 
+    replica_fetch_max_wait_ms: int = 0
+    """How long a fetch session request without news may wait at the leader (the
+    simulator's leaders answer at once: 0)."""
+    replica_fetch_max_bytes: int = 1 << 20
+    """Bytes of one partition in one fetch answer (at least one batch goes)."""
+    replica_fetch_response_max_bytes: int = 10 << 20
+    """Bytes of one fetch answer over all its partitions."""
+
     def __post_init__(self) -> None:
         self.storage_faults = 0
         """Replicas taken offline so far: the shell reports a new one at once."""
         self._deferred: list[Effect] = []
         self._pending: dict[int, _Pending] = {}
         self._high_watermark_checkpoint: HighWatermarkCheckpoint | None = None
+        self.fetch_sessions: dict[int, FollowerSession[_WantedFetch]] = {}
+        """Follower side: the fetch session with each leader broker."""
+        self.leader_sessions = LeaderSessions(id_base=self.broker_epoch * 1_000_000)
+        """Leader side: the fetch sessions this broker serves."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -587,7 +641,7 @@ class BrokerCore:
         if a is not None and a.leader == self.broker_id:
             host.lead_barrier = max(host.lead_barrier, a.leader_epoch)
         replica.role = Offline(replica.leader_epoch, f"storage error: {fault.reason}")
-        host.session += 1
+        self._role_changed(host)
         host.dirty = False
         fault.durable_end = host.log.persisted_log_end_offset
         host.fault = fault
@@ -709,7 +763,7 @@ class BrokerCore:
         host.log = outcome.log
         host.recovery = outcome.log.recovery
         host.producers = outcome.producers
-        host.session += 1
+        self._role_changed(host)
         host.dirty = False
         host.fault = None
         log.info(
@@ -777,6 +831,7 @@ class BrokerCore:
         held = _held(replica.assignment) or host.held
         error = None if host.fault is None else host.fault.describe()
         if isinstance(role, Leader):
+            self._note_session_fetches(host, role, now_ms)
             hb = role.heartbeat()
             proposals: tuple[tuple[int, int, int, int], ...] = ()
             pending = role.pending_proposal
@@ -887,7 +942,7 @@ class BrokerCore:
             return []
         self._keep_held(pa.name, host, assignment)
         if t.kind is not TransitionKind.ISR_UPDATED:
-            host.session += 1
+            self._role_changed(host)
             log.info(
                 t.kind.value.replace("-", "_"),
                 partition=pa.name,
@@ -899,7 +954,10 @@ class BrokerCore:
             )
         leader_actions = [a for a in t.actions if isinstance(a, LeaderAction)]
         follower_actions = [a for a in t.actions if not isinstance(a, LeaderAction)]
-        return self._leader_effects(leader_actions) + self._follower_effects(host, follower_actions)
+        effects = self._leader_effects(leader_actions)
+        if isinstance(replica.role, Leader):
+            self._check_session_high_watermark(host, replica.role)
+        return effects + self._follower_effects(host, follower_actions)
 
     def _may_apply(self, host: Hosted, pa: PartitionAssignment) -> bool:
         """Offline replicas only note assignments; none leads an epoch led before a fault."""
@@ -968,6 +1026,7 @@ class BrokerCore:
                     timeout_ms=timeout_ms,
                 )
             )
+        self._note_session_fetches(host, role, now_ms)
         try:
             if isinstance(records, Sequence):
                 result = host.log.append_records(
@@ -1042,6 +1101,8 @@ class BrokerCore:
     def _after_append(self, host: Hosted) -> list[Effect]:
         """Appended data waits for the next `flush` before anything counts it."""
         host.dirty = True
+        if isinstance(host.replica.role, Leader):
+            self.leader_sessions.appended(host.log.name)
         return []
 
     def _leader_effects(self, actions: Sequence[LeaderAction]) -> list[Effect]:
@@ -1106,7 +1167,9 @@ class BrokerCore:
     def _report_persisted(self, host: Hosted, persisted: int) -> list[Effect]:
         role = host.replica.role
         if isinstance(role, Leader):
-            return self._leader_effects(role.on_flushed(persisted))
+            effects = self._leader_effects(role.on_flushed(persisted))
+            self._check_session_high_watermark(host, role)
+            return effects
         if isinstance(role, Follower) and role.state is FollowerState.APPENDING:
             return self._follower_effects(host, role.on_flushed(persisted))
         return []
@@ -1182,6 +1245,214 @@ class BrokerCore:
         host = self._get(name)
         return self._leader(host, request.leader_epoch).offsets_for_leader_epoch(request)
 
+    # -- fetch sessions: leader side -------------------------------------------------------
+
+    def handle_session_fetch(self, request: SessionFetchRequest, now_ms: int) -> SessionServed:
+        """Serve a request of a follower's fetch session (raises the session-level
+        errors). An answer without partitions is one the shell may hold until
+        `take_woken_sessions` names the follower, then `resume_session_fetch`."""
+        session = self.leader_sessions.receive(request, now_ms)
+        return self.serve_session(session, now_ms, final=request.max_wait_ms == 0)
+
+    def resume_session_fetch(
+        self, replica_id: int, session_id: int, now_ms: int, *, final: bool
+    ) -> SessionServed:
+        """Look again at a held request's session: data came, or its wait is over
+        (`final`: then moved high watermarks alone are answered too)."""
+        session = self.leader_sessions.current(replica_id, session_id)
+        return self.serve_session(session, now_ms, final=final)
+
+    def take_woken_sessions(self) -> set[int]:
+        """Followers whose held session request has news since the last call."""
+        return self.leader_sessions.take_woken()
+
+    def serve_session(self, s: LeaderSession, now_ms: int, *, final: bool) -> SessionServed:
+        """Answer what session `s` has news of: data (bounded per partition and per
+        answer, starting after the partition served last), diverged logs, errors (which
+        leave the session), and with `final` or any other news, moved high watermarks."""
+        entries: list[tuple[str, PartitionAnswer]] = []
+        effects: list[Effect] = []
+        budget = s.max_bytes
+        looked = s.take_pending()
+        left: list[str] = []
+        for name in looked:
+            fetch = s.partitions[name]
+            host = self.partitions.get(name)
+            try:
+                if host is None:
+                    raise UnknownPartitionError(f"{name} is not hosted on broker {self.broker_id}")
+                role = self._leader(host, fetch.leader_epoch)
+                decision = role.on_fetch(fetch, now_ms)
+            except EpochlogError as exc:
+                entries.append((name, exc))
+                self.leader_sessions.forget(s, name)
+                continue
+            effects += self._leader_effects(decision.actions)
+            self._check_session_high_watermark(host, role)
+            answer = decision.answer
+            if isinstance(answer, DivergingEpoch):
+                entries.append((name, answer))
+                s.high_watermark_sent[name] = answer.high_watermark
+                continue
+            if answer.start_offset >= answer.end_offset:
+                if answer.high_watermark != s.high_watermark_sent.get(name):
+                    s.high_watermark_moved.add(name)
+                continue
+            if budget <= 0:
+                left.append(name)
+                continue
+            try:
+                read = host.log.read_batches(
+                    answer.start_offset, min(s.partition_max_bytes, budget), answer.end_offset
+                )
+            except _DISK_ERRORS as exc:
+                effects += self._take_offline(host, exc)
+                entries.append((name, self._offline_error(host)))
+                self.leader_sessions.forget(s, name)
+                continue
+            budget -= sum(b.size for b in read)
+            entries.append(
+                (
+                    name,
+                    FetchData(
+                        answer.leader_epoch,
+                        answer.high_watermark,
+                        tuple(Batch(b.base_offset, b.last_offset, b.leader_epoch, b) for b in read),
+                    ),
+                )
+            )
+            s.high_watermark_sent[name] = answer.high_watermark
+            s.last_served = name
+        s.pending.update(left)
+        if entries or final:
+            entries += self._moved_high_watermarks(s)
+        return SessionServed(SessionFetchAnswer(s.session_id, tuple(entries)), effects, looked)
+
+    def _moved_high_watermarks(self, s: LeaderSession) -> list[tuple[str, PartitionAnswer]]:
+        out: list[tuple[str, PartitionAnswer]] = []
+        for name in s.take_high_watermark_moved():
+            host = self.partitions.get(name)
+            role = host.replica.role if host is not None else None
+            fetch = s.partitions[name]
+            if not isinstance(role, Leader) or role.leader_epoch != fetch.leader_epoch:
+                continue  # its role change is news of its own (`LeaderSessions.changed`)
+            if role.high_watermark != s.high_watermark_sent.get(name):
+                s.high_watermark_sent[name] = role.high_watermark
+                out.append((name, FetchData(role.leader_epoch, role.high_watermark)))
+        return out
+
+    def _check_session_high_watermark(self, host: Hosted, role: Leader) -> None:
+        if role.high_watermark != host.session_high_watermark:
+            host.session_high_watermark = role.high_watermark
+            self.leader_sessions.high_watermark_moved(host.log.name)
+
+    def _note_session_fetches(self, host: Hosted, role: Leader, now_ms: int) -> None:
+        """Every request of a session fetches each partition it holds, listed or not.
+        A session silent for longer than the caught-up window is not fetching any more:
+        its follower may be gone, and must not be proposed for the ISR on its account."""
+        for s in self.leader_sessions.watching(host.log.name):
+            if now_ms - s.last_request_ms > self.caught_up_window_ms:
+                continue
+            fetch = s.partitions.get(host.log.name)
+            if fetch is not None and fetch.leader_epoch == role.leader_epoch:
+                role.on_unchanged_fetch(s.replica_id, s.last_request_ms)
+
+    # -- fetch sessions: follower side -----------------------------------------------------
+
+    def session_requests(self) -> list[SendSession]:
+        """The fetch sessions that may send their next request: call after every call
+        that returned effects; each `SendSession` goes once its delay is over."""
+        out = []
+        for s in self.fetch_sessions.values():
+            if s.ready():
+                s.scheduled = True
+                out.append(SendSession(s.leader_id, s.delay_ms))
+        return out
+
+    def session_request(self, leader_id: int) -> SessionFetchRequest | None:
+        """Build the request a `SendSession` stands for; None when nothing is wanted from
+        that leader any more."""
+        s = self.fetch_sessions.get(leader_id)
+        if s is None:
+            return None
+        return s.build(
+            max_wait_ms=self.replica_fetch_max_wait_ms,
+            max_bytes=self.replica_fetch_response_max_bytes,
+            partition_max_bytes=self.replica_fetch_max_bytes,
+        )
+
+    def on_session_answer(
+        self,
+        leader_id: int,
+        sent: SessionFetchRequest,
+        answer: SessionFetchAnswer | EpochlogError | None,
+        failure: str = "",
+    ) -> LeaderAnswerApplied:
+        """What came back for `sent`: the leader's answer, its session-level error, or
+        nothing (`failure` says why)."""
+        s = self.fetch_sessions.get(leader_id)
+        if (
+            s is None
+            or not s.in_flight
+            or (s.session_id, s.epoch) != (sent.session_id, sent.session_epoch)
+        ):
+            return LeaderAnswerApplied([], "stale")
+        if not isinstance(answer, SessionFetchAnswer):
+            failures = s.on_failure(answer)
+            s.delay_ms = self.fetch_backoff.delay_ms(failures)
+            event = log.warning if failures == 1 else log.debug
+            (event if failures else log.info)(
+                "fetch_session_failed" if failures else "fetch_session_reset",
+                leader=leader_id,
+                sessionId=sent.session_id,
+                sessionEpoch=sent.session_epoch,
+                error=failure or (str(answer) if answer is not None else "no answer"),
+                failures=failures,
+            )
+            return LeaderAnswerApplied([], str(answer.code) if answer else "unreachable")
+        if s.failures and sent.full:
+            log.info("fetch_session_opened", leader=leader_id, sessionId=answer.session_id)
+        effects: list[Effect] = []
+        for w, pa in s.on_answer(answer):
+            effects += self.on_leader_answer(w.sent, pa).effects
+            found = self._follower_for(w.sent.partition, w.session)
+            if found is not None and found[1].state is FollowerState.APPENDING:
+                s.appending.add(w.sent.partition)
+        s.delay_ms = 0 if answer.has_data else self.fetch_backoff.idle_fetch_ms
+        return LeaderAnswerApplied(effects, "ok")
+
+    def fetch_due(self, e: SendToLeader) -> None:
+        """A fetch that waited out its backoff joins its session."""
+        found = self._follower_for(e.partition, e.session)
+        if found is not None and found[1].state is FollowerState.FETCHING:
+            self._want_fetch(found[0], replace(e, delay_ms=0))
+
+    def _want_fetch(self, host: Hosted, e: SendToLeader) -> None:
+        if host.fetching_from is not None and host.fetching_from != e.leader_id:
+            self._drop_fetch(host)
+        s = self.fetch_sessions.get(e.leader_id)
+        if s is None:
+            s = self.fetch_sessions[e.leader_id] = FollowerSession(
+                e.leader_id, self.broker_id, self.broker_epoch
+            )
+        assert isinstance(e.request, FetchRequest)
+        s.want(host.log.name, _WantedFetch(e, e.request, e.session))
+        host.fetching_from = e.leader_id
+
+    def _drop_fetch(self, host: Hosted) -> None:
+        if host.fetching_from is not None:
+            s = self.fetch_sessions.get(host.fetching_from)
+            if s is not None:
+                s.drop(host.log.name)
+            host.fetching_from = None
+
+    def _role_changed(self, host: Hosted) -> None:
+        """The replica's role was replaced: answers to the old one are dropped, its
+        fetches leave their session, and sessions holding it here hear of it."""
+        host.session += 1
+        self._drop_fetch(host)
+        self.leader_sessions.changed(host.log.name)
+
     # -- replication: follower side --------------------------------------------------------
 
     def _follower_for(self, name: str, session: int) -> tuple[Hosted, Follower] | None:
@@ -1215,6 +1486,8 @@ class BrokerCore:
         host = self.partitions[sent.partition]
         if answer is None or isinstance(answer, EpochlogError):
             return self._leader_failed(host, sent, answer, failure)
+        if host.session == sent.session and host.leader_failures.succeeded():
+            log.info("leader_reachable", partition=sent.partition, leader=sent.leader_id)
         try:
             if isinstance(answer, EpochEndOffset):
                 effects = self.on_epoch_end_offset(sent.partition, sent.session, answer)
@@ -1227,17 +1500,8 @@ class BrokerCore:
         except EpochlogError as exc:
             log.error("replica_append_failed", partition=sent.partition, error=str(exc))
             return LeaderAnswerApplied([], str(exc.code))
-        if host.leader_failures.succeeded():
-            log.info("leader_reachable", partition=sent.partition, leader=sent.leader_id)
-        if isinstance(answer, FetchData):
+        if isinstance(answer, FetchData) and host.session == sent.session:
             host.leader_high_watermark = answer.high_watermark
-        # The next request was stamped while the failures still counted: an answer ends
-        # the backoff, and only an answer without data makes the next fetch wait.
-        idle = isinstance(answer, FetchData) and not answer.batches
-        delay_ms = self.fetch_backoff.idle_fetch_ms if idle else 0
-        effects = [
-            replace(e, delay_ms=delay_ms) if isinstance(e, SendToLeader) else e for e in effects
-        ]
         return LeaderAnswerApplied(effects, "ok")
 
     def _leader_failed(
@@ -1303,9 +1567,12 @@ class BrokerCore:
             elif isinstance(a, SendFetch | SendOffsetsForLeaderEpoch):
                 failures = host.leader_failures.towards(a.leader_id, a.request.leader_epoch)
                 delay_ms = self.fetch_backoff.delay_ms(failures)
-                out.append(
-                    SendToLeader(host.log.name, a.leader_id, host.session, a.request, delay_ms)
-                )
+                e = SendToLeader(host.log.name, a.leader_id, host.session, a.request, delay_ms)
+                if isinstance(a, SendFetch) and not delay_ms:
+                    self._want_fetch(host, e)
+                else:
+                    # A fetch in backoff joins its session afterwards (`fetch_due`).
+                    out.append(e)
         return out
 
     # -- clients ---------------------------------------------------------------------------

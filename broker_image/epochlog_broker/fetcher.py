@@ -1,15 +1,14 @@
 """Replica fetchers: the follower side of replication, as requests to leaders.
 
-The broker core asks for each request to a leader with a `SendToLeader`
-effect and never has more than one in flight per partition (the follower
-sends its next fetch only after the answer to the last one is on disk), so a
-fetcher is simply one task per effect: wait out the backoff the broker
-chose, send the request to the leader's URL, and hand the `Outcome` (an
-answer, a typed error from the leader, or no answer) to the broker, which
-applies it to the core and turns the next `SendToLeader` into the next task.
-A caught-up follower's fetch waits at the leader (`replica_fetch_max_wait_ms`)
-until new data arrives, so replication latency is one round trip, not a poll
-interval.
+Two kinds of request go to a leader. Each fetch session (one per leader broker,
+`fetch_session`) has at most one request in flight: on a `SendSession` effect
+the fetcher waits out its delay, asks the core to build the request, posts it
+and hands the answer, the leader's session-level error or the failure to the
+broker, which applies it to the core (`on_session_answer`). A session with
+nothing new waits at the leader (`replica_fetch_max_wait_ms`) until data
+arrives, so replication latency is one round trip, not a poll interval. A
+partition's divergence query (`SendToLeader` with an OffsetsForLeaderEpoch
+request) is a request of its own, sent after the backoff the core stamped on it.
 """
 
 from __future__ import annotations
@@ -24,9 +23,8 @@ from epochlog.protocol.errors import EpochlogError, LeaderNotAvailableError
 from epochlog_broker.config import BrokerConfig
 from epochlog_broker.core import BrokerCore, LeaderAnswer, SendToLeader
 from epochlog_broker.replica_wire import ReplicaClient, ReplicaRequestFailed
-from epochlog_broker.replication.messages import (
-    FetchRequest,
-)
+from epochlog_broker.replication.fetch_session import SessionFetchAnswer, SessionFetchRequest
+from epochlog_broker.replication.messages import OffsetsForLeaderEpochRequest
 
 log = structlog.get_logger("epochlog.broker")
 
@@ -40,15 +38,66 @@ class Outcome:
     """Why there is no answer, for the log."""
 
 
+@dataclass(frozen=True, slots=True)
+class SessionOutcome:
+    request: SessionFetchRequest
+    answer: SessionFetchAnswer | None
+    error: EpochlogError | None = None
+    failure: str = ""
+
+
 Apply = Callable[[BrokerCore, SendToLeader, Outcome], Awaitable[None]]
+ApplySession = Callable[[BrokerCore, int, SessionOutcome], Awaitable[None]]
 
 
 class Fetchers:
-    def __init__(self, config: BrokerConfig, client: ReplicaClient, apply: Apply) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        client: ReplicaClient,
+        apply: Apply,
+        apply_session: ApplySession,
+    ) -> None:
         self.config = config
         self.client = client
         self._apply = apply
+        self._apply_session = apply_session
         self._tasks: set[asyncio.Task[None]] = set()
+
+    def send_session(self, core: BrokerCore, leader_id: int, delay_s: float = 0.0) -> None:
+        """After `delay_s`, send the next request of the session with `leader_id`."""
+        task = asyncio.create_task(self._session(core, leader_id, delay_s))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _session(self, core: BrokerCore, leader_id: int, delay_s: float) -> None:
+        try:
+            if delay_s:
+                await asyncio.sleep(delay_s)
+            request = core.session_request(leader_id)
+            if request is None:
+                return
+            outcome = await self.ask_session(leader_id, request)
+            await self._apply_session(core, leader_id, outcome)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("fetch_session_crashed", leader=leader_id)
+
+    async def ask_session(self, leader_id: int, request: SessionFetchRequest) -> SessionOutcome:
+        cfg = self.config
+        url = cfg.peer_url(leader_id)
+        try:
+            if url is None:
+                raise LeaderNotAvailableError(f"no address is known for broker {leader_id}")
+            answer = await self.client.session_fetch(
+                url, request, timeout_s=cfg.replica_request_timeout_ms / 1000
+            )
+        except EpochlogError as exc:
+            return SessionOutcome(request, None, exc, str(exc))
+        except ReplicaRequestFailed as exc:
+            return SessionOutcome(request, None, None, str(exc))
+        return SessionOutcome(request, answer)
 
     def send(self, core: BrokerCore, e: SendToLeader, delay_s: float = 0.0) -> None:
         """Send `e` to its leader after `delay_s`; the outcome goes to `apply` with `core`."""
@@ -79,19 +128,11 @@ class Fetchers:
         try:
             if url is None:
                 raise LeaderNotAvailableError(f"no address is known for broker {e.leader_id}")
-            if isinstance(e.request, FetchRequest):
-                answer: LeaderAnswer = await self.client.fetch(
-                    url,
-                    e.partition,
-                    e.request,
-                    max_wait_ms=cfg.replica_fetch_max_wait_ms,
-                    max_bytes=cfg.replica_fetch_max_bytes,
-                    timeout_s=timeout_s,
-                )
-            else:
-                answer = await self.client.offsets_for_leader_epoch(
-                    url, e.partition, e.request, timeout_s=timeout_s
-                )
+            if not isinstance(e.request, OffsetsForLeaderEpochRequest):
+                raise TypeError("fetches go in fetch sessions")
+            answer: LeaderAnswer = await self.client.offsets_for_leader_epoch(
+                url, e.partition, e.request, timeout_s=timeout_s
+            )
         except EpochlogError as exc:
             return Outcome(None, exc, str(exc))
         except ReplicaRequestFailed as exc:

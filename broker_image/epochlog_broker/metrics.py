@@ -159,9 +159,19 @@ class BrokerMetrics:
             registry=r,
         )
         self.fsync_logs = Counter("epochlog_fsync_logs", "Logs synced by group commits", registry=r)
+        self.fetch_sessions = Counter(
+            "epochlog_fetch_session_requests",
+            "Fetch session requests, by the other broker, this broker's side (leader: "
+            "served, follower: sent) and result",
+            ["peer", "side", "result"],
+            registry=r,
+        )
+        self.fetch_session_bytes = Counter(
+            "epochlog_fetch_session_bytes", "Bytes of fetch session answers served", registry=r
+        )
         self.replica_requests = Counter(
             "epochlog_replica_requests",
-            "Requests this broker sent to leaders as a follower, by result",
+            "Divergence queries this broker sent to leaders as a follower, by result",
             ["partition", "result"],
             registry=r,
         )

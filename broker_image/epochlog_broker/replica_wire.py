@@ -1,14 +1,15 @@
 """Replication between brokers over HTTP: the replica bodies as the core's messages, and
 their client.
 
-The bodies are `epochlog.protocol.replica`: a follower sends its
-`FetchRequest` as a `FetchBody` to `POST /internal/v1/partitions/{name}/fetch`
-(with `maxWaitMs`, how long the leader may hold a caught-up fetch, and
-`maxBytes`), and gets back a framed body (`framing`) whose header is "data"
-(then the stored batches, which the follower appends verbatim) or
-"diverging". `POST /internal/v1/partitions/{name}/offsets-for-leader-epoch`
-answers an `EpochAnswerBody`. Errors are the API's error bodies and come back
-as the same typed exceptions.
+The bodies are `epochlog.protocol.replica`: a follower sends each request of its
+fetch session with a leader broker (`SessionFetchRequest`) as a
+`SessionFetchBody` to `POST /internal/v1/fetch-session`, and gets back a framed
+body whose header lists the partitions with news and whose batches follow in
+the same order (`SessionFetchAnswer`). `POST
+/internal/v1/partitions/{name}/offsets-for-leader-epoch` answers an
+`EpochAnswerBody`. Errors are the API's error bodies and come back as the same
+typed exceptions, per partition inside a session answer, or for the whole
+request.
 """
 
 from __future__ import annotations
@@ -21,20 +22,33 @@ from pydantic import ValidationError
 
 from epochlog.protocol.batch import RecordBatch
 from epochlog.protocol.bodies import decode_model
-from epochlog.protocol.errors import EpochlogError, InvalidRequestError, decode_error_answer
+from epochlog.protocol.errors import (
+    EpochlogError,
+    InvalidRequestError,
+    decode_error_answer,
+    decode_error_body,
+)
 from epochlog.protocol.framing import BATCH_CONTENT_TYPE, StoredBatch, frame, unframe
 from epochlog.protocol.replica import (
     EPOCH_PATH,
-    FETCH_PATH,
+    SESSION_FETCH_PATH,
     EpochAnswerBody,
     EpochQueryBody,
     FetchAnswerKind,
-    FetchBody,
-    data_header,
-    decode_fetch_header,
-    diverging_header,
+    PartitionFetchBody,
+    SessionFetchBody,
+    data_entry,
+    decode_session_header,
+    diverging_entry,
+    error_entry,
+    session_header,
 )
 from epochlog.protocol.wire import WireModel, describe_validation_error
+from epochlog_broker.replication.fetch_session import (
+    PartitionAnswer,
+    SessionFetchAnswer,
+    SessionFetchRequest,
+)
 from epochlog_broker.replication.messages import (
     Batch,
     DivergingEpoch,
@@ -52,14 +66,52 @@ def parse_body(model: type[M], body: bytes) -> M:
     return decode_model(model, body)
 
 
-def fetch_request(body: FetchBody) -> FetchRequest:
-    return FetchRequest(
-        body.replica_id,
-        body.broker_epoch,
-        body.leader_epoch,
-        body.fetch_offset,
-        body.last_fetched_epoch,
+def session_request(body: SessionFetchBody) -> SessionFetchRequest:
+    return SessionFetchRequest(
+        replica_id=body.replica_id,
+        broker_epoch=body.broker_epoch,
+        session_id=body.session_id,
+        session_epoch=body.session_epoch,
+        partitions=tuple(
+            (
+                p.partition,
+                FetchRequest(
+                    body.replica_id,
+                    body.broker_epoch,
+                    p.leader_epoch,
+                    p.fetch_offset,
+                    p.last_fetched_epoch,
+                ),
+            )
+            for p in body.partitions
+        ),
+        forgotten=tuple(body.forgotten),
+        max_wait_ms=body.max_wait_ms,
+        max_bytes=body.max_bytes,
+        partition_max_bytes=body.partition_max_bytes,
     )
+
+
+def session_body(request: SessionFetchRequest) -> dict[str, Any]:
+    return SessionFetchBody(
+        replica_id=request.replica_id,
+        broker_epoch=request.broker_epoch,
+        session_id=request.session_id,
+        session_epoch=request.session_epoch,
+        partitions=[
+            PartitionFetchBody(
+                partition=name,
+                leader_epoch=f.leader_epoch,
+                fetch_offset=f.fetch_offset,
+                last_fetched_epoch=f.last_fetched_epoch,
+            )
+            for name, f in request.partitions
+        ],
+        forgotten=list(request.forgotten),
+        max_wait_ms=request.max_wait_ms,
+        max_bytes=request.max_bytes,
+        partition_max_bytes=request.partition_max_bytes,
+    ).model_dump(mode="json")
 
 
 def epoch_query(body: EpochQueryBody) -> OffsetsForLeaderEpochRequest:
@@ -69,18 +121,23 @@ def epoch_query(body: EpochQueryBody) -> OffsetsForLeaderEpochRequest:
 # -- leader side: answers ----------------------------------------------------------------
 
 
-def encode_fetch_answer(answer: FetchData | DivergingEpoch) -> bytes:
-    if isinstance(answer, DivergingEpoch):
-        header = diverging_header(
-            answer.leader_epoch, answer.high_watermark, answer.epoch, answer.end_offset
-        )
-        return frame(header, [])
+def encode_session_answer(answer: SessionFetchAnswer) -> bytes:
+    entries: list[dict[str, Any]] = []
     batches: list[StoredBatch] = []
-    for b in answer.batches:
-        if not isinstance(b.payload, RecordBatch):
-            raise TypeError("fetch answers carry the stored batches")
-        batches.append((b.base_offset, b.last_offset, b.leader_epoch, b.payload.raw))
-    return frame(data_header(answer.leader_epoch, answer.high_watermark), batches)
+    for name, pa in answer.partitions:
+        if isinstance(pa, EpochlogError):
+            entries.append(error_entry(name, pa.to_dict()["error"]))
+        elif isinstance(pa, DivergingEpoch):
+            entries.append(
+                diverging_entry(name, pa.leader_epoch, pa.high_watermark, pa.epoch, pa.end_offset)
+            )
+        else:
+            for b in pa.batches:
+                if not isinstance(b.payload, RecordBatch):
+                    raise TypeError("fetch answers carry the stored batches")
+                batches.append((b.base_offset, b.last_offset, b.leader_epoch, b.payload.raw))
+            entries.append(data_entry(name, pa.leader_epoch, pa.high_watermark, len(pa.batches)))
+    return frame(session_header(answer.session_id, entries), batches)
 
 
 def encode_epoch_answer(answer: EpochEndOffset) -> EpochAnswerBody:
@@ -90,18 +147,45 @@ def encode_epoch_answer(answer: EpochEndOffset) -> EpochAnswerBody:
 # -- follower side: decoding -------------------------------------------------------------
 
 
-def decode_fetch_answer(body: bytes) -> FetchData | DivergingEpoch:
+def decode_session_answer(body: bytes) -> SessionFetchAnswer:
+    """A session answer; every batch checked (framing, CRC). Raises InvalidRequestError
+    for a body that does not hold together."""
     raw_header, batches = unframe(body)
-    header = decode_fetch_header(raw_header)
-    if header.kind is FetchAnswerKind.DIVERGING:
-        return DivergingEpoch(
-            header.leader_epoch, header.high_watermark, header.epoch, header.end_offset
+    session_id, entries = decode_session_header(raw_header)
+    if sum(e.batch_count for e in entries) != len(batches):
+        raise InvalidRequestError(
+            f"fetch session answer: entries count {sum(e.batch_count for e in entries)} "
+            f"batches, the body holds {len(batches)}"
         )
-    return FetchData(
-        header.leader_epoch,
-        header.high_watermark,
-        tuple(Batch(b.base_offset, b.last_offset, b.leader_epoch, b) for b in batches),
-    )
+    out: list[tuple[str, PartitionAnswer]] = []
+    pos = 0
+    for e in entries:
+        if e.kind is FetchAnswerKind.ERROR:
+            decoded = decode_error_body(e.error)
+            if decoded is None or decoded.error is None:
+                raise InvalidRequestError(f"fetch session answer: {e.partition}: unknown error")
+            out.append((e.partition, decoded.error))
+        elif e.kind is FetchAnswerKind.DIVERGING:
+            out.append(
+                (
+                    e.partition,
+                    DivergingEpoch(e.leader_epoch, e.high_watermark, e.epoch, e.end_offset),
+                )
+            )
+        else:
+            mine = batches[pos : pos + e.batch_count]
+            pos += e.batch_count
+            out.append(
+                (
+                    e.partition,
+                    FetchData(
+                        e.leader_epoch,
+                        e.high_watermark,
+                        tuple(Batch(b.base_offset, b.last_offset, b.leader_epoch, b) for b in mine),
+                    ),
+                )
+            )
+    return SessionFetchAnswer(session_id, tuple(out))
 
 
 def error_from_body(status: int, body: bytes) -> EpochlogError | None:
@@ -140,29 +224,13 @@ class ReplicaClient:
             raise ReplicaRequestFailed(f"{url}: HTTP {resp.status}")
         raise error
 
-    async def fetch(
-        self,
-        base_url: str,
-        partition: str,
-        request: FetchRequest,
-        *,
-        max_wait_ms: int,
-        max_bytes: int,
-        timeout_s: float,
-    ) -> FetchData | DivergingEpoch:
-        body = FetchBody(
-            replica_id=request.replica_id,
-            broker_epoch=request.broker_epoch,
-            leader_epoch=request.leader_epoch,
-            fetch_offset=request.fetch_offset,
-            last_fetched_epoch=request.last_fetched_epoch,
-            max_wait_ms=max_wait_ms,
-            max_bytes=max_bytes,
-        ).model_dump(mode="json")
-        url = base_url + FETCH_PATH.format(name=quote(partition, safe=""))
-        raw = await self._post(url, body, timeout_s + max_wait_ms / 1000)
+    async def session_fetch(
+        self, base_url: str, request: SessionFetchRequest, *, timeout_s: float
+    ) -> SessionFetchAnswer:
+        url = base_url + SESSION_FETCH_PATH
+        raw = await self._post(url, session_body(request), timeout_s + request.max_wait_ms / 1000)
         try:
-            return decode_fetch_answer(raw)
+            return decode_session_answer(raw)
         except InvalidRequestError as exc:
             raise ReplicaRequestFailed(f"{url}: {exc.message}") from exc
 
@@ -189,16 +257,17 @@ class ReplicaClient:
 __all__ = [
     "BATCH_CONTENT_TYPE",
     "EPOCH_PATH",
-    "FETCH_PATH",
+    "SESSION_FETCH_PATH",
     "EpochQueryBody",
-    "FetchBody",
     "ReplicaClient",
     "ReplicaRequestFailed",
-    "decode_fetch_answer",
+    "SessionFetchBody",
+    "decode_session_answer",
     "encode_epoch_answer",
-    "encode_fetch_answer",
+    "encode_session_answer",
     "epoch_query",
     "error_from_body",
-    "fetch_request",
     "parse_body",
+    "session_body",
+    "session_request",
 ]

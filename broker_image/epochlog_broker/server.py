@@ -8,7 +8,7 @@ Routes (DESIGN.md, "HTTP API"):
     GET  /v1/partitions
     GET  /healthz, /readyz, /metrics   (/readyz: 503 while a replica is offline after
                                         a storage error, naming it and why)
-    POST /internal/v1/partitions/{name}/fetch                     (replica fetch)
+    POST /internal/v1/fetch-session                               (replica fetch session)
     POST /internal/v1/partitions/{name}/offsets-for-leader-epoch  (divergence query)
 
 Produce takes JSON (`http_api`) or one encoded batch with Content-Type
@@ -67,7 +67,12 @@ from epochlog.protocol.errors import (
     generic_error_answer,
 )
 from epochlog.protocol.framing import BATCH_CONTENT_TYPE, frame, stored
-from epochlog.protocol.replica import EPOCH_PATH, FETCH_PATH, EpochQueryBody, FetchBody
+from epochlog.protocol.replica import (
+    EPOCH_PATH,
+    SESSION_FETCH_PATH,
+    EpochQueryBody,
+    SessionFetchBody,
+)
 from epochlog.protocol.wire import WireModel
 from epochlog_broker.broker import Broker
 from epochlog_broker.client_batch import ClientBatch
@@ -86,10 +91,10 @@ from epochlog_broker.log.storage_id import StorageIdError
 from epochlog_broker.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from epochlog_broker.replica_wire import (
     encode_epoch_answer,
-    encode_fetch_answer,
+    encode_session_answer,
     epoch_query,
-    fetch_request,
     parse_body,
+    session_request,
 )
 
 log = structlog.get_logger("epochlog.broker")
@@ -319,28 +324,23 @@ async def metrics(request: web.Request) -> web.Response:
 # -- replication -------------------------------------------------------------------------
 
 
-async def replica_fetch(request: web.Request) -> web.Response:
+async def fetch_session(request: web.Request) -> web.Response:
     broker = request.app[BROKER_KEY]
-    cfg = broker.config
-    name = request.match_info["name"]
     result = "ok"
+    peer = "_unknown"
     started = time.perf_counter()
     try:
-        body = parse_body(FetchBody, await _body(request, 1 * MiB))
-        answer = await broker.serve_fetch(
-            name,
-            fetch_request(body),
-            max_wait_ms=min(body.max_wait_ms, cfg.max_wait_ms),
-            max_bytes=min(body.max_bytes, cfg.max_request_bytes),
-        )
-        encoded = encode_fetch_answer(answer)
-        broker.metrics.fetch_bytes.labels(name, "replica").inc(len(encoded))
+        body = parse_body(SessionFetchBody, await _body(request, broker.config.max_request_bytes))
+        peer = str(body.replica_id)
+        answer = await broker.serve_session_fetch(session_request(body))
+        encoded = encode_session_answer(answer)
+        broker.metrics.fetch_session_bytes.inc(len(encoded))
         return web.Response(body=encoded, content_type=BATCH_CONTENT_TYPE)
     except EpochlogError as exc:
         result = str(exc.code)
         raise
     finally:
-        broker.metrics.fetch_requests.labels(broker.metric_label(name), "replica", result).inc()
+        broker.metrics.fetch_sessions.labels(peer, "leader", result).inc()
         broker.metrics.fetch_latency.labels("replica").observe(time.perf_counter() - started)
 
 
@@ -361,7 +361,7 @@ def build_app(broker: Broker) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
-    app.router.add_post(FETCH_PATH, replica_fetch)
+    app.router.add_post(SESSION_FETCH_PATH, fetch_session)
     app.router.add_post(EPOCH_PATH, offsets_for_leader_epoch)
     return app
 

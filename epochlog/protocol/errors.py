@@ -45,6 +45,8 @@ class ErrorCode(enum.StrEnum):
     PRODUCER_FENCED = "PRODUCER_FENCED"
     CORRUPT_RECORD = "CORRUPT_RECORD"
     STORAGE_ERROR = "STORAGE_ERROR"
+    FETCH_SESSION_ID_NOT_FOUND = "FETCH_SESSION_ID_NOT_FOUND"
+    INVALID_FETCH_SESSION_EPOCH = "INVALID_FETCH_SESSION_EPOCH"
 
 
 class EpochlogError(Exception):
@@ -202,6 +204,24 @@ class ReplicaOfflineError(StorageError):
     retriable = True
 
 
+class FetchSessionIdNotFoundError(EpochlogError):
+    """The leader holds no fetch session under this id (it restarted, or the follower
+    opened a newer one): the follower opens a new session with a full request (KIP-227)."""
+
+    code = ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    http_status = 409
+    retriable = True
+
+
+class InvalidFetchSessionEpochError(EpochlogError):
+    """A fetch session request out of sequence (a lost answer, a duplicate): the follower
+    cannot know what the leader holds, so it opens a new session (KIP-227)."""
+
+    code = ErrorCode.INVALID_FETCH_SESSION_EPOCH
+    http_status = 409
+    retriable = True
+
+
 ERRORS_BY_CODE: dict[ErrorCode, type[EpochlogError]] = {
     cls.code: cls
     for cls in (
@@ -221,6 +241,8 @@ ERRORS_BY_CODE: dict[ErrorCode, type[EpochlogError]] = {
         ProducerFencedError,
         CorruptRecordError,
         StorageError,
+        FetchSessionIdNotFoundError,
+        InvalidFetchSessionEpochError,
     )
 }
 
@@ -317,6 +339,20 @@ def decode_error_answer(body: bytes) -> DecodedError | None:
         parsed = ErrorAnswer.model_validate_json(body).error
     except (ValidationError, ValueError):
         return None
+    return _decoded(parsed)
+
+
+def decode_error_body(body: object) -> DecodedError | None:
+    """The error an `ErrorBody` already parsed from JSON names (the object under
+    "error"); None when it is not one."""
+    try:
+        parsed = ErrorBody.model_validate(body)
+    except ValidationError:
+        return None
+    return _decoded(parsed)
+
+
+def _decoded(parsed: ErrorBody) -> DecodedError:
     try:
         cls = ERRORS_BY_CODE[ErrorCode(parsed.code)]
     except ValueError:

@@ -120,10 +120,10 @@ class LegacyBrokerCore(BrokerCore):
     legacy: frozenset[str] = frozenset()
 
     def _after_append(self, host: Hosted) -> list[Effect]:
-        host.dirty = True
+        effects = super()._after_append(host)
         if ACK_BEFORE_FSYNC in self.legacy:
-            return self._report_persisted(host, host.log.log_end_offset)
-        return []
+            return effects + self._report_persisted(host, host.log.log_end_offset)
+        return effects
 
     def flush(self) -> list[Effect]:
         if ACK_BEFORE_FSYNC not in self.legacy:

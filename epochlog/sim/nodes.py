@@ -37,15 +37,17 @@ from epochlog_broker.core import (
     ProduceDone,
     ProducerFields,
     Restart,
+    SendSession,
     SendToLeader,
 )
 from epochlog_broker.log.config import LogConfig
 from epochlog_broker.log.simfs import CrashFileSystem
 from epochlog_broker.replication.fetch_backoff import FetchBackoff
+from epochlog_broker.replication.fetch_session import SessionFetchAnswer, SessionFetchRequest
 from epochlog_broker.replication.leader import Leader
 from epochlog_broker.replication.messages import (
     Acks,
-    FetchData,
+    DivergingEpoch,
     FetchRequest,
     OffsetsForLeaderEpochRequest,
 )
@@ -312,11 +314,54 @@ class SimBroker(Process):
             elif isinstance(e, Restart):
                 self._restart(e.reason)
                 return
+            elif isinstance(e, SendSession):
+                self.after(e.delay_ms, functools.partial(self._send_session, e.leader_id))
+            elif isinstance(e.request, FetchRequest):
+                core = self.core
+                assert core is not None
+                self.after(e.delay_ms, functools.partial(self._fetch_due, core, e))
             elif e.delay_ms:
                 self.after(e.delay_ms, functools.partial(self._send, e))
             else:
                 self._send(e)
+        core = self.core
+        if core is not None:
+            for due in core.session_requests():
+                self.after(due.delay_ms, functools.partial(self._send_session, due.leader_id))
         self._schedule_flush()
+
+    def _fetch_due(self, core: BrokerCore, e: SendToLeader) -> None:
+        if core is self.core:
+            core.fetch_due(e)
+            self.run([])
+
+    def _send_session(self, leader_id: int) -> None:
+        core = self.core
+        assert core is not None
+        request = core.session_request(leader_id)
+        if request is None:
+            return
+        self.world.call(
+            self,
+            leader_id,
+            lambda dst, reply: _broker(dst).handle_session_request(request, reply),
+            lambda result: self._on_session_answer(core, leader_id, request, result),
+            self.config.replica_request_timeout_ms,
+            message=request,
+        )
+
+    def _on_session_answer(
+        self, core: BrokerCore, leader_id: int, request: SessionFetchRequest, result: object
+    ) -> None:
+        if core is not self.core:
+            return
+        if result is TIMEOUT:
+            failure = f"no answer in {self.config.replica_request_timeout_ms} ms"
+            applied = core.on_session_answer(leader_id, request, None, failure)
+        else:
+            assert isinstance(result, SessionFetchAnswer | EpochlogError), result
+            applied = core.on_session_answer(leader_id, request, result)
+        self.run(applied.effects)
 
     def _send(self, e: SendToLeader) -> None:
         core = self.core
@@ -352,26 +397,44 @@ class SimBroker(Process):
     ) -> None:
         core = self.core
         assert core is not None
+        assert isinstance(request, OffsetsForLeaderEpochRequest), request
         try:
-            if isinstance(request, OffsetsForLeaderEpochRequest):
-                reply(core.handle_offsets_for_leader_epoch(partition, request))
-                return
-            host = core.partitions.get(partition)
-            log_end = host.log.log_end_offset if host else 0
-            answer, effects = core.handle_fetch(partition, request, self.now)
+            reply(core.handle_offsets_for_leader_epoch(partition, request))
+        except EpochlogError as exc:
+            reply(exc)
+
+    def handle_session_request(self, request: SessionFetchRequest, reply: Reply) -> None:
+        core = self.core
+        assert core is not None
+        try:
+            session = core.leader_sessions.receive(request, self.now)
         except EpochlogError as exc:
             reply(exc)
             return
-        if isinstance(answer, FetchData):
+        served = core.serve_session(session, self.now, final=True)
+        # Every partition the session holds is fetched by this request, listed or not;
+        # the checker counts each one the leader accepted.
+        diverged = {n for n, a in served.answer.partitions if isinstance(a, DivergingEpoch)}
+        for name, fetch in session.partitions.items():
+            host = core.partitions.get(name)
+            role = host.replica.role if host is not None else None
+            if (
+                host is None
+                or name in diverged
+                or not isinstance(role, Leader)
+                or role.leader_epoch != fetch.leader_epoch
+                or role.follower_log_end_offset(fetch.replica_id) is None
+            ):
+                continue
             self.history.fetched(
-                partition,
-                request.leader_epoch,
-                request.replica_id,
+                name,
+                fetch.leader_epoch,
+                fetch.replica_id,
                 self.world.now,
-                request.fetch_offset >= log_end,
+                fetch.fetch_offset >= host.log.log_end_offset,
             )
-        self.run(effects)
-        reply(answer)
+        self.run(served.effects)
+        reply(served.answer)
 
     def handle_produce(
         self,

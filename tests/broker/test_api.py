@@ -21,7 +21,9 @@ import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
 from epochlog.protocol.batch import Record, encode_batch
+from epochlog.protocol.errors import FencedLeaderEpochError
 from epochlog.protocol.framing import BATCH_CONTENT_TYPE, unframe
+from epochlog_broker.replica_wire import decode_session_answer
 from tests.broker.cluster import ApiError, Cluster
 from tests.broker.controller import spec
 
@@ -522,17 +524,34 @@ async def test_nothing_is_lost_or_added_by_bad_input(cluster: Cluster) -> None:
 
 
 async def test_replica_fetch_with_a_stale_epoch_is_fenced(cluster: Cluster) -> None:
+    """A fetch session request: the session-level checks answer as errors of their own,
+    a partition's stale epoch is that partition's error inside a 200 answer."""
     b = await leader(cluster)
-    follower = next(x for x in cluster.brokers if x != b)
-    path = f"/internal/v1/partitions/{NAME}/fetch"
-    body = {"replicaId": follower, "brokerEpoch": 1, "leaderEpoch": 0, "fetchOffset": 0}
+    path = "/internal/v1/fetch-session"
+    stale = {"partition": NAME, "leaderEpoch": 0, "fetchOffset": 0}
+    # Replica id 99: a session of its own, not the real followers'.
+    body = {"replicaId": 99, "brokerEpoch": 1, "partitions": [stale]}
+    status, raw, _ = await cluster.request("POST", b, path, json=body)
+    assert status == 200
+    answer = decode_session_answer(raw)
+    ((name, error),) = answer.partitions
+    assert name == NAME
+    assert isinstance(error, FencedLeaderEpochError)
+    # The session it opened knows the next request's number; others are refused.
+    again = {**body, "sessionId": answer.session_id, "sessionEpoch": 5, "partitions": []}
     with pytest.raises(ApiError) as err:
-        await cluster.call("POST", b, path, json=body)
-    assert (err.value.status, err.value.code) == (409, "FENCED_LEADER_EPOCH")
+        await cluster.call("POST", b, path, json=again)
+    assert (err.value.status, err.value.code) == (409, "INVALID_FETCH_SESSION_EPOCH")
     with pytest.raises(ApiError) as err:
-        await cluster.call("POST", b, path, json={**body, "fetchOffset": "0"})
+        await cluster.call("POST", b, path, json={**again, "sessionId": answer.session_id + 1})
+    assert (err.value.status, err.value.code) == (409, "FETCH_SESSION_ID_NOT_FOUND")
+    with pytest.raises(ApiError) as err:
+        await cluster.call(
+            "POST", b, path, json={**body, "partitions": [{**stale, "fetchOffset": "0"}]}
+        )
     assert (err.value.status, err.value.code) == (400, "INVALID_REQUEST")
     assert "fetchOffset" in err.value.error["message"]
+    follower = next(x for x in cluster.brokers if x != b)
     epoch_path = f"/internal/v1/partitions/{NAME}/offsets-for-leader-epoch"
     epoch = (await cluster.partitions(b))[NAME]["leaderEpoch"]
     answer = await cluster.call(
@@ -585,5 +604,10 @@ async def test_metrics_text_parses(cluster: Cluster) -> None:
     assert role == {"leader"}
     assert families["epochlog_fsync_seconds"].samples
     assert "epochlog_produce_latency_seconds" in families
-    fetched = families["epochlog_fetch_requests"].samples
-    assert any(s.labels.get("kind") == "replica" for s in fetched)
+    served = [
+        s
+        for s in families["epochlog_fetch_session_requests"].samples
+        if s.name.endswith("_total") and s.labels["side"] == "leader"
+    ]
+    assert any(s.labels["result"] == "ok" and s.value >= 1 for s in served)
+    assert families["epochlog_fetch_session_bytes"].samples

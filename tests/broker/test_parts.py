@@ -44,13 +44,22 @@ from epochlog_broker.http_api import (
 from epochlog_broker.identity import DataDirClaim
 from epochlog_broker.log.fs import OsFileSystem
 from epochlog_broker.replica_wire import (
-    FetchBody,
-    decode_fetch_answer,
-    encode_fetch_answer,
+    SessionFetchBody,
+    decode_session_answer,
+    encode_session_answer,
     error_from_body,
     parse_body,
+    session_body,
+    session_request,
 )
-from epochlog_broker.replication.messages import Acks, Batch, DivergingEpoch, FetchData
+from epochlog_broker.replication.fetch_session import SessionFetchAnswer, SessionFetchRequest
+from epochlog_broker.replication.messages import (
+    Acks,
+    Batch,
+    DivergingEpoch,
+    FetchData,
+    FetchRequest,
+)
 
 
 def batch(*values: bytes, **kw: int) -> bytearray:
@@ -193,20 +202,69 @@ def test_framed_batches_round_trip_and_are_checked() -> None:
         unframe(struct.pack(">I", len(encoded)) + encoded + b1.raw + b2.raw)
 
 
-def test_fetch_answers_round_trip() -> None:
-    b = RecordBatch.from_bytes(bytes(batch(b"a", base_offset=4, leader_epoch=3)))
-    data = FetchData(3, 5, (Batch(4, 4, 3, b),))
-    assert decode_fetch_answer(encode_fetch_answer(data)) == data
-    div = DivergingEpoch(3, 5, 2, 10)
-    assert decode_fetch_answer(encode_fetch_answer(div)) == div
+def test_session_answers_round_trip_with_each_partitions_batches() -> None:
+    b1 = RecordBatch.from_bytes(bytes(batch(b"a", base_offset=4, leader_epoch=3)))
+    b2 = RecordBatch.from_bytes(bytes(batch(b"b", b"c", base_offset=5, leader_epoch=3)))
+    b3 = RecordBatch.from_bytes(bytes(batch(b"x", base_offset=0, leader_epoch=1)))
+    answer = SessionFetchAnswer(
+        7,
+        (
+            ("t-0", FetchData(3, 5, (Batch(4, 4, 3, b1), Batch(5, 6, 3, b2)))),
+            ("t-1", DivergingEpoch(3, 5, 2, 10)),
+            ("t-2", FetchData(1, 9)),
+            ("t-3", FetchData(1, 0, (Batch(0, 0, 1, b3),))),
+        ),
+    )
+    decoded = decode_session_answer(encode_session_answer(answer))
+    assert decoded == answer
+    with_error = SessionFetchAnswer(7, (("t-4", FencedLeaderEpochError("old", leader=2)),))
+    ((name, error),) = decode_session_answer(encode_session_answer(with_error)).partitions
+    assert name == "t-4"
+    assert isinstance(error, FencedLeaderEpochError)
+    assert error.leader == 2
 
 
-def test_fetch_body_is_strict_and_errors_come_back_typed() -> None:
+def test_session_answer_whose_header_miscounts_its_batches_is_refused() -> None:
+    b1 = RecordBatch.from_bytes(bytes(batch(b"a", base_offset=0, leader_epoch=1)))
+    body = frame(
+        {
+            "sessionId": 1,
+            "partitions": [
+                {
+                    "partition": "t-0",
+                    "type": "data",
+                    "leaderEpoch": 1,
+                    "highWatermark": 1,
+                    "batchCount": 2,
+                }
+            ],
+        },
+        [stored(b1)],
+    )
+    with pytest.raises(InvalidRequestError, match="batches"):
+        decode_session_answer(body)
+    with pytest.raises(InvalidRequestError, match="leaderEpoch is not an integer"):
+        decode_session_answer(
+            frame({"sessionId": 1, "partitions": [{"partition": "t-0", "type": "?"}]}, [])
+        )
+
+
+def test_session_body_is_strict_and_errors_come_back_typed() -> None:
     with pytest.raises(InvalidRequestError, match="fetchOffset"):
         parse_body(
-            FetchBody,
-            b'{"replicaId":1,"brokerEpoch":1,"leaderEpoch":1,"fetchOffset":"3"}',
+            SessionFetchBody,
+            b'{"replicaId":1,"brokerEpoch":1,"partitions":'
+            b'[{"partition":"t-0","leaderEpoch":1,"fetchOffset":"3"}]}',
         )
+    with pytest.raises(InvalidRequestError, match="maxWaitMs"):
+        parse_body(SessionFetchBody, b'{"replicaId":1,"brokerEpoch":1,"maxWaitMs":-1}')
+    request = SessionFetchRequest(
+        1, 2, 3, 4, (("t-0", FetchRequest(1, 2, 5, 6, 4)),), ("t-1",), 500, 100, 10
+    )
+    assert (
+        session_request(parse_body(SessionFetchBody, json.dumps(session_body(request)).encode()))
+        == request
+    )
     error = error_from_body(
         409,
         json.dumps(FencedLeaderEpochError("old", leader=2, leaderEpoch=5).to_dict()).encode(),

@@ -16,9 +16,9 @@ from epochlog.protocol.errors import (
     UnknownPartitionError,
 )
 from epochlog.protocol.heartbeat import HeartbeatResponse, PartitionAssignment, PartitionRole
-from epochlog_broker.core import BrokerCore, ProduceDone, Restart, SendToLeader
+from epochlog_broker.core import BrokerCore, Effect, ProduceDone, Restart
 from epochlog_broker.log.fs import OsFileSystem
-from epochlog_broker.replication.messages import Acks, FetchData, FetchRequest
+from epochlog_broker.replication.messages import Acks, FetchRequest
 
 NAME = "orders-0"
 
@@ -56,11 +56,22 @@ def records(*values: str) -> list[Record]:
     return [Record(v.encode()) for v in values]
 
 
+def session_round(leader: BrokerCore, follower: BrokerCore, now_ms: int) -> list[Effect]:
+    """One request of the follower's session with broker 1, served by `leader`; the
+    leader's effects (acks) are returned."""
+    [due] = follower.session_requests()
+    request = follower.session_request(due.leader_id)
+    assert request is not None
+    served = leader.handle_session_fetch(request, now_ms)
+    follower.on_session_answer(due.leader_id, request, served.answer)
+    return served.effects
+
+
 def test_leader_acks_only_after_the_follower_persisted_the_records(tmp_path: Path) -> None:
     leader, follower = core(tmp_path, 1), core(tmp_path, 2)
     leader.on_heartbeat_response(assign(1, 1, (1, 2)), 0)
-    effects = follower.on_heartbeat_response(assign(1, 1, (1, 2)), 0)
-    assert all(isinstance(e, SendToLeader) for e in effects)
+    assert follower.on_heartbeat_response(assign(1, 1, (1, 2)), 0) == []
+    assert session_round(leader, follower, 1) == []
 
     done = leader.produce(
         NAME, records("a", "b"), acks=Acks.ALL, timeout_ms=1000, now_ms=1, request_id=7
@@ -68,22 +79,20 @@ def test_leader_acks_only_after_the_follower_persisted_the_records(tmp_path: Pat
     assert done == []
     assert leader.flush() == [], "the follower has not fetched yet: no ack"
 
-    # The follower fetches, appends, and only after its fsync asks for more.
-    request = FetchRequest(replica_id=2, broker_epoch=1, leader_epoch=1, fetch_offset=0)
-    answer, _ = leader.handle_fetch(NAME, request, 2)
-    assert isinstance(answer, FetchData)
-    assert len(answer.batches) == 1
-    session = follower.partitions[NAME].session
-    assert follower.on_fetch_response(NAME, session, answer) == []
+    # The follower's session brings the batch; the session asks again only once the
+    # follower's fsync has made it durable, and that request is what acknowledges it.
+    assert session_round(leader, follower, 2) == []
+    assert follower.partitions[NAME].log.log_end_offset == 2
     assert follower.dirty
-    after_flush = follower.flush()
-    assert len(after_flush) == 1
-    fetch = after_flush[0]
-    assert isinstance(fetch, SendToLeader)
-    assert isinstance(fetch.request, FetchRequest)
-    assert fetch.request.fetch_offset == 2
-    _, acks = leader.handle_fetch(NAME, fetch.request, 3)
-    assert acks == [ProduceDone(7, NAME, 0, 1, 1)]
+    assert follower.session_requests() == [], "no request before the fsync"
+    assert follower.flush() == []
+    [due] = follower.session_requests()
+    request = follower.session_request(due.leader_id)
+    assert request is not None
+    ((name, fetch),) = request.partitions
+    assert (name, fetch.fetch_offset) == (NAME, 2)
+    served = leader.handle_session_fetch(request, 3)
+    assert served.effects == [ProduceDone(7, NAME, 0, 1, 1)]
     assert leader.read(NAME, 0).high_watermark == 2
     assert [r.value for r in leader.read(NAME, 0).records] == [b"a", b"b"]
 

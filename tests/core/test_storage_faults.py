@@ -19,13 +19,13 @@ from epochlog.cli import main
 from epochlog.protocol.batch import Record
 from epochlog.protocol.errors import ErrorCode, NotLeaderOrFollowerError, ReplicaOfflineError
 from epochlog.protocol.heartbeat import HeartbeatResponse, PartitionAssignment, PartitionRole
-from epochlog_broker.core import BrokerCore, ProduceDone, SendToLeader
+from epochlog_broker.core import BrokerCore, Effect, ProduceDone, SendToLeader
 from epochlog_broker.log import CrashFileSystem, LogConfig, OsFileSystem, PartitionLog
 from epochlog_broker.log.repair import apply_repair, plan_repair
 from epochlog_broker.log.segment import segment_name
 from epochlog_broker.replication.follower import Follower
 from epochlog_broker.replication.leader import Leader
-from epochlog_broker.replication.messages import Acks, FetchRequest
+from epochlog_broker.replication.messages import Acks
 from epochlog_broker.storage_faults import may_repair
 
 NAME = "orders-0"
@@ -71,6 +71,16 @@ def records(*values: str) -> list[Record]:
 
 def report(c: BrokerCore, name: str) -> object:
     return next(p for p in c.heartbeat(0).partitions if p.name == name)
+
+
+def asks_leader(c: BrokerCore, effects: list[Effect], name: str, leader: int) -> bool:
+    """`name` asks `leader` for data: its fetch waits in the session with `leader`, or
+    its divergence query goes on its own."""
+    session = c.fetch_sessions.get(leader)
+    return (session is not None and name in session.wanted) or any(
+        isinstance(e, SendToLeader) and e.partition == name and e.leader_id == leader
+        for e in effects
+    )
 
 
 def storage_error(c: BrokerCore, name: str) -> str | None:
@@ -135,7 +145,7 @@ def test_disk_full_on_a_leader_append_takes_only_that_partition_offline_until_sp
     # The controller moves leadership: it follows the new leader.
     effects = c.on_heartbeat_response(respond(assignment(NAME, 2, 2, (2,))), 60_001)
     assert isinstance(c.partitions[NAME].replica.role, Follower)
-    assert any(isinstance(e, SendToLeader) and e.leader_id == 2 for e in effects)
+    assert asks_leader(c, effects, NAME, 2)
 
 
 def test_io_error_on_a_follower_fsync_is_reported_and_the_follower_comes_back() -> None:
@@ -145,29 +155,33 @@ def test_io_error_on_a_follower_fsync_is_reported_and_the_follower_comes_back() 
     follower = new_core(fs)
     a = assignment(NAME, 2, 1, (1, 2), replicas=(1, 2))
     leader.on_heartbeat_response(respond(a), 0)
-    fetch = follower.on_heartbeat_response(respond(a), 0)[0]
-    assert isinstance(fetch, SendToLeader)
+    assert follower.on_heartbeat_response(respond(a), 0) == []
     leader.produce(NAME, records("a"), acks=Acks.LEADER, timeout_ms=1000, now_ms=1, request_id=1)
     leader.flush()
-    assert isinstance(fetch.request, FetchRequest)
-    answer, _ = leader.handle_fetch(NAME, fetch.request, 2)
-    session = follower.partitions[NAME].session
-    follower.on_fetch_response(NAME, session, answer)
+    [due] = follower.session_requests()
+    request = follower.session_request(due.leader_id)
+    assert request is not None
+    answer = leader.handle_session_fetch(request, 2).answer
+    follower.on_session_answer(2, request, answer)
+    assert follower.partitions[NAME].log.log_end_offset == 1
     fs.fail_next("sync")
     assert follower.flush() == []
     error = storage_error(follower, NAME)
     assert error is not None
     assert error.startswith("io-error")
     assert report(follower, NAME).role is PartitionRole.FOLLOWER  # type: ignore[attr-defined]
-    # Answers to the old role are dropped.
-    assert follower.on_fetch_response(NAME, session, answer) == []
+    assert follower.session_requests() == [], "offline: nothing to fetch"
+    # An answer to the old role is dropped.
+    ((_, data),) = answer.partitions
+    session = follower.partitions[NAME].session - 1
+    assert follower.on_fetch_response(NAME, session, data) == []  # type: ignore[arg-type]
 
     assert follower.recover(10_000) == [], "the first look schedules the first attempt"
     effects = follower.recover(20_000)
     assert storage_error(follower, NAME) is None
     assert isinstance(follower.partitions[NAME].replica.role, Follower)
     assert follower.partitions[NAME].log.log_end_offset == 0, "its fsync failed: fetched again"
-    assert any(isinstance(e, SendToLeader) for e in effects), "it fetches from the leader again"
+    assert asks_leader(follower, effects, NAME, 2), "it fetches from the leader again"
 
 
 def _damaged_broker(fs: CrashFileSystem) -> tuple[int, int]:
@@ -222,7 +236,7 @@ def test_damaged_segment_at_start_takes_only_that_replica_offline_and_repairs_wh
     host = c.partitions[NAME]
     assert host.log.log_end_offset == damaged_at < end
     assert isinstance(host.replica.role, Follower)
-    assert any(isinstance(e, SendToLeader) and e.leader_id == 2 for e in effects)
+    assert asks_leader(c, effects, NAME, 2)
 
 
 def test_damage_is_not_repaired_below_min_isr_but_by_an_explicit_repair() -> None:

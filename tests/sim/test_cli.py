@@ -48,7 +48,7 @@ LEGACY_RUNS = {
     "no-offset-gate": (["--legacy", "no-offset-gate", "--faults", "power-loss"], 100),
     "count-lag": (["--legacy", "count-lag"], 60),
     "late-maximal-isr": (["--legacy", "late-maximal-isr", "--faults", "kill-on-isr-change"], 40),
-    "rank-by-known-epoch": (["--legacy", "rank-by-known-epoch", "--faults", "recreate"], 60),
+    "rank-by-known-epoch": (["--legacy", "rank-by-known-epoch", "--faults", "recreate"], 150),
 }
 
 

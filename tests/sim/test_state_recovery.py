@@ -10,7 +10,7 @@ produces in flight and the controller's refusals.
 
 from __future__ import annotations
 
-from epochlog.checker.history import StatusWrite
+from epochlog.checker.history import Refusal, StatusWrite
 from epochlog.sim.nodes import ProduceRequest
 from epochlog.sim.scenario import SCENARIO_CLIENT, Sim, spec
 from epochlog.sim.world import CONTROLLER
@@ -366,13 +366,24 @@ def test_refusals_show_a_rejected_isr_proposal() -> None:
     sim.cut(CONTROLLER, A)
     sim.kill(B)
     assert sim.wait_for(lambda: B not in sim.isr(P), 10_000)
+    # C fetches from A only once the controller holds it live, so that the proposal is
+    # refused for its partitionEpoch rather than for C being fenced still.
+    sim.cut(C, A)
+    restarted = sim.now
     sim.restart(C)
 
-    def refused() -> bool:
-        return any(r.replica == C for r in sim.refusals(P, "isr-proposal"))
+    def c_live() -> bool:
+        core = sim.controller.core
+        return core is not None and core.liveness.view(sim.now).is_live(C)
 
-    assert sim.wait_for(refused, 15_000), sim.refusals(P)
-    refusal = next(r for r in sim.refusals(P, "isr-proposal") if r.replica == C)
+    assert sim.wait_for(c_live, 10_000)
+    sim.heal_link(C, A)
+
+    def refusals_of_c() -> list[Refusal]:
+        return [r for r in sim.refusals(P, "isr-proposal") if r.replica == C and r.time > restarted]
+
+    assert sim.wait_for(lambda: bool(refusals_of_c()), 15_000), sim.refusals(P)
+    refusal = refusals_of_c()[0]
     assert "partitionEpoch" in refusal.reason
     assert C not in sim.isr(P)
 

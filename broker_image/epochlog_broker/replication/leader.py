@@ -488,6 +488,23 @@ class Leader:
         f.leader_end_at_last_fetch = self._log_end_offset
         f.last_fetch_time_ms = now_ms
 
+    def on_unchanged_fetch(self, replica_id: int, at_ms: int) -> list[LeaderAction]:
+        """`replica_id` fetched again at `at_ms` from the position of its last fetch.
+
+        A fetch session lists a partition only when its position changes; every request
+        of the session is still a fetch of the partitions it holds. The shell reports
+        those fetches lazily, before anything that reads the follower's caught-up time
+        or proposals, or moves the log end, which gives the same times as processing
+        each one. Like any fetch, it may propose the follower for the ISR.
+        """
+        f = self._followers.get(replica_id)
+        if f is None or f.log_end_offset is None or f.broker_epoch is None:
+            return []
+        if f.last_fetch_time_ms is None or at_ms > f.last_fetch_time_ms:
+            self._record_fetch(f, f.log_end_offset, at_ms)
+        again = FetchRequest(replica_id, f.broker_epoch, self.leader_epoch, f.log_end_offset)
+        return self._maybe_propose(again)
+
     def _maybe_propose(self, request: FetchRequest) -> list[LeaderAction]:
         if self._proposed is not None or request.replica_id in self.maximal_isr:
             return []
