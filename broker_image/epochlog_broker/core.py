@@ -17,15 +17,26 @@ Protocol with the shell:
   open a new one with a new brokerEpoch.
 - Produce, consumer reads and ListOffsets: `produce`, `read`, `list_offsets`.
   They raise typed errors; a produce is answered later by a `ProduceDone`.
-- Replication: a `SendToLeader` effect goes, after its `delay_ms`, to the
-  leader's `handle_fetch` / `handle_offsets_for_leader_epoch`; the answer, the
-  leader's error or the lack of an answer comes back through
-  `on_leader_answer`, which counts failures in a row (the backoff of the next
-  request, `FetchBackoff`), keeps the leader's high watermark for readiness
-  (`Hosted.leader_high_watermark`) and asks again after an answer that does not
-  fit the log. Answers to a role that has since been replaced are dropped
-  (`on_fetch_response`, `on_epoch_end_offset` and `on_request_failed` are the
-  steps it takes, matched by the session of the role that sent the request).
+- Replication, follower side: fetches go in one fetch session per leader
+  broker (`fetch_session`). After every call that returned effects, the shell
+  takes `session_requests()`; each `SendSession` is, after its `delay_ms`,
+  built with `session_request(leader_id)`, sent to that leader's
+  `handle_session_fetch`, and what comes back (the answer, a session-level
+  error, nothing) goes to `on_session_answer`. Each partition's entry in an
+  answer goes through `on_leader_answer`, which counts that partition's
+  failures in a row (the backoff of its next fetch, `FetchBackoff`), keeps the
+  leader's high watermark for readiness (`Hosted.leader_high_watermark`) and
+  asks again after an answer that does not fit the log. A fetch in backoff
+  comes out as a `SendToLeader` the shell hands back to `fetch_due` after its
+  delay; a divergence query is a `SendToLeader` sent to the leader's
+  `handle_offsets_for_leader_epoch` on its own. Answers to a role that has
+  since been replaced are dropped (`on_fetch_response`, `on_epoch_end_offset`
+  and `on_request_failed` are the steps it takes, matched by the session token
+  of the role that asked).
+- Replication, leader side: `handle_session_fetch` answers what has news; an
+  answer without partitions may be held by the shell until
+  `take_woken_sessions()` names the follower (an append to one of its
+  partitions, a role change), then `resume_session_fetch`.
 - Long polls: after a leader's fetch or a flush, `high_watermark_moved(name)`
   says whether to wake the consumers waiting on `name`.
 - `flush()` when `dirty` is set (group commit: one fsync covers every append

@@ -3,8 +3,10 @@ simulator share.
 
 `FetchBackoff` holds the timings (from `BrokerConfig`, or the simulator's config) and
 turns a count of failures into a wait: nothing while requests succeed, then a doubling
-wait, bounded, while they fail. `LeaderFailures` is the count for one partition: failed
-requests in a row to one leader (broker id and leader epoch). A request to another
+wait, bounded, while they fail. It times both a fetch session's requests (failures of
+the whole request) and one partition's (its errors inside answers, its divergence
+queries). `LeaderFailures` is the count for one partition: failed requests in a row to
+one leader (broker id and leader epoch). A request to another
 leader, the usual case right after a failover, starts a new count, so it goes at once
 rather than after the backoff earned by the leader that failed.
 
@@ -28,9 +30,10 @@ class FetchBackoff:
     failure in a row."""
     backoff_max_ms: int = 1000
     idle_fetch_ms: int = 0
-    """Wait before the next fetch after an answer without data. The broker's is 0: its
-    leader holds such a fetch until data comes (`replica_fetch_max_wait_ms`). The
-    simulator's leaders answer at once, so its followers wait here instead."""
+    """Wait before a fetch session's next request after an answer without data. The
+    broker's is 0: its leader holds such a request until data comes
+    (`replica_fetch_max_wait_ms`). The simulator's leaders answer at once, so its
+    followers wait here instead."""
 
     def __post_init__(self) -> None:
         if min(self.backoff_ms, self.backoff_max_ms, self.idle_fetch_ms) < 0:
