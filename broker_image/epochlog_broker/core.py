@@ -62,6 +62,7 @@ Protocol with the shell:
 
 from __future__ import annotations
 
+import functools
 import posixpath
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -208,7 +209,10 @@ def _report(name: str, facts: _ReportFacts) -> PartitionReport:
     )
 
 
+@functools.lru_cache(maxsize=16_384)
 def _held(a: Assignment | None) -> HeldAssignment | None:
+    """The on-disk and reported form of an assignment (cached: every heartbeat asks it
+    of every partition, and assignments rarely change)."""
     if a is None:
         return None
     return HeldAssignment(
@@ -1185,20 +1189,25 @@ class BrokerCore:
             return self._follower_effects(host, role.on_flushed(persisted))
         return []
 
-    def next_deadline_ms(self) -> int | None:
-        deadlines = [
-            d
-            for h in self.partitions.values()
-            if isinstance(h.replica.role, Leader)
-            and (d := h.replica.role.next_deadline_ms()) is not None
+    def _waiting_leaders(self) -> list[Leader]:
+        """Leaders with produce requests waiting: only they have deadlines (an idle
+        broker's timers cost nothing per partition)."""
+        names = {p.partition for p in self._pending.values()}
+        return [
+            role
+            for name in sorted(names)
+            if (host := self.partitions.get(name)) is not None
+            and isinstance(role := host.replica.role, Leader)
         ]
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines = [d for r in self._waiting_leaders() if (d := r.next_deadline_ms()) is not None]
         return min(deadlines, default=None)
 
     def tick(self, now_ms: int) -> list[Effect]:
         effects: list[Effect] = []
-        for host in self.partitions.values():
-            if isinstance(host.replica.role, Leader):
-                effects += self._leader_effects(host.replica.role.tick(now_ms))
+        for role in self._waiting_leaders():
+            effects += self._leader_effects(role.tick(now_ms))
         return effects
 
     def high_watermark_moved(self, name: str) -> bool:
