@@ -10,9 +10,9 @@ from epochlog.protocol.batch import Record
 from epochlog.protocol.errors import FetchSessionIdNotFoundError
 from epochlog.protocol.heartbeat import HeartbeatResponse, PartitionAssignment
 from epochlog_broker.core import BrokerCore, Effect, ProduceDone
-from epochlog_broker.log.fs import OsFileSystem
 from epochlog_broker.replication.fetch_session import SessionFetchRequest
 from epochlog_broker.replication.messages import Acks, FetchData, FetchRequest
+from tests.core.test_broker_core import core
 
 NAMES = ("t-0", "t-1", "t-2", "t-3")
 
@@ -34,17 +34,6 @@ def assign(
             for n in names
         )
     )
-
-
-def core(tmp_path: Path, broker_id: int, broker_epoch: int = 1) -> BrokerCore:
-    c = BrokerCore(
-        broker_id=broker_id,
-        broker_epoch=broker_epoch,
-        fs=OsFileSystem(),
-        data_dir=str(tmp_path / f"b{broker_id}"),
-    )
-    c.open()
-    return c
 
 
 def produce(c: BrokerCore, name: str, value: bytes, request_id: int, acks: Acks) -> None:
