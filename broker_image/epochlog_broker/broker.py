@@ -29,7 +29,7 @@ simulated world:
   its partitions is appended to (the core names the sessions to wake).
 
 Every core call runs on the event loop, with two exceptions that run in a
-worker thread because they wait for the disk. `sync_log` (the flusher) runs
+worker thread because they wait for the disk. `sync_logs` (the flusher) runs
 under the disk lock, which everything that can truncate or close a log takes
 (answers from the controller and from leaders, restart, close), so no log is
 cut or closed under an fsync; appends and reads go on meanwhile, as they only
@@ -134,16 +134,6 @@ class _Partition:
 
     progress: Signal = field(default_factory=Signal)
     """Leader: the HW moved (consumers' long polls); also role changes."""
-
-
-def _sync_logs(core: BrokerCore, names: Sequence[str]) -> list[tuple[str, int | EpochlogError]]:
-    out: list[tuple[str, int | EpochlogError]] = []
-    for name in names:
-        try:
-            out.append((name, core.sync_log(name)))
-        except EpochlogError as exc:
-            out.append((name, exc))
-    return out
 
 
 class Broker:
@@ -481,7 +471,7 @@ class Broker:
                 self._progress(name)
             answer = served.answer
             remaining = deadline - loop.time()
-            if answer.partitions or remaining <= 0:
+            if not served.hold or remaining <= 0:
                 return answer
             woken = await signal.wait(remaining)
             core = self.current_core()
@@ -568,7 +558,7 @@ class Broker:
                 return effects, []
             names = core.begin_flush()
             started = time.perf_counter()
-            results = await asyncio.to_thread(_sync_logs, core, names)
+            results = await asyncio.to_thread(core.sync_logs, names)
             self.metrics.fsync_seconds.observe(time.perf_counter() - started)
             self.metrics.fsync_logs.inc(len(names))
             for name, persisted in results:

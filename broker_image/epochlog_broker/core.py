@@ -95,6 +95,7 @@ from epochlog.protocol.heartbeat import (
     PartitionRole,
 )
 from epochlog_broker.held_assignment import read_held, write_held
+from epochlog_broker.log.batch_sync import sync_files
 from epochlog_broker.log.checkpoints import HighWatermarkCheckpoint
 from epochlog_broker.log.config import LogConfig
 from epochlog_broker.log.fs import FileSystem, ensure_dir
@@ -260,6 +261,8 @@ class SessionServed:
     answer: SessionFetchAnswer
     effects: list[Effect]
     partitions: list[str]
+    hold: bool = False
+    """The answer has no news and may be held for data (`resume_session_fetch`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1172,12 +1175,38 @@ class BrokerCore:
         """
         return self._get(name).log.flush()
 
+    def sync_logs(self, names: Sequence[str]) -> list[tuple[str, int | EpochlogError]]:
+        """Step 2 for many logs at once (`batch_sync`: one call per filesystem, without
+        giving the interpreter back between logs): each log's persisted end or error."""
+        out: list[tuple[str, int | EpochlogError]] = []
+        batch: list[tuple[str, PartitionLog, int]] = []
+        for name in names:
+            try:
+                plog = self._get(name).log
+                target = plog.sync_target()
+            except EpochlogError as exc:
+                out.append((name, exc))
+                continue
+            if target is None:
+                out.append((name, plog.persisted_log_end_offset))
+            else:
+                batch.append((name, plog, target))
+        errors = sync_files([plog.active.file for _n, plog, _t in batch])
+        for (name, plog, target), error in zip(batch, errors, strict=True):
+            try:
+                out.append((name, plog.synced(target, error)))
+            except EpochlogError as exc:
+                out.append((name, exc))
+        return out
+
     def end_flush(self, name: str, persisted: int) -> list[Effect]:
         """Step 3, back on the event loop: report what `sync_log` made durable."""
         host = self.partitions.get(name)
         if host is None or host.fault is not None:
             return []
-        return self._report_persisted(host, persisted)
+        # A sync that finished before a truncation reports an end the log has since
+        # given up (it may already hold other, unsynced records there).
+        return self._report_persisted(host, min(persisted, host.log.persisted_log_end_offset))
 
     def _report_persisted(self, host: Hosted, persisted: int) -> list[Effect]:
         role = host.replica.role
@@ -1185,7 +1214,7 @@ class BrokerCore:
             effects = self._leader_effects(role.on_flushed(persisted))
             self._check_session_high_watermark(host, role)
             return effects
-        if isinstance(role, Follower) and role.state is FollowerState.APPENDING:
+        if isinstance(role, Follower):
             return self._follower_effects(host, role.on_flushed(persisted))
         return []
 
@@ -1289,7 +1318,9 @@ class BrokerCore:
     def serve_session(self, s: LeaderSession, now_ms: int, *, final: bool) -> SessionServed:
         """Answer what session `s` has news of: data (bounded per partition and per
         answer, starting after the partition served last), diverged logs, errors (which
-        leave the session), and with `final` or any other news, moved high watermarks."""
+        leave the session), and with `final` or any other news, moved high watermarks.
+        A session whose follower is still syncing is never held: its answer is final."""
+        final = final or not s.may_wait
         entries: list[tuple[str, PartitionAnswer]] = []
         effects: list[Effect] = []
         budget = s.max_bytes
@@ -1346,7 +1377,8 @@ class BrokerCore:
         s.pending.update(left)
         if entries or final:
             entries += self._moved_high_watermarks(s)
-        return SessionServed(SessionFetchAnswer(s.session_id, tuple(entries)), effects, looked)
+        reply = SessionFetchAnswer(s.session_id, tuple(entries))
+        return SessionServed(reply, effects, looked, hold=not (entries or final))
 
     def _moved_high_watermarks(self, s: LeaderSession) -> list[tuple[str, PartitionAnswer]]:
         out: list[tuple[str, PartitionAnswer]] = []
@@ -1435,10 +1467,8 @@ class BrokerCore:
         effects: list[Effect] = []
         for w, pa in s.on_answer(answer):
             effects += self.on_leader_answer(w.sent, pa).effects
-            found = self._follower_for(w.sent.partition, w.session)
-            if found is not None and found[1].state is FollowerState.APPENDING:
-                s.appending.add(w.sent.partition)
-        s.delay_ms = 0 if answer.has_data else self.fetch_backoff.idle_fetch_ms
+        # Partitions still syncing send their new persisted ends as soon as they have them.
+        s.delay_ms = 0 if answer.has_data or s.awaiting_syncs else self.fetch_backoff.idle_fetch_ms
         return LeaderAnswerApplied(effects, "ok")
 
     def fetch_due(self, e: SendToLeader) -> None:

@@ -81,6 +81,7 @@ def session_request(body: SessionFetchBody) -> SessionFetchRequest:
                     p.leader_epoch,
                     p.fetch_offset,
                     p.last_fetched_epoch,
+                    p.persisted_log_end_offset,
                 ),
             )
             for p in body.partitions
@@ -104,6 +105,7 @@ def session_body(request: SessionFetchRequest) -> dict[str, Any]:
                 leader_epoch=f.leader_epoch,
                 fetch_offset=f.fetch_offset,
                 last_fetched_epoch=f.last_fetched_epoch,
+                persisted_log_end_offset=f.persisted,
             )
             for name, f in request.partitions
         ],

@@ -23,11 +23,11 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, Generic, NamedTuple, NotRequired, TypeVar
 
+import orjson
 from pydantic import (
     ConfigDict,
     Field,
@@ -159,7 +159,7 @@ def encode_produce_body(records: Sequence[RecordIn], producer: ProducerIdentity 
     doc: dict[str, Any] = {"records": records}
     if producer is not None:
         doc.update(zip(_PRODUCER_FIELDS, producer, strict=True))
-    return json.dumps(doc, separators=(",", ":")).encode()
+    return orjson.dumps(doc)
 
 
 def decode_produce_body(body: bytes) -> tuple[list[RecordIn], ProducerIdentity | None]:
@@ -250,7 +250,7 @@ def encode_read_answer(
         "logStartOffset": log_start_offset,
         "leaderEpoch": leader_epoch,
     }
-    return json.dumps(doc, separators=(",", ":")).encode()
+    return orjson.dumps(doc)
 
 
 RecordFactory = Callable[[int, int, bytes | None, bytes | None, dict[str, bytes], int], T]
@@ -282,7 +282,7 @@ def _object(doc: Any, what: str) -> dict[str, Any]:
 
 def decode_json_object(body: bytes) -> dict[str, Any]:
     try:
-        doc = json.loads(body)
+        doc = orjson.loads(body)
     except ValueError as exc:
         raise InvalidRequestError(f"answer is not JSON ({exc})") from None
     return _object(doc, "answer")

@@ -11,10 +11,11 @@ for `application/vnd.epochlog.batch`.
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
+
+import orjson
 
 from epochlog.protocol.batch import BatchFormatError, RecordBatch
 from epochlog.protocol.errors import InvalidRequestError
@@ -31,7 +32,7 @@ StoredBatch = tuple[int, int, int, bytes]
 def frame(header: Mapping[str, Any], batches: Sequence[StoredBatch]) -> bytes:
     head = dict(header)
     head["batches"] = [[base, last, epoch, len(raw)] for base, last, epoch, raw in batches]
-    encoded = json.dumps(head, separators=(",", ":")).encode()
+    encoded = orjson.dumps(head)
     return b"".join([_LEN.pack(len(encoded)), encoded, *(b[3] for b in batches)])
 
 
@@ -47,7 +48,7 @@ def unframe(body: bytes) -> tuple[dict[str, Any], list[RecordBatch]]:
     if n > MAX_HEADER_BYTES or _LEN.size + n > len(body):
         raise InvalidRequestError(f"framed body: header length {n} runs past the body")
     try:
-        header = json.loads(body[_LEN.size : _LEN.size + n])
+        header = orjson.loads(body[_LEN.size : _LEN.size + n])
     except ValueError as exc:
         raise InvalidRequestError(f"framed body: header is not JSON ({exc})") from exc
     if not isinstance(header, dict):

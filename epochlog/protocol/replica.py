@@ -25,7 +25,7 @@ import enum
 from collections.abc import Mapping
 from typing import Annotated, Any, Final, NamedTuple
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from epochlog.protocol.epochs import NO_EPOCH
 from epochlog.protocol.errors import InvalidRequestError
@@ -53,12 +53,23 @@ OffsetOrUndefined = Annotated[int, Field(strict=True, ge=UNDEFINED_OFFSET)]
 class PartitionFetchBody(WireModel):
     """One partition of a fetch session request: at which leader epoch, from which
     offset (and the epoch of the batch before it, so the leader can tell whether the
-    logs diverge)."""
+    logs diverge), and how much of its log the follower has fsynced (the only part
+    the leader counts; fetches are pipelined, so it may lag the fetch offset)."""
 
     partition: PartitionName
     leader_epoch: NonNegativeInt
     fetch_offset: NonNegativeInt
+    persisted_log_end_offset: NonNegativeInt
     last_fetched_epoch: EpochOrNone = NO_EPOCH
+
+    @model_validator(mode="after")
+    def _persisted_within_log(self) -> PartitionFetchBody:
+        if self.persisted_log_end_offset > self.fetch_offset:
+            raise ValueError(
+                f"persistedLogEndOffset {self.persisted_log_end_offset} is above "
+                f"fetchOffset {self.fetch_offset}"
+            )
+        return self
 
 
 class SessionFetchBody(WireModel):

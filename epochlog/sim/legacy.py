@@ -32,6 +32,7 @@ configured into any of these behaviours.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Final
 
@@ -121,8 +122,20 @@ class LegacyBrokerCore(BrokerCore):
 
     def _after_append(self, host: Hosted) -> list[Effect]:
         effects = super()._after_append(host)
-        if ACK_BEFORE_FSYNC in self.legacy:
+        if ACK_BEFORE_FSYNC in self.legacy and isinstance(host.replica.role, Leader):
             return effects + self._report_persisted(host, host.log.log_end_offset)
+        return effects
+
+    def _carry_out(self, host: Hosted, actions: Sequence[FollowerAction]) -> list[Effect]:
+        effects = super()._carry_out(host, actions)
+        role = host.replica.role
+        if (
+            ACK_BEFORE_FSYNC in self.legacy
+            and isinstance(role, Follower)
+            and role.persisted_log_end_offset < host.log.log_end_offset
+        ):
+            # After the fetch the append asked for, so the next one carries the claim.
+            effects += self._report_persisted(host, host.log.log_end_offset)
         return effects
 
     def flush(self) -> list[Effect]:

@@ -431,7 +431,7 @@ class SimBroker(Process):
                 fetch.leader_epoch,
                 fetch.replica_id,
                 self.world.now,
-                fetch.fetch_offset >= host.log.log_end_offset,
+                fetch.persisted >= host.log.log_end_offset,
             )
         self.run(served.effects)
         reply(served.answer)

@@ -528,7 +528,7 @@ async def test_replica_fetch_with_a_stale_epoch_is_fenced(cluster: Cluster) -> N
     a partition's stale epoch is that partition's error inside a 200 answer."""
     b = await leader(cluster)
     path = "/internal/v1/fetch-session"
-    stale = {"partition": NAME, "leaderEpoch": 0, "fetchOffset": 0}
+    stale = {"partition": NAME, "leaderEpoch": 0, "fetchOffset": 0, "persistedLogEndOffset": 0}
     # Replica id 99: a session of its own, not the real followers'.
     body = {"replicaId": 99, "brokerEpoch": 1, "partitions": [stale]}
     status, raw, _ = await cluster.request("POST", b, path, json=body)
@@ -551,6 +551,13 @@ async def test_replica_fetch_with_a_stale_epoch_is_fenced(cluster: Cluster) -> N
         )
     assert (err.value.status, err.value.code) == (400, "INVALID_REQUEST")
     assert "fetchOffset" in err.value.error["message"]
+    # A follower cannot claim more on its disk than it has fetched.
+    with pytest.raises(ApiError) as err:
+        await cluster.call(
+            "POST", b, path, json={**body, "partitions": [{**stale, "persistedLogEndOffset": 1}]}
+        )
+    assert (err.value.status, err.value.code) == (400, "INVALID_REQUEST")
+    assert "persistedLogEndOffset 1 is above fetchOffset 0" in err.value.error["message"]
     follower = next(x for x in cluster.brokers if x != b)
     epoch_path = f"/internal/v1/partitions/{NAME}/offsets-for-leader-epoch"
     epoch = (await cluster.partitions(b))[NAME]["leaderEpoch"]

@@ -254,12 +254,26 @@ def test_session_body_is_strict_and_errors_come_back_typed() -> None:
         parse_body(
             SessionFetchBody,
             b'{"replicaId":1,"brokerEpoch":1,"partitions":'
-            b'[{"partition":"t-0","leaderEpoch":1,"fetchOffset":"3"}]}',
+            b'[{"partition":"t-0","leaderEpoch":1,"fetchOffset":"3","persistedLogEndOffset":3}]}',
+        )
+    with pytest.raises(InvalidRequestError, match="persistedLogEndOffset"):
+        parse_body(
+            SessionFetchBody,
+            b'{"replicaId":1,"brokerEpoch":1,"partitions":'
+            b'[{"partition":"t-0","leaderEpoch":1,"fetchOffset":3}]}',
         )
     with pytest.raises(InvalidRequestError, match="maxWaitMs"):
         parse_body(SessionFetchBody, b'{"replicaId":1,"brokerEpoch":1,"maxWaitMs":-1}')
     request = SessionFetchRequest(
-        1, 2, 3, 4, (("t-0", FetchRequest(1, 2, 5, 6, 4)),), ("t-1",), 500, 100, 10
+        1,
+        2,
+        3,
+        4,
+        (("t-0", FetchRequest(1, 2, 5, 6, 4, persisted_log_end_offset=5)),),
+        ("t-1",),
+        500,
+        100,
+        10,
     )
     assert (
         session_request(parse_body(SessionFetchBody, json.dumps(session_body(request)).encode()))

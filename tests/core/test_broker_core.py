@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -79,22 +80,58 @@ def test_leader_acks_only_after_the_follower_persisted_the_records(tmp_path: Pat
     assert done == []
     assert leader.flush() == [], "the follower has not fetched yet: no ack"
 
-    # The follower's session brings the batch; the session asks again only once the
-    # follower's fsync has made it durable, and that request is what acknowledges it.
+    # The follower's session brings the batch and asks on at once (pipelined) while the
+    # batch syncs: that request says the records are not on its disk yet, so it
+    # acknowledges nothing, and the leader answers it at once rather than holding it.
     assert session_round(leader, follower, 2) == []
     assert follower.partitions[NAME].log.log_end_offset == 2
     assert follower.dirty
-    assert follower.session_requests() == [], "no request before the fsync"
+    [due] = follower.session_requests()
+    request = follower.session_request(due.leader_id)
+    assert request is not None
+    ((name, fetch),) = request.partitions
+    assert (name, fetch.fetch_offset, fetch.persisted) == (NAME, 2, 0)
+    served = leader.handle_session_fetch(replace(request, max_wait_ms=500), 3)
+    assert served.effects == []
+    assert not served.hold
+    follower.on_session_answer(due.leader_id, request, served.answer)
+    assert follower.session_requests() == [], "no news: the next request waits for the fsync"
+    # The fsync makes them durable; the request saying so acknowledges them.
     assert follower.flush() == []
     [due] = follower.session_requests()
     request = follower.session_request(due.leader_id)
     assert request is not None
     ((name, fetch),) = request.partitions
-    assert (name, fetch.fetch_offset) == (NAME, 2)
-    served = leader.handle_session_fetch(request, 3)
+    assert (name, fetch.fetch_offset, fetch.persisted) == (NAME, 2, 2)
+    served = leader.handle_session_fetch(request, 4)
     assert served.effects == [ProduceDone(7, NAME, 0, 1, 1)]
     assert leader.read(NAME, 0).high_watermark == 2
     assert [r.value for r in leader.read(NAME, 0).records] == [b"a", b"b"]
+
+
+def test_a_sync_that_raced_a_truncation_reports_only_what_is_still_synced(
+    tmp_path: Path,
+) -> None:
+    """The group commit syncs in a worker thread; a truncation may run between the sync
+    and its report on the event loop. The report must not claim the truncated-away end:
+    the log may already hold other, unsynced records there."""
+    leader, follower = core(tmp_path, 1), core(tmp_path, 2)
+    leader.on_heartbeat_response(assign(1, 1, (1, 2)), 0)
+    follower.on_heartbeat_response(assign(1, 1, (1, 2)), 0)
+    session_round(leader, follower, 1)
+    leader.produce(NAME, records("a", "b"), acks=Acks.ALL, timeout_ms=1000, now_ms=1, request_id=7)
+    leader.flush()
+    session_round(leader, follower, 2)
+    assert follower.begin_flush() == [NAME]
+    synced = follower.sync_log(NAME)
+    assert synced == 2
+    follower.partitions[NAME].log.truncate_to(1)  # after the sync, before its report
+    follower.end_flush(NAME, synced)
+    [due] = follower.session_requests()
+    request = follower.session_request(due.leader_id)
+    assert request is not None
+    ((_name, fetch),) = request.partitions
+    assert fetch.persisted == 1
 
 
 def test_heartbeat_reports_the_persisted_log_end_only(tmp_path: Path) -> None:

@@ -98,15 +98,25 @@ class Node:
         self.replica = self._new_replica()
 
     def run(self, actions: list[FollowerAction]) -> None:
+        appended = False
         for action in actions:
             if isinstance(action, Truncate):
                 self.log.truncate_to(action.offset)
             elif isinstance(action, Append):
                 for b in action.batches:
                     self.log.append_batch(b)
-                self.run(self.follower.on_flushed(self.log.flush()))
+                appended = True
             else:
+                # A newer fetch replaces one not sent yet (as in a fetch session).
+                self.outbox = [
+                    a
+                    for a in self.outbox
+                    if not (isinstance(a, SendFetch) and isinstance(action, SendFetch))
+                ]
                 self.outbox.append(action)
+        if appended:
+            # The group commit: the fsync completes after the next fetch was asked for.
+            self.run(self.follower.on_flushed(self.log.flush()))
 
 
 @dataclass

@@ -20,7 +20,7 @@ from epochlog_broker.replication.fetch_session import (
     SessionFetchAnswer,
     SessionFetchRequest,
 )
-from epochlog_broker.replication.messages import FetchData, FetchRequest
+from epochlog_broker.replication.messages import Batch, FetchData, FetchRequest
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,9 @@ class W:
 
 def fetch(offset: int, epoch: int = 1, replica: int = 2) -> FetchRequest:
     return FetchRequest(replica, 1, epoch, offset)
+
+
+batches = (Batch(0, 3, 1),)
 
 
 def build(s: FollowerSession[W]) -> SessionFetchRequest:
@@ -87,17 +90,38 @@ def test_answered_partitions_are_listed_again_and_errors_leave_the_session() -> 
     assert "b" not in s.known
 
 
-def test_a_partition_writing_its_data_holds_the_next_request() -> None:
+def syncing(offset: int, persisted: int) -> FetchRequest:
+    return FetchRequest(2, 1, 1, offset, persisted_log_end_offset=persisted)
+
+
+def test_after_data_the_next_request_goes_while_the_data_syncs() -> None:
     s: FollowerSession[W] = FollowerSession(1, 2, 1)
     s.want("a", W(fetch(0)))
     s.want("b", W(fetch(0)))
     build(s)
+    s.on_answer(SessionFetchAnswer(7, (("a", FetchData(1, 0, batches)),)))
+    s.want("a", W(syncing(4, 0)))  # appended, not fsynced yet
+    assert s.ready(), "pipelined: ask for more while a's records sync"
+    request = build(s)
+    assert [(n, f.fetch_offset, f.persisted) for n, f in request.partitions] == [("a", 4, 0)]
+
+
+def test_after_an_empty_answer_the_session_waits_for_its_syncs() -> None:
+    s: FollowerSession[W] = FollowerSession(1, 2, 1)
+    s.want("a", W(fetch(0)))
+    s.want("b", W(fetch(0)))
+    build(s)
+    s.on_answer(SessionFetchAnswer(7, (("a", FetchData(1, 0, batches)),)))
+    s.want("a", W(syncing(4, 0)))
+    build(s)
     s.on_answer(SessionFetchAnswer(7, (("a", FetchData(1, 0)),)))
-    s.appending.add("a")
-    assert not s.ready(), "a's position is not known until its fsync"
+    s.want("a", W(syncing(4, 0)))
+    assert not s.ready(), "nothing new came: the next request waits for a's fsync"
+    s.want("a", W(syncing(4, 3)))
+    assert not s.ready(), "a still holds records past its persisted end"
     s.want("a", W(fetch(4)))
     assert s.ready()
-    assert listed(build(s)) == {"a": 4}
+    assert [(n, f.persisted) for n, f in build(s).partitions] == [("a", 4)]
 
 
 def test_a_failure_starts_the_session_over() -> None:
@@ -193,3 +217,39 @@ def test_pending_partitions_start_after_the_one_served_last() -> None:
     s.last_served = "b"
     s.pending.update("abcd")
     assert s.take_pending() == ["c", "d", "a", "b"]
+
+
+def test_a_session_still_syncing_is_not_held() -> None:
+    sessions = LeaderSessions()
+    s = sessions.receive(request(partitions={"a": 0, "b": 0}), 1)
+    assert s.may_wait
+    pipelined = SessionFetchRequest(
+        2, 1, s.session_id, 1, (("a", FetchRequest(2, 1, 1, 4, persisted_log_end_offset=0)),)
+    )
+    sessions.receive(pipelined, 2)
+    assert not s.may_wait, "a's persisted end is about to move: answer at once"
+    sessions.receive(request(s.session_id, 2, partitions={"a": 4}), 3)
+    assert s.may_wait
+    sessions.receive(
+        SessionFetchRequest(
+            2, 1, s.session_id, 3, (("b", FetchRequest(2, 1, 1, 9, persisted_log_end_offset=1)),)
+        ),
+        4,
+    )
+    sessions.receive(request(s.session_id, 4, forgotten=("b",)), 5)
+    assert s.may_wait, "a forgotten partition syncs nothing the leader waits for"
+
+
+def test_a_partition_that_stopped_fetching_holds_up_no_request() -> None:
+    s: FollowerSession[W] = FollowerSession(1, 2, 1)
+    s.want("a", W(fetch(0)))
+    s.want("b", W(fetch(0)))
+    build(s)
+    s.on_answer(SessionFetchAnswer(7, (("a", FetchData(1, 0, batches)),)))
+    s.want("a", W(syncing(4, 0)))
+    build(s)
+    # a's leader moved on: its answer is an error and a stops fetching (no new want),
+    # with its records still syncing. b must go on.
+    s.on_answer(SessionFetchAnswer(7, (("a", NotLeaderOrFollowerError("moved")),)))
+    s.want("b", W(fetch(0)))
+    assert s.ready()

@@ -133,25 +133,39 @@ def test_diverging_epoch_answer_truncates_then_fetches_again():
     assert fetch_of(actions) == FetchRequest(2, 9, 5, 5, 1)
 
 
-def test_appends_then_waits_for_fsync_before_next_fetch():
+def test_appends_then_fetches_on_while_the_records_sync():
     f = make_follower()
     f.start()
     data = batches(0, 3, 5)
-    assert f.on_fetch_response(FetchData(5, 2, data)) == [Append(data)]
-    assert f.state is FollowerState.APPENDING
-    with pytest.raises(InvalidRequestError):
-        f.on_fetch_response(FetchData(5, 2, ()))
+    actions = f.on_fetch_response(FetchData(5, 2, data))
+    assert actions[0] == Append(data)
+    assert fetch_of(actions) == FetchRequest(2, 9, 5, 3, 5, persisted_log_end_offset=0)
+    assert f.state is FollowerState.FETCHING
     assert f.persisted_log_end_offset == 0
+    assert f.high_watermark == 0, "a committed offset counts here only once it is on disk"
     actions = f.on_flushed(3)
-    assert fetch_of(actions) == FetchRequest(2, 9, 5, 3, 5)
+    assert fetch_of(actions) == FetchRequest(2, 9, 5, 3, 5, persisted_log_end_offset=3)
+    assert f.high_watermark == 2
+    assert f.on_flushed(3) == [], "nothing new on disk: nothing to tell"
 
 
-def test_fetch_offset_is_persisted_end_not_log_end():
+def test_the_leader_counts_the_persisted_end_not_the_log_end():
     f = make_follower()
     f.start()
     f.on_fetch_response(FetchData(5, 0, batches(0, 4, 5)))
     assert f.log_end_offset == 4
-    assert fetch_of(f.on_flushed(2)).fetch_offset == 2
+    request = fetch_of(f.on_flushed(2))
+    assert (request.fetch_offset, request.persisted) == (4, 2)
+    assert request.flushing
+    with pytest.raises(ValueError, match="beyond log end"):
+        f.on_flushed(5)
+
+
+def test_a_restart_drops_the_unsynced_tail_it_fetched():
+    f = make_follower(log_end=6, persisted=4, history=((5, 0),))
+    actions = f.start()
+    assert actions[0] == Truncate(4)
+    assert f.log_end_offset == 4
 
 
 def test_appended_batches_extend_epoch_history():

@@ -6,6 +6,7 @@ import pytest
 
 from epochlog.protocol.errors import (
     FencedLeaderEpochError,
+    InvalidRequestError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
@@ -72,6 +73,7 @@ def fetch(
     epoch: int | None = None,
     broker_epoch: int = 1,
     last_epoch: int | None = None,
+    persisted: int | None = None,
 ):
     return leader.on_fetch(
         FetchRequest(
@@ -84,6 +86,7 @@ def fetch(
                 if last_epoch is None
                 else last_epoch
             ),
+            persisted_log_end_offset=persisted,
         ),
         now_ms,
     )
@@ -358,6 +361,48 @@ def test_fetch_reaching_previous_log_end_is_caught_up_as_of_previous_fetch():
     append(leader, 5)  # end was 25 at the previous fetch, is 30 now
     fetch(leader, 2, 25, now_ms=4_000)
     assert leader.last_caught_up_time_ms(2) == 3_000
+
+
+def test_pipelined_fetches_count_only_what_the_follower_persisted():
+    leader = make_leader(isr=(1, 2), min_isr=2)
+    append(leader, 10)
+    leader.on_flushed(10)
+    fetch(leader, 2, 10, persisted=4, now_ms=1_000)
+    assert leader.follower_log_end_offset(2) == 4
+    assert leader.high_watermark == 4, "the records past 4 are not on the follower's disk"
+    assert leader.last_caught_up_time_ms(2) == 0
+    fetch(leader, 2, 10, persisted=10, now_ms=1_100)
+    assert leader.high_watermark == 10
+    assert leader.last_caught_up_time_ms(2) == 1_100
+
+
+def test_a_pipelined_follower_under_steady_load_stays_caught_up():
+    # Each answer is persisted a fetch or two after it came: the follower is caught up
+    # as of the fetch whose leader end its disk has reached.
+    leader = make_leader(isr=(1, 2), min_isr=2)
+    fetched = 0
+    persisted: list[int] = []
+    for t in range(1, 31):
+        append(leader, 3)
+        leader.on_flushed(leader.log_end_offset)
+        persisted.append(fetched)
+        decision = fetch(
+            leader, 2, fetched, persisted=persisted[max(0, len(persisted) - 3)], now_ms=t * 100
+        )
+        assert isinstance(decision.answer, ReadRange)
+        fetched = decision.answer.end_offset
+    caught_up = leader.last_caught_up_time_ms(2)
+    assert caught_up is not None
+    assert caught_up >= 2_700
+    assert leader.high_watermark > 0
+
+
+def test_a_fetch_claiming_more_on_disk_than_it_holds_is_refused():
+    leader = make_leader()
+    append(leader, 10)
+    with pytest.raises(InvalidRequestError):
+        fetch(leader, 2, 4, persisted=5)
+    assert leader.follower_log_end_offset(2) is None
 
 
 def test_follower_that_never_reaches_the_end_keeps_its_old_caught_up_time():

@@ -317,10 +317,17 @@ def test_zookeeper_4646_follower_data_counts_only_once_on_its_disk():
     decision = leader.on_fetch(request, 0)
     assert isinstance(decision.answer, ReadRange)
     data = c.nodes[A].log.read(decision.answer.start_offset, decision.answer.end_offset)
-    (append,) = b.follower.on_fetch_response(FetchData(1, leader.high_watermark, data))
+    append, send = b.follower.on_fetch_response(FetchData(1, leader.high_watermark, data))
     assert isinstance(append, Append)
+    assert isinstance(send, SendFetch)
     for batch in append.batches:
         b.log.append_batch(batch)
+    # The pipelined fetch goes before the fsync: it holds m1, and says it has not
+    # persisted it. The leader must not count it.
+    assert (send.request.fetch_offset, send.request.persisted) == (1, 0)
+    assert leader.on_fetch(send.request, 1).actions == ()
+    assert leader.high_watermark == 0
+    assert leader.follower_log_end_offset(B) == 0
     # B crashes before fsync: m1 is gone from B, and was never counted for it.
     b.crash()
     assert leader.high_watermark == 0

@@ -75,11 +75,17 @@ class OsFile:
     def __init__(self, path: str, fd: int) -> None:
         self._path = path
         self._fd = fd
-        self._size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        self._size = st.st_size
+        self.device = st.st_dev
+        """The filesystem the file is on (`batch_sync` syncs a filesystem at once)."""
 
     @property
     def path(self) -> str:
         return self._path
+
+    def fileno(self) -> int:
+        return self._fd
 
     def size(self) -> int:
         return self._size

@@ -46,6 +46,7 @@ from epochlog.protocol.errors import (
     RecordTooLargeError,
     StorageError,
 )
+from epochlog_broker.log.batch_sync import sync_one
 from epochlog_broker.log.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     TMP_SUFFIX,
@@ -477,14 +478,25 @@ class PartitionLog:
 
     def flush(self) -> int:
         """fsync the log; returns the persisted log end offset."""
+        target = self.sync_target()
+        if target is not None:
+            self.synced(target, sync_one(self.active.file))
+        return self.persisted_log_end_offset
+
+    def sync_target(self) -> int | None:
+        """Step 1 of a sync done by the caller (`batch_sync`, many logs at once): the log
+        end a sync of `active.file` from now on makes durable; None if nothing is
+        unsynced. Only the active segment can hold unsynced data."""
         self._check_usable()
         if self.persisted_log_end_offset < self.log_end_offset:
-            target = self.log_end_offset
-            try:
-                self.active.file.sync()
-            except OSError as exc:
-                raise self._fail(exc) from exc
-            self.persisted_log_end_offset = target
+            return self.log_end_offset
+        return None
+
+    def synced(self, target: int, error: OSError | None) -> int:
+        """Step 2: the caller's sync of `active.file` ended (`error`: it failed)."""
+        if error is not None:
+            raise self._fail(error) from error
+        self.persisted_log_end_offset = max(self.persisted_log_end_offset, target)
         return self.persisted_log_end_offset
 
     # -- reads ------------------------------------------------------------------------

@@ -22,6 +22,13 @@ sessions do (KIP-227):
   got data, so one busy partition cannot starve the others.
 - Every partition answered is listed again in the follower's next request: its
   position moved, or the follower has to say where it stands now.
+- Requests are pipelined with the follower's fsyncs: after an answer with data
+  the next request goes at once, asking from the new log ends while the group
+  commit syncs what came; each partition says its persisted log end beside its
+  fetch offset, and the leader counts only the former. A request with
+  partitions still syncing is answered at once even with no news (their
+  persisted ends are about to move, and the leader must hear it); after such
+  an empty answer the follower waits for those syncs before asking again.
 
 This module holds both sides' bookkeeping and no I/O: `FollowerSession` (what
 the follower wants, what the leader holds, what is in flight) and
@@ -110,10 +117,10 @@ class FollowerSession(Generic[W]):
     The core calls `want(name, w)` whenever a partition wants its next fetch and
     `drop(name)` when the partition stops fetching from this leader (role change,
     offline). `ready()` says whether a request may go now: nothing in flight,
-    something wanted, and no partition still writing what the last answer
-    brought (its flush reports the new position first, so the next request
-    carries it). `build(...)` makes the request and marks it in flight;
-    `on_answer` / `on_failure` end it.
+    something wanted, and either the last answer brought data (pipelining: ask
+    for more while it syncs) or no partition is still syncing (so the request
+    carries their new persisted ends). `build(...)` makes the request and marks
+    it in flight; `on_answer` / `on_failure` end it.
     """
 
     leader_id: int
@@ -128,9 +135,10 @@ class FollowerSession(Generic[W]):
     """Partitions wanted, re-wanted or dropped since the last request was built."""
     relist: set[str] = field(default_factory=set)
     """Partitions answered since the last request: listed again even if unchanged."""
-    appending: set[str] = field(default_factory=set)
-    """Partitions writing what the last answer brought, until they want their next
-    fetch (the core fills it in after applying an answer)."""
+    syncing: set[str] = field(default_factory=set)
+    """Partitions whose wanted fetch holds records not fsynced yet."""
+    pipelining: bool = False
+    """The last answer brought data: the next request need not wait for syncs."""
     in_flight: bool = False
     scheduled: bool = False
     """A request is due (after a delay the shell waits out) but not built yet."""
@@ -142,15 +150,27 @@ class FollowerSession(Generic[W]):
     def want(self, name: str, w: W) -> None:
         self.wanted[name] = w
         self.changed.add(name)
-        self.appending.discard(name)
+        if w.request.flushing:
+            self.syncing.add(name)
+        else:
+            self.syncing.discard(name)
 
     def drop(self, name: str) -> None:
         if self.wanted.pop(name, None) is not None or name in self.known:
             self.changed.add(name)
-        self.appending.discard(name)
+        self.syncing.discard(name)
+
+    @property
+    def awaiting_syncs(self) -> bool:
+        """Some wanted fetch holds records not fsynced yet: its next position is near.
+        (A partition that stopped fetching, or waits out a backoff, is not wanted and
+        holds up nothing.)"""
+        return any(name in self.wanted for name in self.syncing)
 
     def ready(self) -> bool:
-        return not (self.in_flight or self.scheduled or self.appending) and bool(self.wanted)
+        if self.in_flight or self.scheduled or not self.wanted:
+            return False
+        return self.pipelining or not self.awaiting_syncs
 
     def build(
         self, *, max_wait_ms: int, max_bytes: int, partition_max_bytes: int
@@ -199,10 +219,10 @@ class FollowerSession(Generic[W]):
 
     def on_answer(self, answer: SessionFetchAnswer) -> list[tuple[W, PartitionAnswer]]:
         """The leader answered the request in flight: each answered partition with what
-        it asked for, for the core to apply (which then wants its next fetch, or marks
-        it `appending` until it does)."""
+        it asked for, for the core to apply (which then wants its next fetch)."""
         self.in_flight = False
         self.failures = 0
+        self.pipelining = answer.has_data
         if self.session_id == NEW_SESSION:
             self.session_id = answer.session_id
         self.epoch += 1
@@ -233,7 +253,7 @@ class FollowerSession(Generic[W]):
         self.known.clear()
         self.changed.clear()
         self.relist.clear()
-        self.appending.clear()
+        self.pipelining = False
         if isinstance(error, FetchSessionIdNotFoundError | InvalidFetchSessionEpochError):
             return 0
         self.failures += 1
@@ -260,6 +280,9 @@ class LeaderSession:
     high_watermark_sent: dict[str, int] = field(default_factory=dict)
     high_watermark_moved: set[str] = field(default_factory=set)
     """Partitions whose HW moved since the follower was last told; they ride along."""
+    syncing: set[str] = field(default_factory=set)
+    """Partitions whose follower holds records it has not fsynced yet: a request is
+    not held while there are any (their persisted ends are about to move)."""
     last_served: str = ""
     """The partition that last got data: the next answer starts after it."""
     max_bytes: int = 10 << 20
@@ -277,7 +300,13 @@ class LeaderSession:
         self.high_watermark_moved.clear()
         return names
 
+    @property
+    def may_wait(self) -> bool:
+        """A request without news may be held for data."""
+        return not self.syncing
+
     def forget(self, name: str) -> None:
+        self.syncing.discard(name)
         self.partitions.pop(name, None)
         self.pending.discard(name)
         self.high_watermark_sent.pop(name, None)
@@ -345,6 +374,10 @@ class LeaderSessions:
                 )
             s.partitions[name] = fetch
             s.pending.add(name)
+            if fetch.flushing:
+                s.syncing.add(name)
+            else:
+                s.syncing.discard(name)
             self.interest.setdefault(name, set()).add(s.replica_id)
         return s
 

@@ -13,12 +13,20 @@ Protocol with the shell:
   end, epoch history, checkpointed HW. Then `start()`.
 - Every handler returns a list of actions to carry out in order:
   - `Truncate(offset)`: `truncate_to(offset)` on the log (durable on return);
-  - `Append(batches)`: append each batch verbatim, fsync, then report the new
-    persisted log end with `on_flushed(...)`; no fetch is sent before that, so
-    a fetch offset only ever covers data on disk (ZOOKEEPER-4646);
+  - `Append(batches)`: append each batch verbatim; the group commit fsyncs it
+    later and reports the new persisted log end with `on_flushed(...)`;
   - `SendOffsetsForLeaderEpoch(request)` / `SendFetch(request)`: send to the
     leader and report the answer with `on_epoch_end_offset` /
-    `on_fetch_response`, or a failure with `on_error`.
+    `on_fetch_response`, or a failure with `on_error`. A `SendFetch` replaces
+    any fetch not sent yet; keeping one fetch in flight per partition is the
+    shell's part (the fetch session).
+- Fetches are pipelined: an answer's batches are appended and the next fetch
+  asks from the new log end at once, while the fsync runs. The fetch carries
+  the persisted log end beside its fetch offset, and the leader counts only the
+  persisted end (for the high watermark, the ISR, caught-up times), so nothing
+  this replica could lose in a crash is ever counted as held (ZOOKEEPER-4646).
+  Each completed fsync that moves the persisted end wants a fetch again, which
+  is how the leader learns it.
 - With `find_divergence_first=True` (default) the follower asks the leader
   where its latest epoch ends before the first fetch; with False it fetches at
   once and relies on the leader's diverging-epoch answer (KIP-320). Both end
@@ -89,7 +97,6 @@ class FollowerState(enum.Enum):
     NEW = "new"
     FINDING_DIVERGENCE = "finding-divergence"
     FETCHING = "fetching"
-    APPENDING = "appending"
     STOPPED = "stopped"
 
 
@@ -150,13 +157,14 @@ class Follower:
     # -- requests ------------------------------------------------------------------------
 
     def fetch_request(self) -> FetchRequest:
-        end = self._persisted_log_end_offset
+        end = self._log_end_offset
         return FetchRequest(
             replica_id=self.broker_id,
             broker_epoch=self.broker_epoch,
             leader_epoch=self.leader_epoch,
             fetch_offset=end,
             last_fetched_epoch=self._epochs.epoch_for_offset(end - 1) if end > 0 else UNDEFINED,
+            persisted_log_end_offset=self._persisted_log_end_offset,
         )
 
     def _send_fetch(self) -> list[FollowerAction]:
@@ -192,9 +200,9 @@ class Follower:
 
     def start(self) -> list[FollowerAction]:
         self._require(FollowerState.NEW)
-        # An unflushed tail was never counted by any leader (fetch offsets are
-        # persisted ends), so dropping it loses nothing acknowledged and lets the
-        # log end and the fetch offset coincide.
+        # An unflushed tail was never counted by any leader (leaders count persisted
+        # ends only), so dropping it loses nothing acknowledged, and a tail from
+        # an older epoch is not worth asking the leader about.
         actions = self._truncate(self._persisted_log_end_offset)
         if self.find_divergence_first and self._epochs.latest_epoch != UNDEFINED:
             return actions + self._send_epoch_query()
@@ -240,21 +248,22 @@ class Follower:
         for b in answer.batches:
             self._epochs.assign(b.leader_epoch, b.base_offset)
         self._log_end_offset = expected
-        self.state = FollowerState.APPENDING
-        return [Append(answer.batches)]
+        return [Append(answer.batches), *self._send_fetch()]
 
     def on_flushed(self, persisted_log_end_offset: int) -> list[FollowerAction]:
-        """The appended batches are fsynced up to `persisted_log_end_offset`."""
-        self._require(FollowerState.APPENDING)
+        """The log is fsynced up to `persisted_log_end_offset`: while fetching, the
+        next fetch carries it (the leader counts nothing above it)."""
         if persisted_log_end_offset > self._log_end_offset:
             raise ValueError(
                 f"persisted end {persisted_log_end_offset} beyond log end {self._log_end_offset}"
             )
-        self._persisted_log_end_offset = max(
-            self._persisted_log_end_offset, persisted_log_end_offset
-        )
+        if persisted_log_end_offset <= self._persisted_log_end_offset:
+            return []
+        self._persisted_log_end_offset = persisted_log_end_offset
         self._update_high_watermark()
-        return self._send_fetch()
+        if self.state is FollowerState.FETCHING:
+            return self._send_fetch()
+        return []
 
     def on_error(self, error: EpochlogError | None) -> list[FollowerAction]:
         """The last request failed with `error` (None: no answer at all)."""

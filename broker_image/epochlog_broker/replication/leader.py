@@ -54,12 +54,14 @@ holds until that value is reached. Unclean elections void this guarantee.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from epochlog.protocol.errors import (
     EpochlogError,
     FencedLeaderEpochError,
+    InvalidRequestError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
@@ -151,13 +153,19 @@ class LeaderHeartbeat:
 # -- internal state --------------------------------------------------------------------
 
 
+_FETCH_POINTS = 8
+"""Fetches remembered per follower for crediting its caught-up time (see `_record_fetch`)."""
+
+
 @dataclass(slots=True)
 class _Follower:
     log_end_offset: int | None = None
+    """The follower's persisted log end as its last fetch reported it."""
     broker_epoch: int | None = None
     last_caught_up_time_ms: int | None = None
     last_fetch_time_ms: int | None = None
-    leader_end_at_last_fetch: int | None = None
+    fetch_points: deque[tuple[int, int]] = field(default_factory=deque)
+    """(leader log end, time) of recent fetches the follower has not yet persisted up to."""
 
 
 class Leader:
@@ -441,10 +449,15 @@ class Leader:
                 leader=self.broker_id,
                 leaderEpoch=self.leader_epoch,
             )
-        if not 0 <= request.fetch_offset <= self._log_end_offset:
+        if not 0 <= request.persisted <= request.fetch_offset:
+            raise InvalidRequestError(
+                f"{self.partition}: persisted log end {request.persisted} above fetch offset "
+                f"{request.fetch_offset}"
+            )
+        if request.fetch_offset > self._log_end_offset:
             raise OffsetOutOfRangeError(
-                f"{self.partition}: fetch offset {request.fetch_offset} beyond log end "
-                f"{self._log_end_offset}",
+                f"{self.partition}: fetch offset {request.fetch_offset} (persisted "
+                f"{request.persisted}) beyond log end {self._log_end_offset}",
                 logEndOffset=self._log_end_offset,
                 leaderEpoch=self.leader_epoch,
             )
@@ -458,7 +471,7 @@ class Leader:
                 return FetchDecision(
                     DivergingEpoch(self.leader_epoch, self._high_watermark, epoch, end)
                 )
-        self._record_fetch(f, request.fetch_offset, now_ms)
+        self._record_fetch(f, request.persisted, now_ms)
         actions = self._maybe_propose(request)
         actions += self._maybe_advance_high_watermark()
         return FetchDecision(
@@ -471,21 +484,32 @@ class Leader:
             tuple(actions),
         )
 
-    def _record_fetch(self, f: _Follower, fetch_offset: int, now_ms: int) -> None:
-        # KIP-16 as Kafka implements it: reading to the current log end means caught
-        # up now; reading to the end as it was at the previous fetch means caught up
-        # as of that fetch (appends in between do not count against the follower).
+    def _record_fetch(self, f: _Follower, persisted: int, now_ms: int) -> None:
+        # KIP-16 as Kafka implements it, on what the follower has on disk: holding the
+        # current log end means caught up now; holding the log end as it was at an
+        # earlier fetch means caught up as of that fetch (appends in between do not
+        # count against the follower). Pipelined fetches persist an answer a fetch or
+        # two later, so a few fetches are remembered, not only the last one; the
+        # oldest are dropped first, which can only make the credit later.
         caught_up_at: int | None = None
-        if fetch_offset >= self._log_end_offset:
+        points = f.fetch_points
+        if persisted >= self._log_end_offset:
             caught_up_at = now_ms
-        elif f.leader_end_at_last_fetch is not None and fetch_offset >= f.leader_end_at_last_fetch:
-            caught_up_at = f.last_fetch_time_ms
+            points.clear()
+        else:
+            while points and persisted >= points[0][0]:
+                caught_up_at = points.popleft()[1]
+            if points and points[-1][0] == self._log_end_offset:
+                points[-1] = (self._log_end_offset, now_ms)
+            else:
+                points.append((self._log_end_offset, now_ms))
+                if len(points) > _FETCH_POINTS:
+                    points.popleft()
         if caught_up_at is not None and (
             f.last_caught_up_time_ms is None or caught_up_at > f.last_caught_up_time_ms
         ):
             f.last_caught_up_time_ms = caught_up_at
-        f.log_end_offset = fetch_offset
-        f.leader_end_at_last_fetch = self._log_end_offset
+        f.log_end_offset = persisted
         f.last_fetch_time_ms = now_ms
 
     def on_unchanged_fetch(self, replica_id: int, at_ms: int) -> list[LeaderAction]:
@@ -508,7 +532,7 @@ class Leader:
     def _maybe_propose(self, request: FetchRequest) -> list[LeaderAction]:
         if self._proposed is not None or request.replica_id in self.maximal_isr:
             return []
-        end = request.fetch_offset
+        end = request.persisted
         if end < self._high_watermark or end < self.epoch_start_offset:
             return []
         self._proposals_made += 1

@@ -54,12 +54,16 @@ class Batch:
 class FetchRequest:
     """A follower's fetch.
 
-    `fetch_offset` is the follower's persisted log end: everything below it is
-    fsynced on the follower, which is what lets the leader count it for the high
-    watermark. `last_fetched_epoch` is the epoch of the record just below
-    `fetch_offset` (UNDEFINED for an empty log); the leader uses it to detect a
-    diverged log (KIP-320). `leader_epoch` is the follower's view of the current
-    leader epoch and `broker_epoch` identifies the follower's process.
+    `fetch_offset` is where the follower wants data from: its log end, which may
+    hold records it has not fsynced yet (fetches are pipelined: the next one goes
+    out while the last answer is being written). `persisted_log_end_offset` is
+    what it has fsynced, at most `fetch_offset`; only that counts for the high
+    watermark, the ISR and the follower's caught-up time, so nothing a follower
+    could lose in a crash is ever counted as held (ZOOKEEPER-4646). None means
+    the same as `fetch_offset`. `last_fetched_epoch` is the epoch of the record
+    just below `fetch_offset` (UNDEFINED for an empty log); the leader uses it to
+    detect a diverged log (KIP-320). `leader_epoch` is the follower's view of the
+    current leader epoch and `broker_epoch` identifies the follower's process.
     """
 
     replica_id: int
@@ -67,6 +71,23 @@ class FetchRequest:
     leader_epoch: int
     fetch_offset: int
     last_fetched_epoch: int = UNDEFINED
+    persisted_log_end_offset: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.persisted_log_end_offset is None:
+            object.__setattr__(self, "persisted_log_end_offset", self.fetch_offset)
+
+    @property
+    def persisted(self) -> int:
+        """The follower's persisted log end."""
+        p = self.persisted_log_end_offset
+        return self.fetch_offset if p is None else p
+
+    @property
+    def flushing(self) -> bool:
+        """The follower holds records past its persisted end: it has a position to
+        report soon, so a leader must not hold this fetch waiting for data."""
+        return self.persisted < self.fetch_offset
 
 
 @dataclass(frozen=True, slots=True)
