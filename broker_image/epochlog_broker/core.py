@@ -43,8 +43,8 @@ Protocol with the shell:
   since the last); nothing counts as persisted, for acks or for the fetch
   offset a follower reports, before it. `tick()` at `next_deadline_ms()`.
   A shell that fsyncs off its event loop runs the same flush in three steps:
-  `begin_flush()`, `sync_log(name)` for each log (in a worker thread, while
-  nothing truncates or closes that log), `end_flush(name, persisted)`.
+  `begin_flush()`, `sync_logs(names)` (in a worker thread, while nothing
+  truncates or closes those logs), `end_flush(name, persisted)` for each.
 - `checkpoint_high_watermarks()` periodically and in `close()`.
 - Storage faults stay inside the partition: an I/O error, a full disk or damaged
   data of one log (at open or later) takes only that replica offline
@@ -1167,17 +1167,11 @@ class BrokerCore:
             self.partitions[name].dirty = False
         return names
 
-    def sync_log(self, name: str) -> int:
-        """Step 2, safe in a worker thread while appends go on: fsync one log.
-
-        Returns its persisted log end. The caller keeps truncation and close of
-        this log from running meanwhile.
-        """
-        return self._get(name).log.flush()
-
     def sync_logs(self, names: Sequence[str]) -> list[tuple[str, int | EpochlogError]]:
-        """Step 2 for many logs at once (`batch_sync`: one call per filesystem, without
-        giving the interpreter back between logs): each log's persisted end or error."""
+        """Step 2, safe in a worker thread while appends go on: fsync the logs, all at
+        once (`batch_sync`: one call per filesystem, without giving the interpreter back
+        between logs); each log's persisted end or error. The caller keeps truncation
+        and close of these logs from running meanwhile."""
         out: list[tuple[str, int | EpochlogError]] = []
         batch: list[tuple[str, PartitionLog, int]] = []
         for name in names:
@@ -1200,7 +1194,7 @@ class BrokerCore:
         return out
 
     def end_flush(self, name: str, persisted: int) -> list[Effect]:
-        """Step 3, back on the event loop: report what `sync_log` made durable."""
+        """Step 3, back on the event loop: report what `sync_logs` made durable."""
         host = self.partitions.get(name)
         if host is None or host.fault is not None:
             return []

@@ -527,8 +527,8 @@ def test_core_flush_in_three_steps_acknowledges_like_flush(tmp_path: Path) -> No
     names = core.begin_flush()
     assert names == ["p-0"]
     assert not core.dirty
-    persisted = core.sync_log("p-0")
-    assert persisted == 1
+    [(name, persisted)] = core.sync_logs(names)
+    assert (name, persisted) == ("p-0", 1)
     done = core.end_flush("p-0", persisted)
     assert done == [ProduceDone(7, "p-0", 0, 0, 3)]
     core.close()

@@ -123,7 +123,7 @@ def test_a_sync_that_raced_a_truncation_reports_only_what_is_still_synced(
     leader.flush()
     session_round(leader, follower, 2)
     assert follower.begin_flush() == [NAME]
-    synced = follower.sync_log(NAME)
+    [(_name, synced)] = follower.sync_logs([NAME])
     assert synced == 2
     follower.partitions[NAME].log.truncate_to(1)  # after the sync, before its report
     follower.end_flush(NAME, synced)

@@ -94,25 +94,26 @@ def syncing(offset: int, persisted: int) -> FetchRequest:
     return FetchRequest(2, 1, 1, offset, persisted_log_end_offset=persisted)
 
 
-def test_after_data_the_next_request_goes_while_the_data_syncs() -> None:
-    s: FollowerSession[W] = FollowerSession(1, 2, 1)
-    s.want("a", W(fetch(0)))
-    s.want("b", W(fetch(0)))
-    build(s)
-    s.on_answer(SessionFetchAnswer(7, (("a", FetchData(1, 0, batches)),)))
-    s.want("a", W(syncing(4, 0)))  # appended, not fsynced yet
-    assert s.ready(), "pipelined: ask for more while a's records sync"
-    request = build(s)
-    assert [(n, f.fetch_offset, f.persisted) for n, f in request.partitions] == [("a", 4, 0)]
-
-
-def test_after_an_empty_answer_the_session_waits_for_its_syncs() -> None:
+def syncing_after_data() -> FollowerSession[W]:
+    """A session on a and b whose answer brought a's records, appended, not fsynced yet."""
     s: FollowerSession[W] = FollowerSession(1, 2, 1)
     s.want("a", W(fetch(0)))
     s.want("b", W(fetch(0)))
     build(s)
     s.on_answer(SessionFetchAnswer(7, (("a", FetchData(1, 0, batches)),)))
     s.want("a", W(syncing(4, 0)))
+    return s
+
+
+def test_after_data_the_next_request_goes_while_the_data_syncs() -> None:
+    s = syncing_after_data()
+    assert s.ready(), "pipelined: ask for more while a's records sync"
+    request = build(s)
+    assert [(n, f.fetch_offset, f.persisted) for n, f in request.partitions] == [("a", 4, 0)]
+
+
+def test_after_an_empty_answer_the_session_waits_for_its_syncs() -> None:
+    s = syncing_after_data()
     build(s)
     s.on_answer(SessionFetchAnswer(7, (("a", FetchData(1, 0)),)))
     s.want("a", W(syncing(4, 0)))
@@ -241,12 +242,7 @@ def test_a_session_still_syncing_is_not_held() -> None:
 
 
 def test_a_partition_that_stopped_fetching_holds_up_no_request() -> None:
-    s: FollowerSession[W] = FollowerSession(1, 2, 1)
-    s.want("a", W(fetch(0)))
-    s.want("b", W(fetch(0)))
-    build(s)
-    s.on_answer(SessionFetchAnswer(7, (("a", FetchData(1, 0, batches)),)))
-    s.want("a", W(syncing(4, 0)))
+    s = syncing_after_data()
     build(s)
     # a's leader moved on: its answer is an error and a stops fetching (no new want),
     # with its records still syncing. b must go on.
