@@ -1,13 +1,18 @@
 """kopf handlers for Partitions: they only tell the `Reconciler` what the API server holds.
 
 kopf watches the Partitions (and pauses while another replica has the
-peering), and each handler passes the object on: `resume` for objects found
-at start, `create` and `update` for new objects and spec changes, `event` for
-every other change (status written by another replica, for instance), and
-`delete` to forget one. No handler decides or writes anything, and none
-returns a value, so kopf never patches a status: the status belongs to the
-decisions alone. The delete handler is optional, so kopf puts no finalizer on
-Partitions and deleting one is immediate.
+peering), and one event-watching handler passes every object on: the objects
+found at start, new ones, changed ones, and deleted ones (to forget them). No
+handler decides or writes anything, so the status belongs to the decisions
+alone, and kopf itself writes nothing to a Partition.
+
+Only event-watching handlers, on purpose: kopf's change-detecting handlers
+(create, update, resume, delete) keep their bookkeeping in the object (an
+annotation patch per create and per spec change, another per object when an
+operator starts) and post an Event per handler run. With thousands of
+Partitions those are thousands of API writes outside the operator's write
+budget (`budget`), in the same burst as the elections. Spec changes are
+noticed by the reconciler, which compares generations (`Reconciler.observe`).
 
 Handlers are coroutines: kopf would run plain functions in a thread pool, and
 the Reconciler belongs to the event loop.
@@ -19,30 +24,20 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import kopf
-import structlog
 
-from epochlog.protocol.wire import wire_name
 from epochlog.resources import GROUP, PLURAL, VERSION
 from epochlog_operator.reconciler import Reconciler
-
-log = structlog.get_logger("epochlog.operator.handlers")
 
 ANNOTATIONS_PREFIX: Final = "operator.epochlog.dev"
 
 
-def kopf_settings(*, peering_lifetime_s: int, identity: str) -> kopf.OperatorSettings:
+def kopf_settings(*, peering_lifetime_s: int) -> kopf.OperatorSettings:
     settings = kopf.OperatorSettings()
-    # kopf's own bookkeeping goes into annotations: the status is pruned to the
-    # CRD's schema and is written by the decisions only.
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-        prefix=ANNOTATIONS_PREFIX
-    )
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=ANNOTATIONS_PREFIX, key="last-handled-configuration"
-    )
+    # No handler needs one, so kopf adds no finalizer (and removes this one if found).
     settings.persistence.finalizer = f"{ANNOTATIONS_PREFIX}/finalizer"
-    settings.posting.reporting_component = "epochlog-operator"
-    settings.posting.reporting_instance = identity
+    # The reconciler posts the operator's Events, within the write budget; kopf's own
+    # (one per handler run) would not be.
+    settings.posting.enabled = False
     settings.peering.lifetime = peering_lifetime_s
     return settings
 
@@ -58,41 +53,6 @@ def build_registry(
     @kopf.on.login(registry=registry, id="epochlog-login")
     async def login(**_: Any) -> kopf.ConnectionInfo:
         return connection
-
-    @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry, id="partition-resumed")
-    async def resumed(body: kopf.Body, **_: Any) -> None:
-        reconciler.observe(body)
-
-    @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry, id="partition-created")
-    async def created(
-        body: kopf.Body, name: str, namespace: str | None, spec: kopf.Spec, **_: Any
-    ) -> None:
-        log.info(
-            "partition created",
-            partition=name,
-            namespace=namespace,
-            replication_factor=spec.get(wire_name("replication_factor")),
-            replicas=spec.get("replicas"),
-        )
-        reconciler.observe(body)
-
-    @kopf.on.update(
-        GROUP, VERSION, PLURAL, field="spec", registry=registry, id="partition-spec-changed"
-    )
-    async def updated(
-        body: kopf.Body, name: str, namespace: str | None, diff: kopf.Diff, **_: Any
-    ) -> None:
-        changes = [
-            f"{op} {'.'.join(map(str, path))}: {old!r} -> {new!r}" for op, path, old, new in diff
-        ]
-        log.info("partition spec changed", partition=name, namespace=namespace, changes=changes)
-        reconciler.observe(body)
-
-    @kopf.on.delete(
-        GROUP, VERSION, PLURAL, optional=True, registry=registry, id="partition-deleted"
-    )
-    async def deleted(name: str, namespace: str | None, uid: str, **_: Any) -> None:
-        reconciler.forget(namespace or "", name, uid)
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry, id="partition-watched")
     async def watched(event: kopf.RawEvent, **_: Any) -> None:

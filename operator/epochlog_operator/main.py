@@ -141,9 +141,7 @@ async def serve(settings: OperatorSettings) -> None:
             kopf_task = asyncio.create_task(
                 kopf.operator(
                     registry=build_registry(reconciler, connection, close),
-                    settings=kopf_settings(
-                        peering_lifetime_s=settings.peering_lifetime_s, identity=settings.identity
-                    ),
+                    settings=kopf_settings(peering_lifetime_s=settings.peering_lifetime_s),
                     # kopf's Identity is a NewType of str that kopf does not export.
                     identity=settings.identity,  # type: ignore[arg-type]
                     standalone=settings.standalone,

@@ -110,6 +110,16 @@ class Entry:
     """Monotonic time of this replica's last status write, for the refresh throttle."""
 
 
+def spec_changes(old: object, new: object, path: str = "spec") -> list[str]:
+    """What changed between two specs, one line per changed field, for the log."""
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        changes: list[str] = []
+        for key in sorted({*old, *new}, key=str):
+            changes += spec_changes(old.get(key), new.get(key), f"{path}.{key}")
+        return changes
+    return [] if old == new else [f"{path}: {old!r} -> {new!r}"]
+
+
 def _older(candidate: str, current: str) -> bool:
     """Whether resourceVersion `candidate` is known to precede `current`.
 
@@ -332,6 +342,23 @@ class Reconciler:
         entry = Entry(namespace, name, uid, rv, copy.deepcopy(dict(body)), decided, problem)
         if old is not None and old.uid == uid:
             entry.last_write = old.last_write
+            if meta.generation != metadata_of(old.body).generation:
+                log.info(
+                    "partition spec changed",
+                    partition=name,
+                    namespace=namespace,
+                    generation=meta.generation,
+                    changes=spec_changes(old.body.get("spec"), body.get("spec")),
+                )
+        else:
+            spec = body.get("spec")
+            log.info(
+                "partition observed",
+                partition=name,
+                namespace=namespace,
+                generation=meta.generation,
+                spec=spec if isinstance(spec, dict) else None,
+            )
         self.entries[name] = entry
         if decided is None:
             self.inputs.pop(name, None)

@@ -24,6 +24,7 @@ from epochlog_operator.reconciler import EVENT_POSTERS
 from epochlog_operator.settings import DEFAULT_WRITE_CONCURRENCY
 from tests import waiting
 from tests.operator_e2e.conftest import Env, Operator, until
+from tests.operator_e2e.test_election import ready
 
 LOAD = 299
 """Partitions on brokers 1, 2 and 3."""
@@ -42,6 +43,8 @@ write granted before a window opens may arrive inside it."""
 WINDOW_WRITES = 60
 """Writes to count: enough that an operator without a budget would need a rate many
 times the budget's to send them within the bound."""
+TEST_CLIENT = "Python/"
+"""The User-Agent of the test's own API session (aiohttp's default): its creates and patches."""
 
 
 @dataclass
@@ -151,3 +154,56 @@ async def test_many_partitions_write_within_the_budget_and_an_election_does_not_
         assert await sample(op, env.session, wait, "election") == waited_before
         await env.api.wait_events(VOTE, {"LeaderElected", "BrokerFenced", "IsrShrunk"})
         env.watch.assert_epochs_safe(VOTE)
+
+
+@dataclass
+class Requests:
+    """Every request that changes something, as (method, path, Event reason, User-Agent)."""
+
+    seen: list[tuple[str, str, str | None, str]] = field(default_factory=list)
+
+    def heard(self, request: Request) -> None:
+        method = str(request.method.value)
+        if method in ("GET", "HEAD"):
+            return
+        reason = request.data.get("reason") if isinstance(request.data, dict) else None
+        agent = request.headers.get("User-Agent", "")
+        self.seen.append((method, request.url.path, reason, agent))
+
+
+async def test_the_operator_writes_to_partitions_only_status_and_its_own_events(
+    env: Env,
+) -> None:
+    """Creating, changing and resuming Partitions costs the API server no write but the
+    decisions' status writes and Events, which the budget counts: kopf's own bookkeeping
+    (annotations, handler Events, finalizers) would be writes per Partition outside it."""
+    requests = Requests()
+    env.server.handler.listen(requests.heard)
+    names = [f"orders-{i}" for i in range(6)]
+    op = await env.operator("--standalone")
+    async with env.cluster([1, 2, 3]):
+        for name in names:
+            await env.api.create(name)
+        for name in names:
+            await env.watch.wait_for(name, ready, 15, "Ready")
+        await env.api.patch_spec(names[0], minInsyncReplicas=3)
+        await env.watch.wait_for(
+            names[0], lambda s: s.observed_generation == 2, 10, "observedGeneration 2"
+        )
+        await op.stop()
+        resumed = await env.operator("--standalone")
+        await env.api.patch_spec(names[1], minInsyncReplicas=3)
+        await env.watch.wait_for(
+            names[1], lambda s: s.observed_generation == 2, 10, "observedGeneration 2"
+        )
+        await resumed.stop()
+    ours = set(EventReason)
+    outside = [
+        (method, path, reason)
+        for method, path, reason, agent in requests.seen
+        if not agent.startswith(TEST_CLIENT)
+        if "/partitions" in path or path.endswith("/events")
+        if not (method == "PUT" and path.endswith("/status"))
+        if not (method == "POST" and path.endswith("/events") and reason in ours)
+    ]
+    assert outside == [], outside
