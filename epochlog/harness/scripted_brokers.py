@@ -27,7 +27,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import aiohttp
 
@@ -41,6 +41,10 @@ from epochlog.protocol.heartbeat import (
     PartitionReport,
     PartitionRole,
 )
+
+CAUGHT_UP_WINDOW_MS: Final = 1_000
+"""As the broker's (`epochlog_broker.core.DEFAULT_CAUGHT_UP_WINDOW_MS`): a follower whose
+fetch reached the leader's log end this recently is reported caught up, without a time."""
 
 
 def now_ms() -> int:
@@ -81,11 +85,7 @@ class ScriptedReplica:
                 high_watermark=self.high_watermark,
             )
         followers = tuple(
-            FollowerProgress(
-                replica=r,
-                log_end_offset=self.follower_ends[r],
-                last_caught_up_time=self.caught_up.get(r),
-            )
+            self._follower(r, self.follower_ends[r], now)
             for r in self.replicas
             if r in self.follower_ends
         )
@@ -109,6 +109,17 @@ class ScriptedReplica:
             epoch_start_offset=self.epoch_start_offset,
             followers=followers,
             isr_proposals=proposals,
+        )
+
+    def _follower(self, replica: int, end: int, now: int) -> FollowerProgress:
+        """As a broker reports it: caught up within the window, else when it last was."""
+        t = self.caught_up.get(replica)
+        caught_up = t is not None and now - t <= CAUGHT_UP_WINDOW_MS
+        return FollowerProgress(
+            replica=replica,
+            log_end_offset=end,
+            last_caught_up_time=None if caught_up else t,
+            caught_up=caught_up,
         )
 
     def _proposal_id(self, replica: int) -> int:

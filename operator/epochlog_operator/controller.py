@@ -17,12 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 from epochlog.protocol.heartbeat import (
     BrokerHeartbeat,
+    FollowerProgress,
     HeartbeatResponse,
     HeldAssignment,
     PartitionAssignment,
+    PartitionReport,
     PartitionRole,
     RejectedIsrProposal,
 )
@@ -37,6 +40,32 @@ from epochlog_operator.liveness import (
 )
 from epochlog_operator.observations import ReceivedHeartbeat
 from epochlog_operator.report_sessions import Intake, ReportSessions
+
+_PROGRESS: Final = frozenset({"log_end_offset", "high_watermark"})
+"""Report fields that move with every write (with each follower's log end)."""
+_STEADY_REPORT: Final = tuple(
+    f for f in PartitionReport.model_fields if f not in _PROGRESS | {"name", "followers"}
+)
+_STEADY_FOLLOWER: Final = tuple(f for f in FollowerProgress.model_fields if f not in _PROGRESS)
+
+
+def progress_only(before: PartitionReport, after: PartitionReport) -> bool:
+    """Whether two reports of a partition differ in offsets alone (log ends, high
+    watermark): what a decision elects, fences, shrinks or expands by is all the same.
+
+    Under writes to every partition nearly every report changes in every heartbeat;
+    deciding each partition for each of them costs the operator most of a core for
+    offsets that a status shows at the write budget's pace anyway.
+    """
+    if any(getattr(before, f) != getattr(after, f) for f in _STEADY_REPORT):
+        return False
+    if len(before.followers) != len(after.followers):
+        return False
+    return all(
+        getattr(a, f) == getattr(b, f)
+        for a, b in zip(before.followers, after.followers, strict=True)
+        for f in _STEADY_FOLLOWER
+    )
 
 
 @dataclass
@@ -61,6 +90,9 @@ class ControllerCore:
 
     changed: set[str] = field(default_factory=set)
     """Partitions whose reports changed in heartbeats taken since `take_changed`."""
+    progressed: set[str] = field(default_factory=set)
+    """Partitions whose reports changed in offsets alone since `take_progressed`
+    (`progress_only`): deciding them again changes only what a status refresh writes."""
     reports: ReportSessions = field(default_factory=lambda: ReportSessions(0))
     """The brokers' report sessions: what each heartbeat carries and each answer needs."""
     _assignments: dict[str, tuple[PartitionStatus, object, PartitionAssignment]] = field(
@@ -160,12 +192,23 @@ class ControllerCore:
         else:
             names = {r.name for r in received.heartbeat.partitions if before.get(r.name) != r}
             names.update(received.heartbeat.removed)
-        self.changed |= names
+        for name in names:
+            old, new = before.get(name), after.get(name)
+            if old is not None and new is not None and progress_only(old, new):
+                self.progressed.add(name)
+            else:
+                self.changed.add(name)
 
     def take_changed(self) -> set[str]:
         """Partitions whose reports changed since the last call: the ones to decide again."""
         changed, self.changed = self.changed, set()
+        self.progressed -= changed
         return changed
+
+    def take_progressed(self) -> set[str]:
+        """Partitions whose reports changed in offsets alone since the last call."""
+        progressed, self.progressed = self.progressed - self.changed, set()
+        return progressed
 
     def quiet(self, name: str, status: PartitionStatus | None) -> bool:
         """Whether deciding `name` again can only change what time alone changes in the

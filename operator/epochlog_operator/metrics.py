@@ -133,6 +133,12 @@ class Metrics:
             "gauge",
             "Partitions this replica knows of.",
         )
+        self.partitions_watched = self._family(
+            "epochlog_operator_partitions_watched",
+            "gauge",
+            "Partitions decided every reconcile interval (a lag clock runs, a leader or a "
+            "proposal is awaited); the others are decided on news only.",
+        )
         self.active = self._family(
             "epochlog_operator_active",
             "gauge",

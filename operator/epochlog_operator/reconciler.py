@@ -411,7 +411,26 @@ class Reconciler:
         for name in core.take_changed():
             if name in self.inputs:
                 self._mark(name)
+        self._progressed(core.take_progressed())
         return response
+
+    def _progressed(self, names: set[str]) -> None:
+        """Partitions whose reports moved in offsets alone: a status refresh is all they
+        may need, so they wait for one (decided when written) instead of a decision now.
+        Those decided every pass anyway (`watched`) or about to be are left alone."""
+        mono = self._monotonic()
+        refresh = self.settings.status_refresh_interval_ms / 1000
+        for name in names:
+            entry = self.entries.get(name)
+            if entry is None or entry.input is None or name in self.dirty or name in self.watched:
+                continue
+            if name in self.in_flight:
+                self._mark(name)  # decided again once the write is answered
+            elif mono - entry.last_write >= refresh:
+                self._queue_refresh(entry)
+            else:
+                due = entry.last_write + refresh
+                self._refresh_at[name] = min(self._refresh_at.get(name, due), due)
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -474,6 +493,9 @@ class Reconciler:
         full = mono >= self._next_full or live != self._live or in_grace != self._in_grace
         if live != self._live:
             log.info("live brokers", brokers=list(live), before=list(self._live))
+        if self._in_grace and not in_grace:
+            # From now on a broker not heard from is fenced, not waited for.
+            log.info("grace period over", brokers=list(live))
         self._live = live
         self._in_grace = in_grace
         if full:
@@ -532,6 +554,7 @@ class Reconciler:
             writes.append((write_kind(p, decision), entry, decision))
         if full:
             self.metrics.sweep_seconds.set(time.perf_counter() - started)
+        self.metrics.partitions_watched.set(len(self.watched))
         for kind, entry, decision in writes:
             self.in_flight.add(entry.name)
             self._material += 1

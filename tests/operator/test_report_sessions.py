@@ -6,13 +6,15 @@ from collections.abc import Iterable
 
 from epochlog.protocol.heartbeat import (
     BrokerHeartbeat,
+    FollowerProgress,
     HeartbeatResponse,
     HeldAssignment,
+    IsrProposal,
     PartitionReport,
     PartitionRole,
 )
 from epochlog.resources import PartitionStatus
-from epochlog_operator.controller import ControllerCore
+from epochlog_operator.controller import ControllerCore, progress_only
 from epochlog_operator.decide import PartitionInput
 from epochlog_operator.liveness import BrokerState, HeartbeatOutcome
 
@@ -228,3 +230,60 @@ def test_a_keepalive_after_the_session_expired_is_fenced() -> None:
     response, result = c.on_heartbeat(keepalive(sid), 10_000, parts)
     assert response.fenced
     assert result.outcome is HeartbeatOutcome.STILL_FENCED
+
+
+def test_reports_that_moved_in_offsets_alone_are_progress_not_changes() -> None:
+    c = ControllerCore.start(0)
+    parts = inputs("a-0", "a-1", "a-2")
+    sid = opened(c, parts).session_id
+    c.take_changed(), c.take_progressed()
+    moved = report("a-0", end=7)
+    other_epoch = report("a-1").model_copy(update={"leader_epoch": 3})
+    unheld = report("a-2", held=None)
+    c.on_heartbeat(heartbeat(2, [moved, other_epoch, unheld], session=sid, answered=1), 1000, parts)
+    assert c.take_changed() == {"a-1", "a-2"}
+    assert c.take_progressed() == {"a-0"}
+
+
+def test_a_partition_both_moved_and_changed_is_a_change() -> None:
+    c = ControllerCore.start(0)
+    parts = inputs("a-0")
+    sid = opened(c, parts).session_id
+    c.take_changed(), c.take_progressed()
+    c.on_heartbeat(heartbeat(2, [report("a-0", end=7)], session=sid, answered=1), 1000, parts)
+    changed = report("a-0", end=9).model_copy(update={"storage_error": "EIO"})
+    c.on_heartbeat(heartbeat(3, [changed], session=sid, answered=2), 1500, parts)
+    assert c.take_changed() == {"a-0"}
+    assert c.take_progressed() == set()
+
+
+def test_a_follower_that_fell_behind_or_a_proposal_is_not_progress() -> None:
+    lead = PartitionReport(
+        name="a-0",
+        role=PartitionRole.LEADER,
+        leader_epoch=2,
+        log_end_offset=10,
+        high_watermark=10,
+        followers=(FollowerProgress(replica=2, log_end_offset=10, caught_up=True),),
+    )
+    moved = lead.model_copy(
+        update={
+            "log_end_offset": 12,
+            "high_watermark": 11,
+            "followers": (FollowerProgress(replica=2, log_end_offset=11, caught_up=True),),
+        }
+    )
+    assert progress_only(lead, moved)
+    behind = lead.model_copy(
+        update={
+            "followers": (
+                FollowerProgress(replica=2, log_end_offset=10, last_caught_up_time=5_000),
+            )
+        }
+    )
+    assert not progress_only(lead, behind)
+    proposing = lead.model_copy(
+        update={"isr_proposals": (IsrProposal(replica=3, broker_epoch=1, log_end_offset=10),)}
+    )
+    assert not progress_only(lead, proposing)
+    assert not progress_only(lead, lead.model_copy(update={"followers": ()}))

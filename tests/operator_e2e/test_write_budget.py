@@ -207,3 +207,55 @@ async def test_the_operator_writes_to_partitions_only_status_and_its_own_events(
         if not (method == "POST" and path.endswith("/events") and reason in ours)
     ]
     assert outside == [], outside
+
+
+async def test_offsets_that_move_wait_for_a_refresh_instead_of_a_decision_per_heartbeat(
+    env: Env,
+) -> None:
+    """A leader taking writes changes its report in every heartbeat, in offsets alone.
+    Deciding the partition for each would cost the operator most of a core at a thousand
+    partitions; it waits for its status refresh instead (here: not due within the test)."""
+    op = await env.operator(
+        "--standalone",
+        "--status-refresh-interval-ms",
+        "600000",
+        "--full-reconcile-interval-ms",
+        "600000",
+    )
+    async with env.cluster([1, 2, 3]) as cluster:
+        await env.api.create("orders-0")
+        first = await env.watch.wait_for(
+            "orders-0", lambda s: ready(s) and len(s.isr) == 3, 10, "Ready with 3 in sync"
+        )
+        assert first.leader is not None
+        script = cluster.brokers[first.leader]
+        leader = script.replica("orders-0")
+
+        async def metric(name: str) -> float:
+            return await op.metric(env.session, f"epochlog_operator_{name}")
+
+        async def heartbeats_after(count: float) -> bool:
+            return await metric("heartbeats_total") >= count
+
+        async def quiet() -> bool:
+            """Decided on news only. The end of the operator's grace period decides every
+            partition once: after it."""
+            if "grace period over" not in op.log.read_text():
+                return False
+            return await metric("partitions_watched") == 0
+
+        await waiting.until(quiet, "the partition decided on news only", 30)
+        # Decisions already asked for when it became quiet are made within a heartbeat.
+        heard = await metric("heartbeats_total")
+        await waiting.until(lambda: heartbeats_after(heard + 6), "six heartbeats", 10)
+        decisions = await metric("decisions_total")
+        heartbeats = await metric("heartbeats_total")
+        start = leader.high_watermark
+        # Twenty heartbeats of each broker, each with a report that moved.
+        await until(
+            lambda: leader.high_watermark >= start + 20 * script.produce_rate,
+            30,
+            "the leader's high watermark to move for twenty heartbeats",
+        )
+        assert await metric("heartbeats_total") >= heartbeats + 20
+        assert await metric("decisions_total") == decisions
