@@ -243,6 +243,20 @@ def _broker_id(value: str) -> int:
     return int(value)
 
 
+def _http_limits(args: argparse.Namespace) -> Any:
+    """The listener limits the flags set (`epochlog.http_limits`), defaults for the others."""
+    from epochlog.http_limits import HttpLimits
+
+    given = {
+        "request_timeout_s": None
+        if args.request_timeout_ms is None
+        else args.request_timeout_ms / 1000,
+        "body_timeout_s": None if args.body_timeout_ms is None else args.body_timeout_ms / 1000,
+        "max_connections": args.max_connections,
+    }
+    return HttpLimits(**{k: v for k, v in given.items() if v is not None})
+
+
 def _cmd_broker(args: argparse.Namespace) -> int:
     import dataclasses
 
@@ -270,6 +284,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
             checkpoint_interval_ms=args.checkpoint_interval_ms,
             max_record_bytes=args.max_record_bytes,
             max_request_bytes=args.max_request_bytes,
+            http=_http_limits(args),
         )
         if args.segment_bytes is not None:
             config = dataclasses.replace(
@@ -606,6 +621,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     broker.add_argument(
         "--max-request-bytes", type=int, default=16 << 20, help="largest request body read"
+    )
+    broker.add_argument(
+        "--request-timeout-ms",
+        type=int,
+        help="close a connection without a complete request's headers for this long "
+        "(half-sent or idle; default 30000)",
+    )
+    broker.add_argument(
+        "--body-timeout-ms",
+        type=int,
+        help="answer 408 to a request whose body has not arrived this long after its headers "
+        "(default 30000)",
+    )
+    broker.add_argument(
+        "--max-connections",
+        type=int,
+        help="close new connections at once while this many are open (default 1024)",
     )
     broker.add_argument("--segment-bytes", type=int, default=None, help="segment file size")
     broker.set_defaults(func=_cmd_broker)

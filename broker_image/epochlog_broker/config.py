@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from epochlog.http_limits import HttpLimits
 from epochlog.protocol.heartbeat import DEFAULT_HEARTBEAT_INTERVAL_MS
 from epochlog_broker.log.config import LogConfig, MiB
 from epochlog_broker.replication.fetch_backoff import FetchBackoff
@@ -64,6 +65,8 @@ class BrokerConfig:
     """Largest record (key + value + headers) a producer may send (RECORD_TOO_LARGE)."""
     max_request_bytes: int = 16 * MiB
     """Largest request body the server reads (RECORD_TOO_LARGE above it)."""
+    http: HttpLimits = field(default_factory=HttpLimits)
+    """Time allowed for a request's headers and body, and connections per listener."""
     default_timeout_ms: int = 30_000
     max_timeout_ms: int = 300_000
     max_wait_ms: int = 60_000

@@ -44,6 +44,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 from aiohttp import web
 
+from epochlog.http_limits import LimitedSite, read_body
 from epochlog.protocol.batch import Record
 from epochlog.protocol.bodies import (
     MAX_RECORDS_PER_READ,
@@ -157,7 +158,7 @@ async def _body(request: web.Request, limit: int) -> bytes:
         raise RecordTooLargeError(
             f"request body of {request.content_length} bytes exceeds the limit of {limit}"
         )
-    return await request.read()
+    return await read_body(request, request.app[BROKER_KEY].config.http)
 
 
 # -- client API --------------------------------------------------------------------------
@@ -371,10 +372,13 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> int:
     broker = Broker(config)
     await broker.start()
     runner = web.AppRunner(
-        build_app(broker), access_log=None, shutdown_timeout=config.shutdown_timeout_s
+        build_app(broker),
+        access_log=None,
+        shutdown_timeout=config.shutdown_timeout_s,
+        **config.http.runner_args(),
     )
     await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port, backlog=1024)
+    site = LimitedSite(runner, config.host, config.port, config.http, backlog=1024)
     try:
         await site.start()
     except OSError:

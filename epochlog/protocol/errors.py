@@ -168,6 +168,12 @@ class RequestTimedOutError(EpochlogError):
     retriable = True
 
 
+class RequestBodyTimeoutError(RequestTimedOutError):
+    """The request's body did not arrive in time: nothing of it was acted on."""
+
+    http_status = 408
+
+
 class OutOfOrderSequenceError(EpochlogError):
     """An idempotent producer's batch does not follow its previous one (a batch was lost)."""
 

@@ -22,6 +22,7 @@ import kopf
 import structlog
 from aiohttp import web
 
+from epochlog.http_limits import LimitedSite
 from epochlog.logs import configure
 from epochlog_operator.handlers import build_registry, kopf_settings
 from epochlog_operator.kube import KubeClient
@@ -100,9 +101,13 @@ async def serve(settings: OperatorSettings) -> None:
         metrics = Metrics()
         reconciler = Reconciler(settings, kube, metrics)
         gate = PeeringGate(settings, kube, reconciler)
-        runner = web.AppRunner(build_app(reconciler, metrics), access_log=None)
+        runner = web.AppRunner(
+            build_app(reconciler, metrics, settings.http),
+            access_log=None,
+            **settings.http.runner_args(),
+        )
         await runner.setup()
-        site = web.TCPSite(runner, settings.listen_address, settings.listen_port)
+        site = LimitedSite(runner, settings.listen_address, settings.listen_port, settings.http)
         await site.start()
         tasks: list[asyncio.Task[None]] = []
         closed = False

@@ -20,6 +20,7 @@ import structlog
 from aiohttp import web
 from pydantic import ValidationError
 
+from epochlog.http_limits import HttpLimits, read_body
 from epochlog.protocol.errors import EpochlogError, InvalidRequestError
 from epochlog_operator.indexed import IndexedHeartbeat
 from epochlog_operator.metrics import CONTENT_TYPE, Metrics
@@ -73,10 +74,14 @@ def parse_heartbeat(body: bytes) -> IndexedHeartbeat:
         raise invalid_heartbeat(exc) from exc
 
 
-def build_app(reconciler: Reconciler, metrics: Metrics) -> web.Application:
+def build_app(
+    reconciler: Reconciler, metrics: Metrics, limits: HttpLimits | None = None
+) -> web.Application:
+    limits = limits or HttpLimits()
+
     async def heartbeat(request: web.Request) -> web.Response:
         try:
-            hb = parse_heartbeat(await request.read())
+            hb = parse_heartbeat(await read_body(request, limits))
             response = reconciler.heartbeat(hb)
         except InvalidRequestError as exc:
             metrics.heartbeats.inc(outcome="invalid")

@@ -21,6 +21,9 @@ else from the default below. The table is the documentation (`epochlog operator
 | --write-concurrency           | EPOCHLOG_WRITE_CONCURRENCY           | 8        |
 | --api-writes-per-second       | EPOCHLOG_API_WRITES_PER_SECOND       | 20       |
 | --api-write-burst             | EPOCHLOG_API_WRITE_BURST             | 30       |
+| --request-timeout-ms          | EPOCHLOG_REQUEST_TIMEOUT_MS          | 30000    |
+| --body-timeout-ms             | EPOCHLOG_BODY_TIMEOUT_MS             | 30000    |
+| --max-connections             | EPOCHLOG_MAX_CONNECTIONS             | 1024     |
 | --identity                    | POD_NAME                             | (3)      |
 
 (1) the pod's service account, else ~/.kube/config. (2) falls with the start
@@ -48,6 +51,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from epochlog.http_limits import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_REQUEST_TIMEOUT_S,
+    HttpLimits,
+)
 from epochlog.protocol.errors import InvalidRequestError
 
 DEFAULT_STATUS_REFRESH_INTERVAL_MS: Final = 5000
@@ -114,6 +123,12 @@ class OperatorSettings:
     """Status writes and Event posts per second to the API server, all Partitions together."""
     api_write_burst: int = DEFAULT_API_WRITE_BURST
     """Writes that may go at once after a quiet spell (the token bucket's size)."""
+    request_timeout_ms: int = int(DEFAULT_REQUEST_TIMEOUT_S * 1000)
+    """A connection without a complete request's headers this long is closed (`http_limits`)."""
+    body_timeout_ms: int = int(DEFAULT_BODY_TIMEOUT_S * 1000)
+    """A request whose body has not arrived this long after its headers is answered 408."""
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    """Connections the endpoint holds at once; new ones beyond are closed."""
     identity: str = field(default_factory=default_identity)
 
     def __post_init__(self) -> None:
@@ -127,6 +142,9 @@ class OperatorSettings:
             "write_concurrency",
             "api_writes_per_second",
             "api_write_burst",
+            "request_timeout_ms",
+            "body_timeout_ms",
+            "max_connections",
         ):
             value = getattr(self, name)
             # `not value > 0` also refuses NaN, which argparse's float() accepts.
@@ -143,6 +161,14 @@ class OperatorSettings:
                 f"--broker-session-timeout-ms ({self.broker_session_timeout_ms}) must be at "
                 f"least twice --heartbeat-interval-ms ({self.heartbeat_interval_ms})"
             )
+
+    @property
+    def http(self) -> HttpLimits:
+        return HttpLimits(
+            request_timeout_s=self.request_timeout_ms / 1000,
+            body_timeout_s=self.body_timeout_ms / 1000,
+            max_connections=self.max_connections,
+        )
 
     @property
     def clusterwide(self) -> bool:
@@ -186,6 +212,9 @@ _ENV: Final[dict[str, tuple[str, str]]] = {
     "write_concurrency": ("EPOCHLOG_WRITE_CONCURRENCY", "int"),
     "api_writes_per_second": ("EPOCHLOG_API_WRITES_PER_SECOND", "float"),
     "api_write_burst": ("EPOCHLOG_API_WRITE_BURST", "int"),
+    "request_timeout_ms": ("EPOCHLOG_REQUEST_TIMEOUT_MS", "int"),
+    "body_timeout_ms": ("EPOCHLOG_BODY_TIMEOUT_MS", "int"),
+    "max_connections": ("EPOCHLOG_MAX_CONNECTIONS", "int"),
     "identity": ("POD_NAME", "str"),
 }
 
@@ -299,6 +328,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "api_write_burst",
         f"writes that may go at once after a quiet spell (default {DEFAULT_API_WRITE_BURST})",
+        type=int,
+    )
+    add(
+        "request_timeout_ms",
+        "close a connection without a complete request's headers for this long "
+        f"(half-sent or idle; default {DEFAULT_REQUEST_TIMEOUT_S * 1000:g})",
+        type=int,
+    )
+    add(
+        "body_timeout_ms",
+        "answer 408 to a request whose body has not arrived this long after its headers "
+        f"(default {DEFAULT_BODY_TIMEOUT_S * 1000:g})",
+        type=int,
+    )
+    add(
+        "max_connections",
+        f"close new connections at once while this many are open "
+        f"(default {DEFAULT_MAX_CONNECTIONS})",
         type=int,
     )
     add("identity", "this replica's name in the peering object (default user@host/time)")

@@ -140,3 +140,43 @@ async def test_kubectl_describe_shows_leader_epoch_isr_lag_and_events(env: Env) 
         assert reason in events, events
     assert "epochlog-operator" in events
     assert "broker 2 elected leader in leaderEpoch 2" in events
+
+
+async def test_half_sent_heartbeats_are_closed_and_brokers_stay_live(env: Env) -> None:
+    """200 connections that send half a heartbeat (headers, or headers and part of the
+    body) are closed by the request and body timeouts; the operator answers the real
+    brokers all the while, so none of them is fenced."""
+    op = await env.operator(
+        "--standalone", "--request-timeout-ms", "1000", "--body-timeout-ms", "1000"
+    )
+    async with env.cluster([1, 2, 3]) as cluster:
+        await env.api.create("orders-0")
+        first = await env.watch.wait_for(
+            "orders-0", lambda s: s.leader is not None and len(s.isr) == 3, 10, "3 in sync"
+        )
+        head = b"POST /v1/heartbeat HTTP/1.1\r\nHost: x\r\n"
+        with_body = head + b'Content-Type: application/json\r\nContent-Length: 500\r\n\r\n{"b'
+        conns = []
+        for i in range(200):
+            reader, writer = await asyncio.open_connection("127.0.0.1", op.port)
+            writer.write(head if i % 2 else with_body)
+            await writer.drain()
+            conns.append((reader, writer))
+        try:
+            async with asyncio.timeout(120):  # far beyond 1 s, far below aiohttp's hour
+                answers = await asyncio.gather(*(r.read() for r, _ in conns))
+        finally:
+            for _, w in conns:
+                w.close()
+        assert all(a == b"" for i, a in enumerate(answers) if i % 2), "a half-sent header"
+        timed_out = [a for i, a in enumerate(answers) if not i % 2]
+        assert all(a.startswith(b"HTTP/1.1 408") for a in timed_out), timed_out[:2]
+        assert all(b"REQUEST_TIMED_OUT" in a for a in timed_out), timed_out[:2]
+        assert cluster.all_heard
+        now = env.watch.latest("orders-0")
+        assert now is not None
+        assert (now.leader, now.leader_epoch, now.isr) == (
+            first.leader,
+            first.leader_epoch,
+            first.isr,
+        )

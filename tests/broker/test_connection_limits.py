@@ -1,0 +1,154 @@
+"""Slow, half-sent and surplus connections on real broker processes (`epochlog.http_limits`).
+
+Anyone on the network can open connections to a broker. Half-sent requests
+must be closed within the request timeout, a body that stops coming must be
+answered 408 REQUEST_TIMED_OUT, connections beyond the cap must be closed at
+once, and through all of it the broker keeps serving acks=all writes with
+nothing lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest_asyncio
+
+from tests.broker.cluster import Cluster
+from tests.broker.controller import spec
+
+NAME = "events-0"
+HALF_OPEN = 500
+REQUEST_TIMEOUT_MS = 2000
+BODY_TIMEOUT_MS = 1000
+MAX_CONNECTIONS = 600
+"""Room for the 500 half-open ones, the other brokers' sessions and the test's client."""
+SMALL_CAP = 40
+
+
+@pytest_asyncio.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    limits = (
+        "--request-timeout-ms",
+        str(REQUEST_TIMEOUT_MS),
+        "--body-timeout-ms",
+        str(BODY_TIMEOUT_MS),
+        "--max-connections",
+        str(MAX_CONNECTIONS),
+    )
+    c = await Cluster(tmp_path, [spec("events", 0)], extra_args=limits).start()
+    try:
+        await c.wait_leader(NAME)
+        await c.wait_ready()
+        yield c
+    finally:
+        await c.stop()
+
+
+async def half_send(port: int, text: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(text)
+    await writer.drain()
+    return reader, writer
+
+
+CLOSE_DEADLINE_S = 120
+"""Far beyond the timeouts set here (1-2 s), far below aiohttp's own default (an hour)."""
+
+
+async def closed_by_the_server(reader: asyncio.StreamReader) -> bytes:
+    """Everything the server sent until it closed the connection."""
+    try:
+        async with asyncio.timeout(CLOSE_DEADLINE_S):
+            return await reader.read()
+    except TimeoutError:
+        raise AssertionError(f"the server kept the connection over {CLOSE_DEADLINE_S} s") from None
+
+
+def broker_port(c: Cluster, broker: int) -> int:
+    return c.brokers[broker].port
+
+
+async def test_half_sent_requests_are_closed_and_the_broker_keeps_serving(
+    cluster: Cluster,
+) -> None:
+    leader = await cluster.leader_of(NAME)
+    assert leader is not None
+    port = broker_port(cluster, leader)
+    partial = b"POST /v1/partitions/events-0/records?acks=all HTTP/1.1\r\nHost: x\r\n"
+    conns = [await half_send(port, partial) for _ in range(HALF_OPEN)]
+    try:
+        # Served while they hang: acks=all writes go through and are all there.
+        acked = {}
+        for i in range(5):
+            answer = await cluster.produce(NAME, [f"v{i}"], leader=leader)
+            acked[answer["baseOffset"]] = f"v{i}"
+        answers = await asyncio.gather(*(closed_by_the_server(r) for r, _ in conns))
+    finally:
+        for _, w in conns:
+            w.close()
+    assert all(a == b"" for a in answers), "a half-sent request got an answer"
+    records = await cluster.read_all(NAME, leader)
+    assert {r["offset"]: r["value"] for r in records} == acked
+
+
+async def test_a_body_that_stops_coming_is_answered_408_and_the_connection_closed(
+    cluster: Cluster,
+) -> None:
+    leader = await cluster.leader_of(NAME)
+    assert leader is not None
+    head = (
+        b"POST /v1/partitions/events-0/records?acks=all HTTP/1.1\r\nHost: x\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    )
+    reader, writer = await half_send(broker_port(cluster, leader), head + b'{"records": [')
+    try:
+        answer = await closed_by_the_server(reader)
+    finally:
+        writer.close()
+    status_line, _, rest = answer.partition(b"\r\n")
+    assert status_line.startswith(b"HTTP/1.1 408"), answer[:300]
+    assert b'"code":"REQUEST_TIMED_OUT"' in rest.replace(b" ", b""), answer[:600]
+    assert b"did not arrive within 1 s" in rest
+    records = await cluster.read_all(NAME, leader)
+    assert records == [], "a request whose body never came wrote something"
+
+
+async def test_connections_beyond_the_cap_are_closed_at_once(tmp_path: Path) -> None:
+    cap = ("--max-connections", str(SMALL_CAP), "--request-timeout-ms", "600000")
+    c = await Cluster(tmp_path, [spec("events", 0)], extra_args=cap).start()
+    try:
+        await c.wait_leader(NAME)
+        await c.wait_ready()
+        leader = await c.leader_of(NAME)
+        assert leader is not None
+        port = broker_port(c, leader)
+        conns = [await asyncio.open_connection("127.0.0.1", port) for _ in range(SMALL_CAP + 10)]
+        try:
+            answers = await asyncio.gather(*(_health(r, w) for r, w in conns))
+        finally:
+            for _, w in conns:
+                w.close()
+        served = [a for a in answers if a.startswith(b"HTTP/1.1 200")]
+        refused = [a for a in answers if a == b""]
+        assert len(served) + len(refused) == len(conns), answers
+        # The brokers' own sessions and the test's client hold some of the cap too.
+        assert 0 < len(served) <= SMALL_CAP
+        assert len(refused) >= 10
+        # With them gone, the broker serves as before.
+        await c.produce(NAME, ["after"], leader=leader)
+        assert [r["value"] for r in await c.read_all(NAME, leader)] == ["after"]
+    finally:
+        await c.stop()
+
+
+async def _health(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
+    """The status line of GET /healthz on this connection; b"" when the server closed it
+    (a connection over the cap is closed as soon as it is accepted)."""
+    try:
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        return await reader.readline()
+    except ConnectionError:
+        return b""
