@@ -60,9 +60,10 @@ import structlog
 from pydantic import ValidationError
 
 from epochlog.objects import metadata_of
-from epochlog.protocol.errors import LeaderNotAvailableError
+from epochlog.protocol.errors import InvalidRequestError, LeaderNotAvailableError
 from epochlog.protocol.heartbeat import BrokerHeartbeat, HeartbeatResponse
 from epochlog.resources import ConditionType, PartitionSpec, PartitionStatus
+from epochlog_operator.admission import heartbeat_problem
 from epochlog_operator.budget import WriteBudget, WriteKind
 from epochlog_operator.controller import ControllerCore
 from epochlog_operator.decide import Decision, PartitionInput
@@ -395,6 +396,9 @@ class Reconciler:
                 "this operator replica is standing by; the active replica answers heartbeats",
                 identity=self.settings.identity,
             )
+        problem = heartbeat_problem(heartbeat, self.now_ms(), self.settings.heartbeat_bounds)
+        if problem is not None:
+            raise InvalidRequestError(problem)
         response, result = core.on_heartbeat(heartbeat, self.now_ms(), self.inputs)
         outcome = result.outcome
         self.metrics.heartbeats.inc(outcome=str(outcome))

@@ -24,6 +24,9 @@ else from the default below. The table is the documentation (`epochlog operator
 | --request-timeout-ms          | EPOCHLOG_REQUEST_TIMEOUT_MS          | 30000    |
 | --body-timeout-ms             | EPOCHLOG_BODY_TIMEOUT_MS             | 30000    |
 | --max-connections             | EPOCHLOG_MAX_CONNECTIONS             | 1024     |
+| --min-broker-id               | EPOCHLOG_MIN_BROKER_ID               | 0        |
+| --max-broker-id               | EPOCHLOG_MAX_BROKER_ID               | 1000     |
+| --max-clock-skew-ms           | EPOCHLOG_MAX_CLOCK_SKEW_MS           | 60000    |
 | --identity                    | POD_NAME                             | (3)      |
 
 (1) the pod's service account, else ~/.kube/config. (2) falls with the start
@@ -58,6 +61,11 @@ from epochlog.http_limits import (
     HttpLimits,
 )
 from epochlog.protocol.errors import InvalidRequestError
+from epochlog_operator.admission import (
+    DEFAULT_MAX_BROKER_ID,
+    DEFAULT_MAX_CLOCK_SKEW_MS,
+    HeartbeatBounds,
+)
 
 DEFAULT_STATUS_REFRESH_INTERVAL_MS: Final = 5000
 DEFAULT_RECONCILE_INTERVAL_MS: Final = 500
@@ -129,6 +137,11 @@ class OperatorSettings:
     """A request whose body has not arrived this long after its headers is answered 408."""
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     """Connections the endpoint holds at once; new ones beyond are closed."""
+    min_broker_id: int = 0
+    max_broker_id: int = DEFAULT_MAX_BROKER_ID
+    """Heartbeats of broker ids outside min..max are refused (`admission`)."""
+    max_clock_skew_ms: int = DEFAULT_MAX_CLOCK_SKEW_MS
+    """Heartbeats whose brokerEpoch is further ahead of this clock are refused."""
     identity: str = field(default_factory=default_identity)
 
     def __post_init__(self) -> None:
@@ -150,6 +163,15 @@ class OperatorSettings:
             # `not value > 0` also refuses NaN, which argparse's float() accepts.
             if not value > 0:
                 raise SettingsError(f"{_flag(name)} must be positive, not {value}")
+        if not 0 <= self.min_broker_id <= self.max_broker_id:
+            raise SettingsError(
+                f"--min-broker-id ({self.min_broker_id}) and --max-broker-id "
+                f"({self.max_broker_id}) must be a range of non-negative ids"
+            )
+        if self.max_clock_skew_ms < 0:
+            raise SettingsError(
+                f"--max-clock-skew-ms must not be negative, not {self.max_clock_skew_ms}"
+            )
         if math.isinf(self.api_writes_per_second):
             raise SettingsError("--api-writes-per-second must be a finite number")
         if not 0 <= self.listen_port <= 65535:
@@ -169,6 +191,10 @@ class OperatorSettings:
             body_timeout_s=self.body_timeout_ms / 1000,
             max_connections=self.max_connections,
         )
+
+    @property
+    def heartbeat_bounds(self) -> HeartbeatBounds:
+        return HeartbeatBounds(self.min_broker_id, self.max_broker_id, self.max_clock_skew_ms)
 
     @property
     def clusterwide(self) -> bool:
@@ -215,6 +241,9 @@ _ENV: Final[dict[str, tuple[str, str]]] = {
     "request_timeout_ms": ("EPOCHLOG_REQUEST_TIMEOUT_MS", "int"),
     "body_timeout_ms": ("EPOCHLOG_BODY_TIMEOUT_MS", "int"),
     "max_connections": ("EPOCHLOG_MAX_CONNECTIONS", "int"),
+    "min_broker_id": ("EPOCHLOG_MIN_BROKER_ID", "int"),
+    "max_broker_id": ("EPOCHLOG_MAX_BROKER_ID", "int"),
+    "max_clock_skew_ms": ("EPOCHLOG_MAX_CLOCK_SKEW_MS", "int"),
     "identity": ("POD_NAME", "str"),
 }
 
@@ -340,6 +369,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "body_timeout_ms",
         "answer 408 to a request whose body has not arrived this long after its headers "
         f"(default {DEFAULT_BODY_TIMEOUT_S * 1000:g})",
+        type=int,
+    )
+    add(
+        "min_broker_id",
+        "refuse heartbeats of broker ids below this (default 0)",
+        type=int,
+    )
+    add(
+        "max_broker_id",
+        f"refuse heartbeats of broker ids above this (default {DEFAULT_MAX_BROKER_ID})",
+        type=int,
+    )
+    add(
+        "max_clock_skew_ms",
+        "refuse heartbeats whose brokerEpoch (a broker's start time) is further ahead of "
+        f"this operator's clock (default {DEFAULT_MAX_CLOCK_SKEW_MS})",
         type=int,
     )
     add(

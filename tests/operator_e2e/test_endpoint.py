@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
+import time
 from typing import Any
 
+from tests import waiting
 from tests.devcluster.conftest import kubectl_binary
 from tests.operator_e2e.conftest import SESSION_MS, Env, Operator
 
@@ -36,7 +39,6 @@ async def post(env: Env, op: Operator, body: bytes | str) -> tuple[int, Any]:
 
 
 async def test_malformed_heartbeats_get_400_naming_the_problem(env: Env) -> None:
-    import json
 
     op = await env.operator("--standalone")
     status, body = await post(env, op, "{not json")
@@ -180,3 +182,43 @@ async def test_half_sent_heartbeats_are_closed_and_brokers_stay_live(env: Env) -
             first.leader_epoch,
             first.isr,
         )
+
+
+async def test_heartbeats_outside_the_bounds_are_refused_and_change_nothing(env: Env) -> None:
+    """Broker ids no broker has, and a brokerEpoch an hour ahead of the operator's clock
+    for the leader's id (which would fence the real leader, and every process it restarts
+    as after that), are refused with 400; the cluster goes on as before."""
+    op = await env.operator("--standalone")
+    async with env.cluster([1, 2, 3]) as cluster:
+        await env.api.create("orders-0")
+        first = await env.watch.wait_for(
+            "orders-0", lambda s: s.leader is not None and len(s.isr) == 3, 10, "3 in sync"
+        )
+        assert first.leader is not None
+        for forged_id in (1001, 2**31, 2**63, 2**70):
+            status, body = await post(env, op, json.dumps({**GOOD, "brokerId": forged_id}))
+            assert status == 400, body
+            assert "is outside the configured range 0..1000" in body["error"]["message"]
+        future = int(time.time() * 1000) + 3_600_000
+        forged = {**GOOD, "brokerId": first.leader, "brokerEpoch": future, "partitions": []}
+        status, body = await post(env, op, json.dumps(forged))
+        assert status == 400, body
+        assert "ahead of the controller's clock" in body["error"]["message"]
+
+        heard = await op.metric(env.session, "epochlog_operator_heartbeats_total")
+        await waiting.until(
+            lambda: _metric_at_least(env, op, "epochlog_operator_heartbeats_total", heard + 30),
+            "ten more heartbeats of each broker",
+            20,
+        )
+        assert all(b.fenced_answers == 0 for b in cluster.brokers.values())
+        now = env.watch.latest("orders-0")
+        assert now is not None
+        assert (now.leader, now.leader_epoch) == (first.leader, first.leader_epoch)
+        assert now.isr == first.isr
+        invalid = 'epochlog_operator_heartbeats_total{outcome="invalid"}'
+        assert await op.metric(env.session, invalid) == 5
+
+
+async def _metric_at_least(env: Env, op: Operator, name: str, value: float) -> bool:
+    return await op.metric(env.session, name) >= value
