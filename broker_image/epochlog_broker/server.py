@@ -97,6 +97,7 @@ from epochlog_broker.replica_wire import (
     parse_body,
     session_request,
 )
+from epochlog_broker.replication.messages import Acks
 
 log = structlog.get_logger("epochlog.broker")
 
@@ -208,6 +209,8 @@ async def produce(request: web.Request) -> web.Response:
         m.produce_latency.labels(acks_label).observe(time.perf_counter() - started)
     broker.metrics.produce_records.labels(name).inc(count)
     broker.metrics.produce_bytes.labels(name).inc(payload)
+    if acks is Acks.NONE:
+        return _answer(ProduceAnswer(leader_epoch=done.leader_epoch))
     return _answer(
         ProduceAnswer(
             base_offset=done.base_offset,

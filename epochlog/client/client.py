@@ -205,8 +205,9 @@ class Client:
         acks: str,
         timeout_ms: int,
         params: Mapping[str, str],
-    ) -> tuple[int, int, int]:
-        """One produce request: (baseOffset, lastOffset, leaderEpoch)."""
+    ) -> tuple[int | None, int | None, int]:
+        """One produce request: (baseOffset, lastOffset, leaderEpoch); no offsets with
+        acks=none (the broker does not give them: they are not guaranteed)."""
         path = f"/v1/partitions/{leader.partition}/records"
         query = {
             Params.ACKS: acks,

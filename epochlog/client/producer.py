@@ -55,6 +55,7 @@ from epochlog.client.errors import (
 )
 from epochlog.client.metadata import PartitionLeader
 from epochlog.client.records import (
+    UNKNOWN_OFFSET,
     OutgoingRecord,
     ProducerIdentity,
     RecordMetadata,
@@ -453,6 +454,19 @@ class Producer:
                 await asyncio.sleep(min(self.client.backoff.delay(attempt), max(0.0, remaining)))
                 attempt += 1
                 continue
+            if base is None or last_offset is None:
+                if self.acks != "none":
+                    exc2 = UnexpectedResponseError(
+                        f"{s.name}: {count} records acknowledged (acks={self.acks}) without offsets"
+                    )
+                    self._fail(s, batch, exc2)
+                    self._give_back(s, identity, count, True, str(exc2))
+                    return
+                for q in batch:
+                    if not q.future.done():
+                        q.future.set_result(RecordMetadata(s.name, UNKNOWN_OFFSET, epoch))
+                self._release(sum(r.size for r in records))
+                return
             if last_offset - base + 1 != count:
                 exc2 = UnexpectedResponseError(
                     f"{s.name}: {count} records acknowledged as offsets {base}..{last_offset}"

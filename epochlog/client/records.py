@@ -53,9 +53,13 @@ RECORD_OVERHEAD: Final = 24
 """Bytes a record costs beyond its key, value and headers (binary framing, JSON quoting)."""
 
 
+UNKNOWN_OFFSET: Final = -1
+"""The offset of a record sent with acks=none (as Kafka's producer reports for acks=0)."""
+
+
 class RecordMetadata(NamedTuple):
     """Where an acknowledged record is: its partition, offset and the leader epoch that
-    acknowledged it."""
+    acknowledged it; the offset is `UNKNOWN_OFFSET` for acks=none."""
 
     partition: str
     offset: int

@@ -325,6 +325,7 @@ class Workload:
                 )
         except (ClientError, EpochlogError) as exc:
             return type(exc).__name__
+        assert base_offset is not None, "an acks=all answer carries its offsets"
         self.history.acks.append(
             Ack("post-once", partition, value, base_offset, leader_epoch, self.now())
         )

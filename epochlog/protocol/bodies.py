@@ -203,10 +203,14 @@ def decode_record_text(
 
 
 class ProduceAnswer(WireModel):
-    """Where the records went: their offsets and the leader epoch that appended them."""
+    """Where the records went: their offsets and the leader epoch that appended them.
 
-    base_offset: StrictInt
-    last_offset: StrictInt
+    An acks=none answer carries no offsets: it is sent before the leader knows the
+    records will last (not synced, not replicated), and a leader that fails may give
+    those offsets to other records."""
+
+    base_offset: StrictInt | None = Field(default=None, exclude_if=lambda v: v is None)
+    last_offset: StrictInt | None = Field(default=None, exclude_if=lambda v: v is None)
     leader_epoch: StrictInt
 
 

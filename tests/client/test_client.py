@@ -27,6 +27,7 @@ from epochlog.client import (
     SyncProducer,
 )
 from epochlog.client.errors import BrokerUnreachableError, RetriesExhaustedError
+from epochlog.client.records import UNKNOWN_OFFSET
 from epochlog.protocol.errors import (
     OffsetOutOfRangeError,
     ProducerFencedError,
@@ -54,7 +55,7 @@ async def test_round_trip_with_batching_json_and_binary(
     requests = 0
     produce_request = client.produce_request
 
-    async def counting(*args: Any, **kwargs: Any) -> tuple[int, int, int]:
+    async def counting(*args: Any, **kwargs: Any) -> tuple[int | None, int | None, int]:
         nonlocal requests
         requests += 1
         return await produce_request(*args, **kwargs)
@@ -89,10 +90,14 @@ async def test_round_trip_with_batching_json_and_binary(
 
 
 async def test_acks_leader_and_none(client: Client) -> None:
+    metas = {}
     for acks in ("leader", "none"):
         async with Producer(client, acks=acks) as producer:
-            meta = await producer.send_and_wait("plain-0", f"acks-{acks}")
-        assert meta.partition == "plain-0"
+            metas[acks] = await producer.send_and_wait("plain-0", f"acks-{acks}")
+        assert metas[acks].partition == "plain-0"
+    assert metas["leader"].offset >= 0
+    # acks=none is answered before the records are known to last: no offset is promised.
+    assert metas["none"].offset == UNKNOWN_OFFSET
 
     # acks=none answers before the write is committed: wait for the HW to pass it.
     async def both_committed() -> bool:
