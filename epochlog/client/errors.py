@@ -68,7 +68,10 @@ class DeliveryTimeoutError(ClientError):
     """
 
     def __init__(self, message: str, last_error: BaseException | None) -> None:
-        super().__init__(message if last_error is None else f"{message} (last error: {last_error})")
+        if last_error is not None:
+            # Timeouts of asyncio and aiohttp say nothing when printed: name them.
+            message += f" (last error: {str(last_error) or type(last_error).__name__})"
+        super().__init__(message)
         self.last_error = last_error
 
 

@@ -417,7 +417,13 @@ class Producer:
             leader: PartitionLeader | None = None
             sending = False
             try:
-                leader = await asyncio.wait_for(self.client.metadata.leader(s.name), remaining)
+                try:
+                    leader = await asyncio.wait_for(self.client.metadata.leader(s.name), remaining)
+                except TimeoutError:
+                    # The lookup goes on for the next attempt; what it meets is not known yet.
+                    raise TimeoutError(
+                        f"no leader of {s.name} found within {remaining:.3g} s"
+                    ) from None
                 timeout_ms = max(1, int(min(self.client.request_timeout_s, remaining) * 1000))
                 sending = True
                 base, last_offset, epoch = await self.client.produce_request(

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from epochlog.cli import main
+from epochlog.client.errors import DeliveryTimeoutError
 from tests.broker.cluster import Cluster
 
 pytestmark = pytest.mark.asyncio(loop_scope="package")
@@ -135,6 +136,8 @@ async def test_a_partition_nobody_hosts_is_a_clear_error(cluster: Cluster) -> No
 
 
 async def test_unreachable_brokers_are_a_clear_error() -> None:
+    # Long enough for a refused connection to be seen even on a busy machine; with less,
+    # the leader lookup may still be under way when the delivery timeout ends.
     rc, _, err = await run(
         "produce",
         "--bootstrap",
@@ -142,12 +145,17 @@ async def test_unreachable_brokers_are_a_clear_error() -> None:
         "--partition",
         "cli-0",
         "--timeout-ms",
-        "300",
+        "3000",
         "x",
     )
     assert rc == 1
     assert "not acknowledged within" in err
     assert "Cannot connect" in err
+
+
+def test_a_timeout_without_words_is_named() -> None:
+    err = DeliveryTimeoutError("orders-0: 1 records not acknowledged within 0.3 s", TimeoutError())
+    assert str(err).endswith("(last error: TimeoutError)")
 
 
 @pytest.mark.parametrize(
