@@ -153,7 +153,7 @@ async def test_unreachable_brokers_are_a_clear_error() -> None:
     assert "Cannot connect" in err
 
 
-def test_a_timeout_without_words_is_named() -> None:
+async def test_a_timeout_without_words_is_named() -> None:
     err = DeliveryTimeoutError("orders-0: 1 records not acknowledged within 0.3 s", TimeoutError())
     assert str(err).endswith("(last error: TimeoutError)")
 
