@@ -8,6 +8,7 @@ Routes (DESIGN.md, "HTTP API"):
     GET  /v1/partitions
     GET  /healthz, /readyz, /metrics   (/readyz: 503 while a replica is offline after
                                         a storage error, naming it and why)
+    GET  /openapi.json                  (this API as OpenAPI 3.1, `protocol.openapi`)
     POST /internal/v1/fetch-session                               (replica fetch session)
     POST /internal/v1/partitions/{name}/offsets-for-leader-epoch  (divergence query)
 
@@ -40,6 +41,7 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from typing import Final
 
 import structlog
 from aiohttp import web
@@ -68,6 +70,7 @@ from epochlog.protocol.errors import (
     generic_error_answer,
 )
 from epochlog.protocol.framing import BATCH_CONTENT_TYPE, frame, stored
+from epochlog.protocol.openapi import render as render_openapi
 from epochlog.protocol.replica import (
     EPOCH_PATH,
     SESSION_FETCH_PATH,
@@ -100,6 +103,8 @@ from epochlog_broker.replica_wire import (
 from epochlog_broker.replication.messages import Acks
 
 log = structlog.get_logger("epochlog.broker")
+OPENAPI: Final = render_openapi().encode()
+"""The API as `openapi/broker.json` holds it, served at GET /openapi.json."""
 
 BROKER_KEY = web.AppKey("broker", Broker)
 DEFAULT_MAX_RECORDS = 500
@@ -297,6 +302,10 @@ async def list_partitions(request: web.Request) -> web.Response:
     return _answer(request.app[BROKER_KEY].describe())
 
 
+async def openapi(request: web.Request) -> web.Response:
+    return web.Response(body=OPENAPI, content_type="application/json")
+
+
 async def healthz(request: web.Request) -> web.Response:
     broker = request.app[BROKER_KEY]
     core = broker.core
@@ -365,6 +374,7 @@ def build_app(broker: Broker) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/openapi.json", openapi)
     app.router.add_post(SESSION_FETCH_PATH, fetch_session)
     app.router.add_post(EPOCH_PATH, offsets_for_leader_epoch)
     return app

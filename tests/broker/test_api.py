@@ -26,6 +26,7 @@ from epochlog.protocol.framing import BATCH_CONTENT_TYPE, unframe
 from epochlog_broker.replica_wire import decode_session_answer
 from tests.broker.cluster import ApiError, Cluster
 from tests.broker.controller import spec
+from tests.broker.test_openapi import DOCUMENT
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -626,3 +627,9 @@ async def test_metrics_text_parses(cluster: Cluster) -> None:
     ]
     assert any(s.labels["result"] == "ok" and s.value >= 1 for s in served)
     assert families["epochlog_fetch_session_bytes"].samples
+
+
+async def test_the_broker_serves_its_openapi_document(cluster: Cluster) -> None:
+    status, body, ctype = await cluster.request("GET", 1, "/openapi.json")
+    assert (status, ctype) == (200, "application/json")
+    assert body.decode() == DOCUMENT.read_text()

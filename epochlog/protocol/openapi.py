@@ -1,0 +1,298 @@
+"""The broker's HTTP API as an OpenAPI 3.1 document, built from the wire models.
+
+Every body schema comes from the models the server parses and renders with
+(`bodies`, `replica`, `errors`), so the document cannot describe a field the
+server does not have; the routes and their parameters are listed here once.
+`openapi/broker.json` in the repository is this document (a test fails on
+drift: `python -m epochlog.protocol.openapi > openapi/broker.json` regenerates
+it), and every broker serves it at `GET /openapi.json`.
+
+Binary bodies (`application/vnd.epochlog.batch`: one encoded batch to produce,
+framed stored batches to read, framed fetch-session answers) are described by
+their content type; their layout is in `batch` and `framing`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Final
+
+from pydantic import TypeAdapter
+
+# pydantic needs typing_extensions' TypedDict before Python 3.12.
+from typing_extensions import TypedDict
+
+from epochlog import __version__
+from epochlog.protocol.bodies import (
+    HealthAnswer,
+    OffsetsAnswer,
+    Params,
+    PartitionsListing,
+    ProduceAnswer,
+    ProduceBody,
+    ReadyAnswer,
+    RecordOut,
+)
+from epochlog.protocol.errors import ErrorAnswer, ErrorCode
+from epochlog.protocol.framing import BATCH_CONTENT_TYPE
+from epochlog.protocol.replica import (
+    EPOCH_PATH,
+    SESSION_FETCH_PATH,
+    EpochAnswerBody,
+    EpochQueryBody,
+    SessionFetchBody,
+)
+
+REF: Final = "#/components/schemas/{model}"
+JSON: Final = "application/json"
+
+
+class ReadAnswerBody(TypedDict):
+    """A JSON read answer (`bodies.encode_read_answer`)."""
+
+    records: list[RecordOut]
+    highWatermark: int
+    logStartOffset: int
+    leaderEpoch: int
+
+
+_SCHEMAS: Final[dict[str, tuple[Any, str]]] = {
+    "ProduceBody": (ProduceBody, "validation"),
+    "ProduceAnswer": (ProduceAnswer, "serialization"),
+    "ReadAnswer": (ReadAnswerBody, "serialization"),
+    "OffsetsAnswer": (OffsetsAnswer, "serialization"),
+    "PartitionsListing": (PartitionsListing, "serialization"),
+    "HealthAnswer": (HealthAnswer, "serialization"),
+    "ReadyAnswer": (ReadyAnswer, "serialization"),
+    "SessionFetchBody": (SessionFetchBody, "validation"),
+    "EpochQueryBody": (EpochQueryBody, "validation"),
+    "EpochAnswerBody": (EpochAnswerBody, "serialization"),
+    "ErrorAnswer": (ErrorAnswer, "serialization"),
+}
+
+
+def _schemas() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, (kind, mode) in _SCHEMAS.items():
+        schema = TypeAdapter(kind).json_schema(ref_template=REF, mode=mode)  # type: ignore[arg-type]
+        out.update(schema.pop("$defs", {}))
+        out[name] = schema
+    return dict(sorted(out.items()))
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": REF.format(model=name)}
+
+
+def _json(name: str, description: str) -> dict[str, Any]:
+    return {"description": description, "content": {JSON: {"schema": _ref(name)}}}
+
+
+def _query(
+    name: str, description: str, schema: dict[str, Any], required: bool = False
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": required,
+        "description": description,
+        "schema": schema,
+    }
+
+
+_INT: Final = {"type": "integer"}
+_NAME: Final = {
+    "name": "name",
+    "in": "path",
+    "required": True,
+    "description": "The partition's name (the Partition resource's name).",
+    "schema": {"type": "string"},
+}
+_EPOCH: Final = _query(
+    Params.LEADER_EPOCH, "The leader epoch the client knows; other epochs are fenced.", _INT
+)
+_ERRORS: Final = {
+    "default": _json(
+        "ErrorAnswer",
+        "An error with its protocol code ("
+        + ", ".join(str(c) for c in ErrorCode)
+        + "), whether to retry, and the leader when known.",
+    )
+}
+_BATCH: Final = {"schema": {"type": "string", "format": "binary"}}
+
+
+def _paths() -> dict[str, Any]:
+    return {
+        "/v1/partitions/{name}/records": {
+            "parameters": [_NAME],
+            "post": {
+                "operationId": "produce",
+                "summary": "Append records (the leader only).",
+                "parameters": [
+                    _query(
+                        Params.ACKS,
+                        "all (default), leader or none.",
+                        {"enum": ["all", "leader", "none"]},
+                    ),
+                    _query(Params.TIMEOUT_MS, "How long acks=all may wait.", _INT),
+                    _EPOCH,
+                    _query(
+                        Params.ENCODING,
+                        "utf8 (default) or base64, for JSON bodies.",
+                        {"enum": ["utf8", "base64"]},
+                    ),
+                ],
+                "requestBody": {
+                    "required": True,
+                    "content": {JSON: {"schema": _ref("ProduceBody")}, BATCH_CONTENT_TYPE: _BATCH},
+                },
+                "responses": {
+                    "200": _json("ProduceAnswer", "Appended; acks=none answers carry no offsets."),
+                    **_ERRORS,
+                },
+            },
+            "get": {
+                "operationId": "read",
+                "summary": "Read records below the high watermark.",
+                "parameters": [
+                    _query(Params.OFFSET, "The first offset wanted.", _INT, required=True),
+                    _query(Params.MAX_RECORDS, "At most this many records.", _INT),
+                    _query(Params.MAX_BYTES, "At most about this many bytes.", _INT),
+                    _query(Params.MAX_WAIT_MS, "Wait this long for records.", _INT),
+                    _EPOCH,
+                    _query(
+                        Params.ENCODING,
+                        "utf8 (default) or base64, for JSON answers.",
+                        {"enum": ["utf8", "base64"]},
+                    ),
+                ],
+                "responses": {
+                    "200": {
+                        "description": "The records, with the high watermark and log start.",
+                        "content": {
+                            JSON: {"schema": _ref("ReadAnswer")},
+                            BATCH_CONTENT_TYPE: _BATCH,
+                        },
+                    },
+                    **_ERRORS,
+                },
+            },
+        },
+        "/v1/partitions/{name}/offsets": {
+            "parameters": [_NAME],
+            "get": {
+                "operationId": "listOffsets",
+                "summary": "The earliest or latest offset, or the first at or after a time.",
+                "parameters": [
+                    _query(Params.AT, "earliest, latest or a time in ms.", {"type": "string"}),
+                    _EPOCH,
+                ],
+                "responses": {"200": _json("OffsetsAnswer", "The offset."), **_ERRORS},
+            },
+        },
+        "/v1/partitions": {
+            "get": {
+                "operationId": "listPartitions",
+                "summary": "The broker and every replica it hosts.",
+                "responses": {"200": _json("PartitionsListing", "The replicas."), **_ERRORS},
+            },
+        },
+        "/healthz": {
+            "get": {
+                "operationId": "health",
+                "summary": "Liveness: 503 when the process should be restarted.",
+                "responses": {
+                    "200": _json("HealthAnswer", "Alive."),
+                    "503": _json("HealthAnswer", "Failed."),
+                },
+            },
+        },
+        "/readyz": {
+            "get": {
+                "operationId": "ready",
+                "summary": "Readiness: 503 while the broker waits for something.",
+                "responses": {
+                    "200": _json("ReadyAnswer", "Ready."),
+                    "503": _json("ReadyAnswer", "Not ready, and why."),
+                },
+            },
+        },
+        "/metrics": {
+            "get": {
+                "operationId": "metrics",
+                "summary": "Prometheus metrics.",
+                "responses": {
+                    "200": {
+                        "description": "Prometheus text format.",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    }
+                },
+            },
+        },
+        "/openapi.json": {
+            "get": {
+                "operationId": "openapi",
+                "summary": "This document.",
+                "responses": {
+                    "200": {
+                        "description": "OpenAPI 3.1.",
+                        "content": {JSON: {"schema": {"type": "object"}}},
+                    }
+                },
+            },
+        },
+        SESSION_FETCH_PATH: {
+            "post": {
+                "operationId": "fetchSession",
+                "summary": "Replication: one request of a follower broker's fetch session.",
+                "requestBody": {
+                    "required": True,
+                    "content": {JSON: {"schema": _ref("SessionFetchBody")}},
+                },
+                "responses": {
+                    "200": {
+                        "description": "Framed answers of the partitions with news.",
+                        "content": {BATCH_CONTENT_TYPE: _BATCH},
+                    },
+                    **_ERRORS,
+                },
+            },
+        },
+        EPOCH_PATH: {
+            "parameters": [_NAME],
+            "post": {
+                "operationId": "offsetsForLeaderEpoch",
+                "summary": "Replication: where an epoch ends in the leader's log.",
+                "requestBody": {
+                    "required": True,
+                    "content": {JSON: {"schema": _ref("EpochQueryBody")}},
+                },
+                "responses": {"200": _json("EpochAnswerBody", "The epoch's end."), **_ERRORS},
+            },
+        },
+    }
+
+
+def broker_openapi() -> dict[str, Any]:
+    """The broker's HTTP API as an OpenAPI 3.1 document."""
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "epochlog broker",
+            "version": __version__,
+            "description": "The client API and the replication endpoints of an epochlog broker.",
+        },
+        "paths": _paths(),
+        "components": {"schemas": _schemas()},
+    }
+
+
+def render() -> str:
+    """The document as the repository keeps it."""
+    return json.dumps(broker_openapi(), indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render())
