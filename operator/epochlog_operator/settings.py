@@ -10,6 +10,7 @@ else from the default below. The table is the documentation (`epochlog operator
 | --broker-session-timeout-ms   | EPOCHLOG_BROKER_SESSION_TIMEOUT_MS   | 3000     |
 | --status-refresh-interval-ms  | EPOCHLOG_STATUS_REFRESH_INTERVAL_MS  | 5000     |
 | --reconcile-interval-ms       | EPOCHLOG_RECONCILE_INTERVAL_MS       | 500      |
+| --full-reconcile-interval-ms  | EPOCHLOG_FULL_RECONCILE_INTERVAL_MS  | 10000    |
 | --namespace NS (repeatable)   | EPOCHLOG_NAMESPACES (comma list)     | all      |
 | --listen-address              | EPOCHLOG_LISTEN_ADDRESS              | 0.0.0.0  |
 | --listen-port                 | EPOCHLOG_LISTEN_PORT                 | 8081     |
