@@ -243,6 +243,15 @@ def _broker_id(value: str) -> int:
     return int(value)
 
 
+def _probe_listen(value: str | None) -> dict[str, Any]:
+    if not value:
+        return {}
+    from epochlog_broker.config import parse_listen
+
+    host, port = parse_listen(value)
+    return {"probe_host": host, "probe_port": port}
+
+
 def _http_limits(args: argparse.Namespace) -> Any:
     """The listener limits the flags set (`epochlog.http_limits`), defaults for the others."""
     from epochlog.http_limits import HttpLimits
@@ -285,6 +294,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
             max_record_bytes=args.max_record_bytes,
             max_request_bytes=args.max_request_bytes,
             http=_http_limits(args),
+            **_probe_listen(args.probe_listen),
         )
         if args.segment_bytes is not None:
             config = dataclasses.replace(
@@ -589,6 +599,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     broker.add_argument(
         "--listen", default=env("EPOCHLOG_LISTEN", "0.0.0.0:8080"), help="HOST:PORT to serve on"
+    )
+    broker.add_argument(
+        "--probe-listen",
+        default=env("EPOCHLOG_PROBE_LISTEN"),
+        metavar="HOST:PORT",
+        help="also serve /healthz, /readyz, /metrics and /openapi.json (only those) here",
     )
     broker.add_argument(
         "--controller",

@@ -65,6 +65,11 @@ class BrokerConfig:
     """Largest record (key + value + headers) a producer may send (RECORD_TOO_LARGE)."""
     max_request_bytes: int = 16 * MiB
     """Largest request body the server reads (RECORD_TOO_LARGE above it)."""
+    probe_host: str | None = None
+    probe_port: int | None = None
+    """Also serve GET /healthz, /readyz, /metrics and /openapi.json, and nothing else, on
+    this address: a listener for kubelet probes and Prometheus that stays open when the
+    API port asks for credentials."""
     http: HttpLimits = field(default_factory=HttpLimits)
     """Time allowed for a request's headers and body, and connections per listener."""
     default_timeout_ms: int = 30_000
@@ -79,6 +84,8 @@ class BrokerConfig:
             raise ValueError(f"broker id must be >= 0, got {self.broker_id}")
         if not 0 <= self.port < 65536:
             raise ValueError(f"port {self.port} out of range")
+        if self.probe_port is not None and not 0 <= self.probe_port < 65536:
+            raise ValueError(f"probe port {self.probe_port} out of range")
         if self.heartbeat_interval_ms <= 0:
             raise ValueError("heartbeat interval must be positive")
         if self.max_record_bytes <= 0 or self.max_request_bytes <= 0:

@@ -380,6 +380,17 @@ def build_app(broker: Broker) -> web.Application:
     return app
 
 
+def build_probe_app(broker: Broker) -> web.Application:
+    """The probe listener's routes: health, readiness, metrics and the API document."""
+    app = web.Application(client_max_size=1 * MiB, middlewares=[_errors])
+    app[BROKER_KEY] = broker
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/openapi.json", openapi)
+    return app
+
+
 async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> int:
     """Run a broker until `stop` is set or SIGTERM/SIGINT arrives; 0 after a clean stop."""
     broker = Broker(config)
@@ -392,10 +403,23 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> int:
     )
     await runner.setup()
     site = LimitedSite(runner, config.host, config.port, config.http, backlog=1024)
+    runners = [runner]
+    sites = [site]
+    if config.probe_port is not None:
+        probes = web.AppRunner(
+            build_probe_app(broker), access_log=None, **config.http.runner_args()
+        )
+        await probes.setup()
+        runners.append(probes)
+        sites.append(
+            LimitedSite(probes, config.probe_host or config.host, config.probe_port, config.http)
+        )
     try:
-        await site.start()
+        for s in sites:
+            await s.start()
     except OSError:
-        await runner.cleanup()
+        for r in runners:
+            await r.cleanup()
         await broker.close()
         raise
     # Modules, schemas and the opened logs live as long as the process: keeping them
@@ -420,9 +444,11 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         log.info("shutdown_requested", broker=config.broker_id)
-        await site.stop()
+        for s in sites:
+            await s.stop()
         await broker.shutdown()
-        await runner.cleanup()
+        for r in runners:
+            await r.cleanup()
         await broker.close()
     return 0
 
