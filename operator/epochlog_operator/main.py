@@ -107,8 +107,21 @@ async def serve(settings: OperatorSettings) -> None:
             **settings.http.runner_args(),
         )
         await runner.setup()
+        runners = [runner]
         site = LimitedSite(runner, settings.listen_address, settings.listen_port, settings.http)
         await site.start()
+        if settings.probe_port is not None:
+            probes = web.AppRunner(
+                build_app(reconciler, metrics, settings.http, probes_only=True),
+                access_log=None,
+                **settings.http.runner_args(),
+            )
+            await probes.setup()
+            runners.append(probes)
+            probe_site = LimitedSite(
+                probes, settings.listen_address, settings.probe_port, settings.http
+            )
+            await probe_site.start()
         tasks: list[asyncio.Task[None]] = []
         closed = False
 
@@ -117,7 +130,8 @@ async def serve(settings: OperatorSettings) -> None:
             if not closed:
                 closed = True
                 await reconciler.close()
-                await runner.cleanup()
+                for r in runners:
+                    await r.cleanup()
 
         try:
             log.info(

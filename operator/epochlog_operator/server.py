@@ -75,8 +75,14 @@ def parse_heartbeat(body: bytes) -> IndexedHeartbeat:
 
 
 def build_app(
-    reconciler: Reconciler, metrics: Metrics, limits: HttpLimits | None = None
+    reconciler: Reconciler,
+    metrics: Metrics,
+    limits: HttpLimits | None = None,
+    *,
+    probes_only: bool = False,
 ) -> web.Application:
+    """The operator's routes; with `probes_only`, health, readiness and metrics alone (the
+    probe listener, which stays open when the heartbeat port asks for credentials)."""
     limits = limits or HttpLimits()
 
     async def heartbeat(request: web.Request) -> web.Response:
@@ -109,7 +115,8 @@ def build_app(
         return web.Response(text="standing by\n", status=503)
 
     app = web.Application(client_max_size=MAX_BODY)
-    app.router.add_post("/v1/heartbeat", heartbeat)
+    if not probes_only:
+        app.router.add_post("/v1/heartbeat", heartbeat)
     app.router.add_get("/metrics", render_metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -14,6 +14,7 @@ else from the default below. The table is the documentation (`epochlog operator
 | --namespace NS (repeatable)   | EPOCHLOG_NAMESPACES (comma list)     | all      |
 | --listen-address              | EPOCHLOG_LISTEN_ADDRESS              | 0.0.0.0  |
 | --listen-port                 | EPOCHLOG_LISTEN_PORT                 | 8081     |
+| --probe-port                  | EPOCHLOG_PROBE_PORT                  | (none)   |
 | --kubeconfig                  | KUBECONFIG                           | (1)      |
 | --peering NAME                | EPOCHLOG_PEERING                     | default  |
 | --standalone                  | EPOCHLOG_STANDALONE (true/false)     | false    |
@@ -119,6 +120,8 @@ class OperatorSettings:
     listen_address: str = "0.0.0.0"
     listen_port: int = DEFAULT_LISTEN_PORT
     """Heartbeats (POST /v1/heartbeat), /metrics, /healthz and /readyz on one port."""
+    probe_port: int | None = None
+    """Also /metrics, /healthz and /readyz, and nothing else, on this port (same address)."""
     kubeconfig: str | None = None
     peering_name: str = "default"
     standalone: bool = False
@@ -175,8 +178,10 @@ class OperatorSettings:
             )
         if math.isinf(self.api_writes_per_second):
             raise SettingsError("--api-writes-per-second must be a finite number")
-        if not 0 <= self.listen_port <= 65535:
-            raise SettingsError(f"--listen-port must be a port number, not {self.listen_port}")
+        for name in ("listen_port", "probe_port"):
+            port = getattr(self, name)
+            if port is not None and not 0 <= port <= 65535:
+                raise SettingsError(f"{_flag(name)} must be a port number, not {port}")
         # A session must survive one lost heartbeat, or a single dropped packet
         # fences a healthy broker.
         if self.broker_session_timeout_ms < 2 * self.heartbeat_interval_ms:
@@ -231,6 +236,7 @@ _ENV: Final[dict[str, tuple[str, str]]] = {
     "namespaces": ("EPOCHLOG_NAMESPACES", "list"),
     "listen_address": ("EPOCHLOG_LISTEN_ADDRESS", "str"),
     "listen_port": ("EPOCHLOG_LISTEN_PORT", "int"),
+    "probe_port": ("EPOCHLOG_PROBE_PORT", "int"),
     "kubeconfig": ("KUBECONFIG", "str"),
     "peering_name": ("EPOCHLOG_PEERING", "str"),
     "standalone": ("EPOCHLOG_STANDALONE", "bool"),
@@ -323,6 +329,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "listen_port",
         f"port of the heartbeat/metrics endpoint (default {DEFAULT_LISTEN_PORT})",
+        type=int,
+    )
+    add(
+        "probe_port",
+        "also serve /metrics, /healthz and /readyz, and nothing else, on this port",
         type=int,
     )
     add("kubeconfig", "kubeconfig file (default: in-cluster service account, else ~/.kube/config)")

@@ -9,6 +9,7 @@ import re
 import time
 from typing import Any
 
+from epochlog.harness import free_ports
 from tests import waiting
 from tests.devcluster.conftest import kubectl_binary
 from tests.operator_e2e.conftest import SESSION_MS, Env, Operator
@@ -222,3 +223,14 @@ async def test_heartbeats_outside_the_bounds_are_refused_and_change_nothing(env:
 
 async def _metric_at_least(env: Env, op: Operator, name: str, value: float) -> bool:
     return await op.metric(env.session, name) >= value
+
+
+async def test_the_probe_port_serves_probes_and_metrics_and_no_heartbeats(env: Env) -> None:
+    (port,) = free_ports(1)
+    await env.operator("--standalone", "--probe-port", str(port))
+    probes = f"http://127.0.0.1:{port}"
+    for path in ("/healthz", "/readyz", "/metrics"):
+        async with env.session.get(probes + path) as rsp:
+            assert rsp.status == 200, path
+    async with env.session.post(probes + "/v1/heartbeat", data=json.dumps(GOOD)) as rsp:
+        assert rsp.status == 404
