@@ -25,6 +25,7 @@ from typing_extensions import TypedDict
 
 from epochlog import __version__
 from epochlog.protocol.bodies import (
+    Encoding,
     HealthAnswer,
     OffsetsAnswer,
     Params,
@@ -123,6 +124,15 @@ _ERRORS: Final = {
 _BATCH: Final = {"schema": {"type": "string", "format": "binary"}}
 
 
+def _encoding(of: str) -> dict[str, Any]:
+    """How keys, values and header values of JSON `of` are written."""
+    return _query(
+        Params.ENCODING,
+        f"{Encoding.UTF8.value} (default) or {Encoding.BASE64.value}, for JSON {of}.",
+        {"enum": [e.value for e in Encoding]},
+    )
+
+
 def _paths() -> dict[str, Any]:
     return {
         "/v1/partitions/{name}/records": {
@@ -138,11 +148,7 @@ def _paths() -> dict[str, Any]:
                     ),
                     _query(Params.TIMEOUT_MS, "How long acks=all may wait.", _INT),
                     _EPOCH,
-                    _query(
-                        Params.ENCODING,
-                        "utf8 (default) or base64, for JSON bodies.",
-                        {"enum": ["utf8", "base64"]},
-                    ),
+                    _encoding("bodies"),
                 ],
                 "requestBody": {
                     "required": True,
@@ -162,11 +168,7 @@ def _paths() -> dict[str, Any]:
                     _query(Params.MAX_BYTES, "At most about this many bytes.", _INT),
                     _query(Params.MAX_WAIT_MS, "Wait this long for records.", _INT),
                     _EPOCH,
-                    _query(
-                        Params.ENCODING,
-                        "utf8 (default) or base64, for JSON answers.",
-                        {"enum": ["utf8", "base64"]},
-                    ),
+                    _encoding("answers"),
                 ],
                 "responses": {
                     "200": {

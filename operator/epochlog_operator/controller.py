@@ -207,7 +207,7 @@ class ControllerCore:
 
     def take_progressed(self) -> set[str]:
         """Partitions whose reports changed in offsets alone since the last call."""
-        progressed, self.progressed = self.progressed - self.changed, set()
+        progressed, self.progressed = self.progressed - self.changed, set()  # changed wins
         return progressed
 
     def quiet(self, name: str, status: PartitionStatus | None) -> bool:

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import json as jsonlib
 import signal
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,6 +143,18 @@ class Cluster:
 
     async def __aenter__(self) -> Cluster:
         return await self.start()
+
+    @contextlib.asynccontextmanager
+    async def serving(self, *names: str) -> AsyncIterator[Cluster]:
+        """Started, with a leader for each of `names` and every broker ready; stopped after."""
+        await self.start()
+        try:
+            for name in names:
+                await self.wait_leader(name)
+            await self.wait_ready()
+            yield self
+        finally:
+            await self.stop()
 
     async def __aexit__(self, *_: object) -> None:
         await self.stop()

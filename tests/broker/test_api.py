@@ -39,7 +39,7 @@ LONG_POLL_MS = 50_000
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Cluster]:
-    c = await Cluster(
+    async with Cluster(
         tmp_path_factory.mktemp("api"),
         [spec("orders", 0)],
         extra_args=[
@@ -51,13 +51,8 @@ async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Clu
         # Nobody is fenced here on purpose: a session long enough that a broker starved of
         # CPU on a busy machine is not fenced either (a new leader would fail these tests).
         session_timeout_ms=10_000,
-    ).start()
-    try:
-        await c.wait_leader(NAME)
-        await c.wait_ready()
+    ).serving(NAME) as c:
         yield c
-    finally:
-        await c.stop()
 
 
 async def leader(c: Cluster) -> int:

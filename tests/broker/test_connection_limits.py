@@ -37,13 +37,8 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
         "--max-connections",
         str(MAX_CONNECTIONS),
     )
-    c = await Cluster(tmp_path, [spec("events", 0)], extra_args=limits).start()
-    try:
-        await c.wait_leader(NAME)
-        await c.wait_ready()
+    async with Cluster(tmp_path, [spec("events", 0)], extra_args=limits).serving(NAME) as c:
         yield c
-    finally:
-        await c.stop()
 
 
 async def half_send(port: int, text: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -117,10 +112,7 @@ async def test_a_body_that_stops_coming_is_answered_408_and_the_connection_close
 
 async def test_connections_beyond_the_cap_are_closed_at_once(tmp_path: Path) -> None:
     cap = ("--max-connections", str(SMALL_CAP), "--request-timeout-ms", "600000")
-    c = await Cluster(tmp_path, [spec("events", 0)], extra_args=cap).start()
-    try:
-        await c.wait_leader(NAME)
-        await c.wait_ready()
+    async with Cluster(tmp_path, [spec("events", 0)], extra_args=cap).serving(NAME) as c:
         leader = await c.leader_of(NAME)
         assert leader is not None
         port = broker_port(c, leader)
@@ -139,8 +131,6 @@ async def test_connections_beyond_the_cap_are_closed_at_once(tmp_path: Path) -> 
         # With them gone, the broker serves as before.
         await c.produce(NAME, ["after"], leader=leader)
         assert [r["value"] for r in await c.read_all(NAME, leader)] == ["after"]
-    finally:
-        await c.stop()
 
 
 async def _health(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:

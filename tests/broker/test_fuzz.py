@@ -37,18 +37,13 @@ CODES = {str(c) for c in ErrorCode}
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Cluster]:
-    c = await Cluster(
+    async with Cluster(
         tmp_path_factory.mktemp("fuzz"),
         [spec("fuzz", 0)],
         extra_args=["--max-request-bytes", str(256 * 1024)],
         session_timeout_ms=10_000,
-    ).start()
-    try:
-        await c.wait_leader(NAME)
-        await c.wait_ready()
+    ).serving(NAME) as c:
         yield c
-    finally:
-        await c.stop()
 
 
 def _paths() -> list[tuple[str, str]]:

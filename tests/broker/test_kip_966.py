@@ -28,13 +28,8 @@ PATH = f"/v1/partitions/{NAME}/records"
 
 @pytest_asyncio.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    c = await Cluster(tmp_path, [spec("events", 0)], session_timeout_ms=1200).start()
-    try:
-        await c.wait_leader(NAME)
-        await c.wait_ready()
+    async with Cluster(tmp_path, [spec("events", 0)], session_timeout_ms=1200).serving(NAME) as c:
         yield c
-    finally:
-        await c.stop()
 
 
 async def post(c: Cluster, leader: int, value: str, acks: str) -> tuple[int, dict[str, Any]]:

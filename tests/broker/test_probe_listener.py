@@ -18,15 +18,12 @@ NAME = "probes-0"
 async def test_the_probe_listener_serves_probes_and_nothing_else(tmp_path: Path) -> None:
     (port,) = free_ports(1)
     probes = url(port)
-    c = await Cluster(
+    async with Cluster(
         tmp_path,
         [spec("probes", 0, (1,), min_insync_replicas=1)],
         broker_ids=(1,),
         extra_args=["--probe-listen", f"127.0.0.1:{port}"],
-    ).start()
-    try:
-        await c.wait_leader(NAME)
-        await c.wait_ready()
+    ).serving(NAME) as c:
         async with aiohttp.ClientSession() as http:
             async with http.get(probes + "/healthz") as rsp:
                 assert rsp.status == 200
@@ -48,5 +45,3 @@ async def test_the_probe_listener_serves_probes_and_nothing_else(tmp_path: Path)
         # The API port serves as before.
         await c.produce(NAME, ["via-api"])
         assert [r["value"] for r in await c.read_all(NAME, 1)] == ["via-api"]
-    finally:
-        await c.stop()

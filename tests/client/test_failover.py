@@ -26,13 +26,8 @@ NAME = "events-0"
 
 @pytest_asyncio.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    c = await Cluster(tmp_path, [spec("events", 0)], session_timeout_ms=1200).start()
-    try:
-        await c.wait_leader(NAME)
-        await c.wait_ready()
+    async with Cluster(tmp_path, [spec("events", 0)], session_timeout_ms=1200).serving(NAME) as c:
         yield c
-    finally:
-        await c.stop()
 
 
 async def test_leader_sigkill_during_produce_loses_and_doubles_nothing(cluster: Cluster) -> None:
