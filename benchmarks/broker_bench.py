@@ -12,7 +12,11 @@ data directory, and measures:
   replicas), measured in the same run before and after the brokers' runs;
 - produce latency p50/p99 of acks=all requests sent at a fixed rate of one
   tenth of the peak binary 1 KiB throughput;
-- consume throughput from offset 0 to the high watermark, JSON and binary.
+- consume throughput from offset 0 to the high watermark, JSON and binary;
+- all of it twice, on a cluster with TLS (the default: every client request and
+  every replica fetch and heartbeat over TLS with client certificates) and on one
+  in plaintext, one after the other in the same run, with the TLS/plaintext
+  ratio of each figure.
 
 Everything shares this machine's cores: the three brokers, the operator, the
 API emulator and the load generator. Run with
@@ -235,21 +239,57 @@ async def run(args: argparse.Namespace) -> int:
     print(f"raw write + fdatasync (1 MiB writes): {raws[0]:.1f} MiB/s", flush=True)
 
     os.environ["EPOCHLOG_LOG_LEVEL"] = "warning"
-    cluster = LocalCluster(
-        root / "cluster", brokers=3, settings=DevSettings(checkpoint_interval_ms=1000)
-    )
-    try:
-        await cluster.up(example_partitions=False)
-        url, lat_url = await _partitions(cluster)
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
-            results, latencies, per, req_rate, reads = await _measure(args, http, url, lat_url, rng)
-    finally:
-        await cluster.down()
+    runs: dict[str, Run] = {}
+    for mode, tls in (("TLS", True), ("plaintext", False)):
+        print(f"\n{mode}:", flush=True)
+        cluster = LocalCluster(
+            root / f"cluster-{mode}",
+            brokers=3,
+            settings=DevSettings(checkpoint_interval_ms=1000),
+            tls=tls,
+        )
+        try:
+            await cluster.up(example_partitions=False)
+            url, lat_url = await _partitions(cluster)
+            connector = aiohttp.TCPConnector(ssl=cluster.security.client_ssl())
+            async with aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=60), connector=connector
+            ) as http:
+                runs[mode] = Run(*await _measure(args, http, url, lat_url, rng))
+        finally:
+            await cluster.down()
     raws.append(raw_write_fdatasync(raw_path, args.raw_mib))
-    _report(args, raws, results, latencies, per, req_rate, reads)
+    for mode, r in runs.items():
+        print(f"\n===== {mode} =====")
+        _report(args, raws, r.results, r.latencies, r.per, r.req_rate, r.reads)
+    _compare(runs["TLS"], runs["plaintext"])
     shutil.rmtree(root, ignore_errors=True)
     # Figures, not a gate: throughput moves with the disk and with what else runs here.
     return 0
+
+
+@dataclass
+class Run:
+    """The figures of one cluster."""
+
+    results: list[Throughput]
+    latencies: list[float]
+    per: int
+    req_rate: float
+    reads: list[Throughput]
+
+
+def _compare(tls: Run, plain: Run) -> None:
+    print("\nTLS next to plaintext, same run (ratio TLS / plaintext):")
+    for a, b in zip(tls.results + tls.reads, plain.results + plain.reads, strict=True):
+        kind = "produce" if a in tls.results else "consume"
+        print(
+            f"  {kind} {a.label:<13} {a.records_per_s:10.0f} vs {b.records_per_s:10.0f} "
+            f"records/s   ratio {a.records_per_s / b.records_per_s:5.2f}"
+        )
+    for q in (50, 99):
+        x, y = percentile(tls.latencies, q) * 1000, percentile(plain.latencies, q) * 1000
+        print(f"  latency p{q:<2}          {x:8.2f} vs {y:8.2f} ms        ratio {x / y:5.2f}")
 
 
 async def _partitions(cluster: LocalCluster) -> tuple[str, str]:
@@ -268,7 +308,7 @@ async def _partitions(cluster: LocalCluster) -> tuple[str, str]:
         leaders[name] = status.leader
     for b in REPLICAS:
         info = cluster.processes[f"broker-{b}"]
-        await wait_healthy(info.process, info.url + READY_PATH)
+        await wait_healthy(info.process, cluster.probe_url(info.name) + READY_PATH)
 
     async def full_isr() -> bool:
         statuses = [(await cluster.partition(name)).status for name in names]

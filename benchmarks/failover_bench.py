@@ -85,6 +85,7 @@ async def bench(args: argparse.Namespace) -> int:
             request_timeout_ms=5000,
             retry_backoff_ms=20,
             retry_backoff_max_ms=200,
+            credentials=cluster.credentials,
         )
         producer = await SteadyProducer(client, [NAME], rate=args.rate, prefix="b").start()
         try:

@@ -36,6 +36,7 @@ from epochlog.harness import (
     APISERVER_READY_PATH,
     READY_PATH,
     ManagedProcess,
+    Security,
     apiserver_argv,
     child_env,
     free_ports,
@@ -119,9 +120,13 @@ async def _metric(session: aiohttp.ClientSession, url: str, name: str) -> float:
 
 async def bench(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="epochlog-operator-bench-"))
-    api_port, op_port = free_ports(2)
+    api_port, op_port, probe_port = free_ports(3)
     kubeconfig = work / "kubeconfig"
-    api_url, op_url = url(api_port), url(op_port)
+    # The operator as deployed: TLS on the heartbeat port, each scripted broker with its
+    # own certificate; health and metrics on the probe port.
+    security = Security.tls(work / "pki", range(args.brokers))
+    api_url = url(api_port)
+    heartbeat_url, op_url = url(op_port, security.scheme), url(probe_port)
     session_s = args.session_timeout_ms / 1000
     refresh_s = args.refresh_interval_ms / 1000
     env = child_env({"EPOCHLOG_LOG_LEVEL": "info"})
@@ -146,6 +151,8 @@ async def bench(args: argparse.Namespace) -> int:
             broker_session_timeout_ms=args.session_timeout_ms,
             status_refresh_interval_ms=args.refresh_interval_ms,
             reconcile_interval_ms=args.reconcile_ms,
+            security=security.operator_flags(),
+            probe_port=probe_port,
         ),
         work / "operator.log",
         "operator",
@@ -169,9 +176,11 @@ async def bench(args: argparse.Namespace) -> int:
             watcher = asyncio.create_task(watch.run(session, api_url))
 
             def urls() -> list[str]:
-                return [op_url + "/v1/heartbeat"]
+                return [heartbeat_url + "/v1/heartbeat"]
 
-            brokers = ScriptedBrokers(urls, list(range(args.brokers)), args.heartbeat_ms)
+            brokers = ScriptedBrokers(
+                urls, list(range(args.brokers)), args.heartbeat_ms, tls=security.broker_ssl
+            )
             async with brokers as cluster:
                 await asyncio.sleep(session_s)  # the operator's grace period
                 started = time.monotonic()

@@ -227,7 +227,9 @@ async def settle(
         )
     brokers = [cluster.processes[f"broker-{b}"] for b in BROKERS]
     for info in brokers:
-        await wait_healthy(info.process, info.url + READY_PATH, timeout_s=args.wait_s)
+        await wait_healthy(
+            info.process, cluster.probe_url(info.name) + READY_PATH, timeout_s=args.wait_s
+        )
     await wait_until(
         lambda: leaders_serve(client, cluster, watch),
         "every leader to serve its partitions",
@@ -284,7 +286,7 @@ async def idle(
     watch: PartitionWatch,
     row: Row,
 ) -> None:
-    urls = {b: cluster.broker_url(b) for b in BROKERS}
+    urls = {b: cluster.probe_url(f"broker-{b}") for b in BROKERS}
     pids = _pids(cluster)
     say(f"idle window: {args.idle_seconds:g} s without traffic")
     # Scrapes cost the brokers CPU: they stay outside the CPU window.
@@ -328,8 +330,8 @@ async def idle(
 
 async def _scrape_all(http: aiohttp.ClientSession, cluster: LocalCluster) -> dict[str, Scrape]:
     """/metrics of the operator and of every broker (by process name)."""
-    urls = {"operator": cluster.operator_url}
-    urls |= {f"broker-{b}": cluster.broker_url(b) for b in BROKERS}
+    urls = {"operator": cluster.probe_url("operator")}
+    urls |= {f"broker-{b}": cluster.probe_url(f"broker-{b}") for b in BROKERS}
     out = {}
     for name, u in urls.items():
         try:
@@ -453,7 +455,7 @@ async def failover(
         return
     epochs = {name: watch.status[name].leader_epoch for name in victims}
     writer = producer(client, DELIVERY_TIMEOUT_MS)
-    before = await scrape(http, cluster.operator_url)
+    before = await scrape(http, cluster.probe_url("operator"))
     say(f"failover: SIGKILL broker {victim}, leader of {len(led)} partitions")
     killed_at = time.monotonic()
     cluster.kill(f"broker-{victim}")
@@ -470,7 +472,7 @@ async def failover(
 
         await watch.until(re_elected, f"new leaders for {len(victims)} partitions", wait_s)
         row.leaders_s = time.monotonic() - killed_at
-        after = await scrape(http, cluster.operator_url)
+        after = await scrape(http, cluster.probe_url("operator"))
         row.notes.append("failover: until the last new leader, " + api_writes(before, after))
         firsts, failed = await writes
     finally:
@@ -557,12 +559,13 @@ async def _phases(args: argparse.Namespace, cluster: LocalCluster, work: Path, r
             request_timeout_ms=5000,
             retry_backoff_ms=RETRY_BACKOFF_MS[0],
             retry_backoff_max_ms=RETRY_BACKOFF_MS[1],
+            credentials=cluster.credentials,
         ) as client,
     ):
         watch = PartitionWatch()
         watch.start(http, cluster.api_url)
         try:
-            before = await scrape(http, cluster.operator_url)
+            before = await scrape(http, cluster.probe_url("operator"))
             started = time.monotonic()
             if args.kubectl is not None:
                 say(f"kubectl apply -f of {count} Partitions")
@@ -578,7 +581,7 @@ async def _phases(args: argparse.Namespace, cluster: LocalCluster, work: Path, r
                     args.wait_s,
                 )
             row.led_s = time.monotonic() - started
-            after = await scrape(http, cluster.operator_url)
+            after = await scrape(http, cluster.probe_url("operator"))
             row.notes.append("apply: until the last leader, " + api_writes(before, after))
             await settle(args, cluster, client, watch, names, row)
             await idle(args, cluster, http, watch, row)

@@ -61,6 +61,15 @@ class Figure:
         return self.records / statistics.median(self.seconds)
 
 
+def credential_options(cluster: LocalCluster) -> dict[str, str]:
+    """The source's `ca`, `cert` and `key`: the cluster's admin certificate (TLS, as the
+    cluster runs by default)."""
+    tls = cluster.credentials.tls
+    if tls is None or tls.cert is None or tls.key is None:
+        return {}
+    return {"ca": tls.ca, "cert": tls.cert, "key": tls.key}
+
+
 def _values(size: int, count: int) -> list[bytes]:
     # Distinct values, so no layer sees the same bytes over and over.
     return [(f"{n:012d}" * (size // 12 + 1))[:size].encode() for n in range(count)]
@@ -74,7 +83,7 @@ async def write_topic(cluster: LocalCluster, topic: str, size: int, count: int) 
     for name in names:
         status = await cluster.wait_leader(name, timeout=120)
         await cluster.wait_serving(name, status, timeout=120)
-    async with Client(cluster.bootstrap) as client:
+    async with Client(cluster.bootstrap, credentials=cluster.credentials) as client:
         producer = Producer(client, acks="all", binary=True, linger_ms=5, batch_size=256 << 10)
         futures = []
         for n, value in enumerate(_values(size, count)):
@@ -89,7 +98,7 @@ async def write_topic(cluster: LocalCluster, topic: str, size: int, count: int) 
     return ends
 
 
-async def consumer_read(bootstrap: list[str], ends: dict[str, int]) -> int:
+async def consumer_read(cluster: LocalCluster, ends: dict[str, int]) -> int:
     """Every record below `ends` through the `Consumer`; the number read."""
 
     async def one(client: Client, name: str, end: int) -> int:
@@ -101,12 +110,12 @@ async def consumer_read(bootstrap: list[str], ends: dict[str, int]) -> int:
             n += len(await consumer.poll())
         return n
 
-    async with Client(bootstrap) as client:
+    async with Client(cluster.bootstrap, credentials=cluster.credentials) as client:
         counts = await asyncio.gather(*(one(client, n, e) for n, e in ends.items()))
     return sum(counts)
 
 
-async def client_read(bootstrap: list[str], ends: dict[str, int]) -> int:
+async def client_read(cluster: LocalCluster, ends: dict[str, int]) -> int:
     """Every record below `ends`, decoded column by column; the number read."""
 
     async def one(client: Client, name: str, end: int) -> int:
@@ -118,19 +127,20 @@ async def client_read(bootstrap: list[str], ends: dict[str, int]) -> int:
                 n += len(batch.columns().values[lo:hi])
         return n
 
-    async with Client(bootstrap) as client:
+    async with Client(cluster.bootstrap, credentials=cluster.credentials) as client:
         counts = await asyncio.gather(*(one(client, n, e) for n, e in ends.items()))
     return sum(counts)
 
 
-def spark_read(spark: object, bootstrap: list[str], topic: str, sink: str, work: Path) -> None:
+def spark_read(spark: object, cluster: LocalCluster, topic: str, sink: str, work: Path) -> None:
     from pyspark.sql import SparkSession
 
     assert isinstance(spark, SparkSession)
     shutil.rmtree(work, ignore_errors=True)
     frame = (
         spark.readStream.format("epochlog")
-        .option("bootstrap", ",".join(bootstrap))
+        .option("bootstrap", ",".join(cluster.bootstrap))
+        .options(**credential_options(cluster))
         .option("topic", topic)
         .option("startingOffsets", "earliest")
         .load()
@@ -163,9 +173,7 @@ async def bench(base: Path, counts: dict[int, int], repeats: int) -> list[tuple[
                 print(f"writing {count} records of {size} B to {topic}...", flush=True)
                 ends = await write_topic(cluster, topic, size, count)
                 total = sum(ends.values())
-                await asyncio.to_thread(
-                    spark_read, spark, cluster.bootstrap, topic, "noop", base / "warm-up"
-                )
+                await asyncio.to_thread(spark_read, spark, cluster, topic, "noop", base / "warm-up")
                 figures = [
                     Figure("plain client", total, []),
                     Figure("client, no objects", total, []),
@@ -176,14 +184,14 @@ async def bench(base: Path, counts: dict[int, int], repeats: int) -> list[tuple[
                     print(f"   {size} B: run {r + 1}/{repeats}", flush=True)
                     for figure, read in zip(figures[:2], (consumer_read, client_read), strict=True):
                         t = time.perf_counter()
-                        got = await read(cluster.bootstrap, ends)
+                        got = await read(cluster, ends)
                         figure.seconds.append(time.perf_counter() - t)
                         if got != total:
                             raise RuntimeError(f"{figure.label} read {got} records, not {total}")
                     for figure, sink in zip(figures[2:], ("noop", "parquet"), strict=True):
                         t = time.perf_counter()
                         await asyncio.to_thread(
-                            spark_read, spark, cluster.bootstrap, topic, sink, base / sink
+                            spark_read, spark, cluster, topic, sink, base / sink
                         )
                         figure.seconds.append(time.perf_counter() - t)
                 written = spark.read.parquet(str(base / "parquet" / "out")).count()

@@ -30,6 +30,7 @@ from typing import Any
 from epochlog import __version__
 from epochlog.logs import configure
 from epochlog.protocol.errors import EpochlogError
+from epochlog.security.options import add_tls_arguments, server_security
 
 
 def _cmd_log_check(args: argparse.Namespace) -> int:
@@ -279,6 +280,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
         print("error: --controller (or EPOCHLOG_CONTROLLER_URL) is required", file=sys.stderr)
         return 2
     try:
+        tls, policy = server_security(args)
         host, port = parse_listen(args.listen)
         config = BrokerConfig(
             broker_id=_broker_id(str(args.id)),
@@ -287,13 +289,16 @@ def _cmd_broker(args: argparse.Namespace) -> int:
             host=host,
             port=port,
             advertised_address=args.advertised_address,
-            peers=parse_peers(args.peers or []),
+            peers=parse_peers(args.peers or [], "https" if tls else "http"),
             peer_address_template=args.peer_address_template,
             heartbeat_interval_ms=args.heartbeat_interval_ms,
             checkpoint_interval_ms=args.checkpoint_interval_ms,
             max_record_bytes=args.max_record_bytes,
             max_request_bytes=args.max_request_bytes,
             http=_http_limits(args),
+            tls=tls,
+            access_policy=policy,
+            tls_reload_interval_s=args.cert_reload_interval_ms / 1000,
             **_probe_listen(args.probe_listen),
         )
         if args.segment_bytes is not None:
@@ -311,6 +316,15 @@ def _cmd_operator(args: argparse.Namespace) -> int:
     from epochlog_operator.settings import OperatorSettings
 
     return run(OperatorSettings.from_args(args), args.log_level, args.log_format)
+
+
+def _credentials(args: argparse.Namespace) -> Any:
+    from epochlog.security.options import client_credentials
+
+    try:
+        return client_credentials(args)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
 
 
 def _run_client_command(main: Coroutine[Any, Any, int]) -> int:
@@ -338,13 +352,14 @@ def _cmd_produce(args: argparse.Namespace) -> int:
             out=sys.stdout,
             err=sys.stderr,
             acks=args.acks,
-            key=args.key,
+            key=args.record_key,
             headers=dict(args.header or []),
             linger_ms=args.linger_ms,
             batch_size=args.batch_size,
             delivery_timeout_ms=args.timeout_ms,
             binary=args.binary,
             quiet=args.quiet,
+            credentials=_credentials(args),
         )
     )
 
@@ -366,6 +381,7 @@ def _cmd_consume(args: argparse.Namespace) -> int:
             max_wait_ms=args.max_wait_ms,
             retry_timeout_ms=args.timeout_ms,
             quiet=args.quiet,
+            credentials=_credentials(args),
         )
     )
 
@@ -381,6 +397,7 @@ def _cmd_offsets(args: argparse.Namespace) -> int:
             out=sys.stdout,
             err=sys.stderr,
             timeout_ms=args.timeout_ms,
+            credentials=_credentials(args),
         )
     )
 
@@ -406,6 +423,7 @@ def _add_client_commands(sub: Any) -> None:
         p.add_argument(
             "--timeout-ms", type=c.positive_int, default=30_000, metavar="MS", help=timeout_help
         )
+        add_tls_arguments(p, server=False)
 
     produce = sub.add_parser(
         "produce",
@@ -417,7 +435,7 @@ def _add_client_commands(sub: Any) -> None:
     common(produce, "give up on a record not acknowledged after this long (default 30000)")
     produce.add_argument("values", nargs="*", metavar="VALUE", help="record values")
     produce.add_argument("--acks", choices=["all", "leader", "none"], default="all")
-    produce.add_argument("--key", default=None, help="key of every record")
+    produce.add_argument("--record-key", default=None, help="key of every record")
     produce.add_argument(
         "--header", type=c.header_arg, action="append", metavar="NAME=VALUE", help="repeatable"
     )
@@ -656,6 +674,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="close new connections at once while this many are open (default 1024)",
     )
     broker.add_argument("--segment-bytes", type=int, default=None, help="segment file size")
+    add_tls_arguments(broker, server=True)
+    broker.add_argument(
+        "--cert-reload-interval-ms",
+        type=int,
+        default=5000,
+        help="look for a rotated certificate and key this often (default 5000)",
+    )
     broker.set_defaults(func=_cmd_broker)
 
     from epochlog_operator.settings import add_arguments as add_operator_arguments

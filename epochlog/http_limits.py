@@ -133,6 +133,9 @@ class LimitedSite(web.TCPSite):
             self._host,
             self._port,
             ssl=self._ssl_context,
+            # A TLS handshake that does not finish holds a connection like half-sent
+            # headers do: the same time limit.
+            ssl_handshake_timeout=self.limits.request_timeout_s if self._ssl_context else None,
             backlog=self._backlog,
             reuse_address=self._reuse_address,
             reuse_port=self._reuse_port,

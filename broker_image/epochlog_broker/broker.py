@@ -63,6 +63,7 @@ from epochlog.protocol.errors import (
     RequestTimedOutError,
 )
 from epochlog.protocol.heartbeat import HeartbeatResponse
+from epochlog.security.tls import client_context
 from epochlog_broker.config import BrokerConfig
 from epochlog_broker.core import (
     RECOVERY_INTERVAL_MS,
@@ -168,6 +169,8 @@ class Broker:
         self._session: aiohttp.ClientSession | None = None
         self._controller_ok: bool | None = None
         self._keepalive: KeepaliveThread | None = None
+        self.client_ssl = client_context(config.tls) if config.tls else None
+        """TLS with this broker's certificate for requests to peers and the controller."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -179,7 +182,9 @@ class Broker:
             self._claim.release()
             raise
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True)
+            connector=aiohttp.TCPConnector(
+                limit=0, enable_cleanup_closed=True, ssl=self.client_ssl or True
+            )
         )
         self._fetchers = Fetchers(
             self.config,
@@ -195,6 +200,7 @@ class Broker:
             header=self._keepalive_header,
             now_ms=now_ms,
             on_fenced=lambda: loop.call_soon_threadsafe(self._fenced_by_keepalive),
+            ssl_context=self.client_ssl,
         )
         self._keepalive.start()
         self._loops = [
@@ -789,6 +795,17 @@ class Broker:
             address=self.config.address,
             partitions=tuple(partitions),
         )
+
+    def topic_of(self, name: str) -> str:
+        """The topic of partition `name` as its assignment names it; for a partition this
+        broker has not heard of, the name without its `-<index>` suffix."""
+        core = self.core
+        host = core.partitions.get(name) if core is not None else None
+        heard = host.heard if host is not None else None
+        if heard is not None and heard.topic:
+            return heard.topic
+        topic, sep, index = name.rpartition("-")
+        return topic if sep and index.isdigit() and topic else name
 
     def metric_label(self, name: str) -> str:
         """`name` if hosted: requests for unknown names must not create metric series."""

@@ -19,6 +19,8 @@ from typing import Final
 
 from epochlog.http_limits import HttpLimits
 from epochlog.protocol.heartbeat import DEFAULT_HEARTBEAT_INTERVAL_MS
+from epochlog.security.access import AccessPolicy
+from epochlog.security.tls import DEFAULT_RELOAD_INTERVAL_S, TlsFiles
 from epochlog_broker.log.config import LogConfig, MiB
 from epochlog_broker.replication.fetch_backoff import FetchBackoff
 
@@ -33,7 +35,17 @@ class BrokerConfig:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     advertised_address: str | None = None
-    """Base URL other brokers and clients use; default http://<host or hostname>:<port>."""
+    """Base URL other brokers and clients use; default https://<host or hostname>:<port>
+    (http:// in plaintext)."""
+    tls: TlsFiles | None = None
+    """The cluster CA, this broker's certificate and key, and the clients CA: TLS on the
+    API listener and on every request to peers and the controller. None: plaintext,
+    an explicit choice for local development."""
+    access_policy: AccessPolicy | None = None
+    """Bearer tokens and per-topic rules for users; None: any authenticated user may do
+    everything."""
+    tls_reload_interval_s: float = DEFAULT_RELOAD_INTERVAL_S
+    """How often the certificate files are checked for rotation."""
     peers: Mapping[int, str] = field(default_factory=dict)
     """Base URLs of other brokers by id."""
     peer_address_template: str | None = None
@@ -88,6 +100,8 @@ class BrokerConfig:
             raise ValueError(f"probe port {self.probe_port} out of range")
         if self.heartbeat_interval_ms <= 0:
             raise ValueError("heartbeat interval must be positive")
+        if not self.tls_reload_interval_s > 0:
+            raise ValueError("the certificate reload interval must be positive")
         if self.max_record_bytes <= 0 or self.max_request_bytes <= 0:
             raise ValueError("request limits must be positive")
 
@@ -98,7 +112,11 @@ class BrokerConfig:
         host = self.host
         if host in ("", "0.0.0.0", "::"):
             host = socket.gethostname()
-        return f"http://{host}:{self.port}"
+        return f"{self.scheme}://{host}:{self.port}"
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
 
     @property
     def fetch_backoff(self) -> FetchBackoff:
@@ -130,8 +148,9 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def parse_peers(values: list[str]) -> dict[int, str]:
-    """ID=URL entries (comma separated or repeated); a URL without scheme gets http://."""
+def parse_peers(values: list[str], scheme: str = "http") -> dict[int, str]:
+    """ID=URL entries (comma separated or repeated); a URL without scheme gets http://
+    (`scheme`)."""
     peers: dict[int, str] = {}
     for value in values:
         for item in filter(None, (v.strip() for v in value.split(","))):
@@ -139,5 +158,5 @@ def parse_peers(values: list[str]) -> dict[int, str]:
             if not sep or not ident.strip().isdigit() or not url.strip():
                 raise ValueError(f"peer {item!r} is not ID=URL")
             url = url.strip()
-            peers[int(ident)] = url if "://" in url else f"http://{url}"
+            peers[int(ident)] = url if "://" in url else f"{scheme}://{url}"
     return peers

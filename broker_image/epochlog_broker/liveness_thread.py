@@ -18,6 +18,7 @@ loop's business and comes with its next heartbeat.
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 import urllib.error
@@ -54,7 +55,9 @@ class KeepaliveThread:
         header: Callable[[], KeepaliveHeader | None],
         now_ms: Callable[[], int],
         on_fenced: Callable[[], object],
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        self._ssl = ssl_context
         self._url = url
         self._interval = interval_s
         self._timeout = timeout_s
@@ -107,7 +110,7 @@ class KeepaliveThread:
         self._last_sent = time.monotonic()
         self.sent += 1
         try:
-            with urllib.request.urlopen(request, timeout=self._timeout) as rsp:
+            with urllib.request.urlopen(request, timeout=self._timeout, context=self._ssl) as rsp:
                 answer = HeartbeatResponse.model_validate_json(rsp.read())
         except (urllib.error.URLError, OSError, ValidationError, ValueError) as exc:
             log.debug("keepalive_failed", broker=header.broker_id, error=str(exc))

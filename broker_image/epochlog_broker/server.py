@@ -61,11 +61,14 @@ from epochlog.protocol.bodies import (
 )
 from epochlog.protocol.errors import (
     INTERNAL_ERROR,
+    AuthenticationFailedError,
+    ClusterAuthorizationFailedError,
     EpochlogError,
     ErrorAnswer,
     ErrorCode,
     RecordTooLargeError,
     StorageError,
+    TopicAuthorizationFailedError,
     error_answer,
     generic_error_answer,
 )
@@ -78,10 +81,14 @@ from epochlog.protocol.replica import (
     SessionFetchBody,
 )
 from epochlog.protocol.wire import WireModel
+from epochlog.security.access import Operation
+from epochlog.security.principal import Principal
+from epochlog.security.tls import CertReloader, server_context
 from epochlog_broker.broker import Broker
 from epochlog_broker.client_batch import ClientBatch
 from epochlog_broker.config import BrokerConfig
 from epochlog_broker.core import PreparedBatch
+from epochlog_broker.gate import Gate
 from epochlog_broker.http_api import (
     acks_param,
     at_param,
@@ -107,6 +114,13 @@ OPENAPI: Final = render_openapi().encode()
 """The API as `openapi/broker.json` holds it, served at GET /openapi.json."""
 
 BROKER_KEY = web.AppKey("broker", Broker)
+GATE_KEY = web.AppKey("gate", Gate)
+PRINCIPAL = "epochlog.principal"
+_REFUSALS = (
+    AuthenticationFailedError,
+    TopicAuthorizationFailedError,
+    ClusterAuthorizationFailedError,
+)
 DEFAULT_MAX_RECORDS = 500
 DEFAULT_MAX_BYTES = 1 * MiB
 
@@ -141,7 +155,9 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except EpochlogError as exc:
         if isinstance(exc, StorageError):
             broker.run_deferred()
-        return error_response(exc, broker, request.match_info.get("name"))
+        # Who may not ask learns nothing about the partition, its leader included.
+        hinted = None if isinstance(exc, _REFUSALS) else request.match_info.get("name")
+        return error_response(exc, broker, hinted)
     except web.HTTPRequestEntityTooLarge:
         too_large = RecordTooLargeError(
             f"request body exceeds the limit of {broker.config.max_request_bytes} bytes"
@@ -157,6 +173,24 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         log.exception("request_failed", method=request.method, path=request.path)
         message = f"{type(exc).__name__}: {exc}"
         return _error(generic_error_answer(INTERNAL_ERROR, message, retriable=True), 500)
+
+
+@web.middleware
+async def _authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+    # Every route of the API listener, /healthz included: unauthenticated probes go to
+    # the probe listener.
+    request[PRINCIPAL] = request.app[GATE_KEY].principal(request)
+    return await handler(request)
+
+
+def _allow(request: web.Request, operation: Operation, name: str) -> None:
+    topic = request.app[BROKER_KEY].topic_of(name)
+    request.app[GATE_KEY].check_topic(_who(request), operation, topic)
+
+
+def _who(request: web.Request) -> Principal:
+    principal: Principal = request[PRINCIPAL]
+    return principal
 
 
 async def _body(request: web.Request, limit: int) -> bytes:
@@ -179,6 +213,7 @@ async def produce(request: web.Request) -> web.Response:
     acks_label = q.get(Params.ACKS, "all")
     result = "ok"
     try:
+        _allow(request, Operation.WRITE, name)
         acks = acks_param(q)
         timeout_ms = int_param(
             q, Params.TIMEOUT_MS, cfg.default_timeout_ms, minimum=1, maximum=cfg.max_timeout_ms
@@ -233,6 +268,7 @@ async def read_records(request: web.Request) -> web.Response:
     started = time.perf_counter()
     result = "ok"
     try:
+        _allow(request, Operation.READ, name)
         offset = int_param(q, Params.OFFSET)
         max_records = int_param(
             q, Params.MAX_RECORDS, DEFAULT_MAX_RECORDS, minimum=1, maximum=MAX_RECORDS_PER_READ
@@ -293,13 +329,24 @@ async def read_records(request: web.Request) -> web.Response:
 async def list_offsets(request: web.Request) -> web.Response:
     broker = request.app[BROKER_KEY]
     name = request.match_info["name"]
+    _allow(request, Operation.DESCRIBE, name)
     at = at_param(request.query)
     offset, epoch = broker.list_offsets(name, at, optional_epoch(request.query))
     return _answer(OffsetsAnswer(offset=offset, leader_epoch=epoch))
 
 
 async def list_partitions(request: web.Request) -> web.Response:
-    return _answer(request.app[BROKER_KEY].describe())
+    broker, gate, who = request.app[BROKER_KEY], request.app[GATE_KEY], _who(request)
+    listing = broker.describe()
+    # As Kafka's metadata: the partitions of topics the principal may describe, only.
+    shown = tuple(
+        p
+        for p in listing.partitions
+        if gate.allows(who, Operation.DESCRIBE, p.topic or broker.topic_of(p.name))
+    )
+    if len(shown) != len(listing.partitions):
+        listing = listing.model_copy(update={"partitions": shown})
+    return _answer(listing)
 
 
 async def openapi(request: web.Request) -> web.Response:
@@ -344,6 +391,7 @@ async def fetch_session(request: web.Request) -> web.Response:
     started = time.perf_counter()
     try:
         body = parse_body(SessionFetchBody, await _body(request, broker.config.max_request_bytes))
+        request.app[GATE_KEY].check_replica(_who(request), body.replica_id)
         peer = str(body.replica_id)
         answer = await broker.serve_session_fetch(session_request(body))
         encoded = encode_session_answer(answer)
@@ -360,13 +408,17 @@ async def fetch_session(request: web.Request) -> web.Response:
 async def offsets_for_leader_epoch(request: web.Request) -> web.Response:
     broker = request.app[BROKER_KEY]
     body = parse_body(EpochQueryBody, await _body(request, 1 * MiB))
+    request.app[GATE_KEY].check_replica(_who(request), body.replica_id)
     answer = broker.serve_offsets_for_leader_epoch(request.match_info["name"], epoch_query(body))
     return _answer(encode_epoch_answer(answer))
 
 
-def build_app(broker: Broker) -> web.Application:
-    app = web.Application(client_max_size=broker.config.max_request_bytes, middlewares=[_errors])
+def build_app(broker: Broker, gate: Gate | None = None) -> web.Application:
+    app = web.Application(
+        client_max_size=broker.config.max_request_bytes, middlewares=[_errors, _authenticate]
+    )
     app[BROKER_KEY] = broker
+    app[GATE_KEY] = gate or Gate(broker.config.tls, broker.config.access_policy)
     app.router.add_post("/v1/partitions/{name}/records", produce)
     app.router.add_get("/v1/partitions/{name}/records", read_records)
     app.router.add_get("/v1/partitions/{name}/offsets", list_offsets)
@@ -402,7 +454,16 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> int:
         **config.http.runner_args(),
     )
     await runner.setup()
-    site = LimitedSite(runner, config.host, config.port, config.http, backlog=1024)
+    tls = server_context(config.tls, require_client_cert=False) if config.tls else None
+    site = LimitedSite(runner, config.host, config.port, config.http, backlog=1024, ssl_context=tls)
+    reloader = None
+    if config.tls and tls and broker.client_ssl:
+        reloader = CertReloader(
+            config.tls,
+            [tls, broker.client_ssl],
+            interval_s=config.tls_reload_interval_s,
+            owner=f"broker-{config.broker_id}",
+        )
     runners = [runner]
     sites = [site]
     if config.probe_port is not None:
@@ -422,6 +483,8 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> int:
             await r.cleanup()
         await broker.close()
         raise
+    if reloader is not None:
+        reloader.start()
     # Modules, schemas and the opened logs live as long as the process: keeping them
     # out of the collector's generations keeps full collections (tens of ms) out of
     # request latency.
@@ -433,7 +496,15 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> int:
         host=config.host,
         port=config.port,
         controller=config.controller_url,
+        tls=config.tls is not None,
+        authorization="policy" if config.access_policy else "any authenticated principal",
     )
+    if config.tls is None:
+        log.warning(
+            "plaintext_listener",
+            broker=config.broker_id,
+            note="no TLS: anyone who reaches this port can act as a client or as a broker",
+        )
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -444,6 +515,8 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         log.info("shutdown_requested", broker=config.broker_id)
+        if reloader is not None:
+            await reloader.stop()
         for s in sites:
             await s.stop()
         await broker.shutdown()

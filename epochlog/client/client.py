@@ -49,6 +49,7 @@ from epochlog.client.records import (
 from epochlog.client.transport import Transport
 from epochlog.protocol.bodies import MAX_RECORDS_PER_READ, Encoding, Params
 from epochlog.protocol.epochs import NO_EPOCH
+from epochlog.security.options import Credentials
 
 log = structlog.get_logger("epochlog.client")
 
@@ -130,6 +131,7 @@ class Client:
         retry_backoff_max_ms: int = 1000,
         metadata_max_wait_ms: int = 5000,
         probe_timeout_ms: int = 2000,
+        credentials: Credentials | None = None,
     ) -> None:
         if request_timeout_ms <= 0:
             raise ValueError("request_timeout_ms must be > 0")
@@ -138,7 +140,7 @@ class Client:
         self.bootstrap = parse_bootstrap(bootstrap)
         self.request_timeout_s = request_timeout_ms / 1000
         self.backoff = Backoff(retry_backoff_ms / 1000, retry_backoff_max_ms / 1000)
-        self.transport = Transport()
+        self.transport = Transport(credentials=credentials)
         self.metadata = Metadata(
             self.transport,
             self.bootstrap,

@@ -30,6 +30,7 @@ from epochlog.client.records import ConsumerRecord, RecordMetadata
 from epochlog.protocol.batch import LogRecord
 from epochlog.protocol.bodies import Encoding, OffsetsAnswer, record_json
 from epochlog.protocol.errors import EpochlogError, UnknownPartitionError
+from epochlog.security.options import Credentials
 
 T = TypeVar("T")
 
@@ -133,12 +134,18 @@ class Progress:
             print(line, file=self.err, flush=True)
 
 
-def _client(bootstrap: Sequence[str], timeout_ms: int, request_timeout_ms: int) -> Client:
+def _client(
+    bootstrap: Sequence[str],
+    timeout_ms: int,
+    request_timeout_ms: int,
+    credentials: Credentials | None,
+) -> Client:
     # A partition nobody hosts is reported within the command's own timeout.
     return Client(
         bootstrap,
         request_timeout_ms=request_timeout_ms,
         metadata_max_wait_ms=min(timeout_ms // 2, DEFAULT_METADATA_MAX_WAIT_MS),
+        credentials=credentials,
     )
 
 
@@ -211,6 +218,7 @@ async def produce(
     request_timeout_ms: int = 30_000,
     binary: bool = False,
     quiet: bool = False,
+    credentials: Credentials | None = None,
 ) -> int:
     """Send `values` (or stdin's lines) and print each record's offset in input order."""
     progress = Progress(err, quiet)
@@ -246,7 +254,7 @@ async def produce(
         async for line in stdin_lines(stdin):
             yield line
 
-    client = _client(bootstrap, delivery_timeout_ms, request_timeout_ms)
+    client = _client(bootstrap, delivery_timeout_ms, request_timeout_ms, credentials)
     producer = Producer(
         client,
         acks=acks,
@@ -299,13 +307,14 @@ async def consume(
     retry_timeout_ms: int = 30_000,
     request_timeout_ms: int = 30_000,
     quiet: bool = False,
+    credentials: Credentials | None = None,
 ) -> int:
     """Print records from `start` as JSON lines: up to the high watermark, or on and on
     with `follow`, or until `max_records`."""
     progress = Progress(err, quiet)
     count = 0
     first_offset: int | None = None
-    client = _client(bootstrap, retry_timeout_ms, request_timeout_ms)
+    client = _client(bootstrap, retry_timeout_ms, request_timeout_ms, credentials)
     consumer = Consumer(
         client,
         partition,
@@ -358,8 +367,9 @@ async def offsets(
     out: TextIO,
     err: TextIO,
     timeout_ms: int = 30_000,
+    credentials: Credentials | None = None,
 ) -> int:
-    async with _client(bootstrap, timeout_ms, timeout_ms) as client:
+    async with _client(bootstrap, timeout_ms, timeout_ms, credentials) as client:
         try:
             answer = await client.list_offsets(partition, at, timeout_ms=timeout_ms)
         except (EpochlogError, ClientError) as exc:

@@ -31,6 +31,7 @@ from epochlog.client.client import EARLIEST, LATEST, Client, check_partition_nam
 from epochlog.client.metadata import PartitionLeader
 from epochlog.client.reading import read_at
 from epochlog.client.records import ConsumerRecord, FetchAnswer
+from epochlog.security.options import Credentials
 
 log = structlog.get_logger("epochlog.client")
 
@@ -56,6 +57,7 @@ class Consumer:
         out_of_range_wait_ms: int = 10_000,
         retry_backoff_ms: int = 50,
         retry_backoff_max_ms: int = 1000,
+        credentials: Credentials | None = None,
     ) -> None:
         check_partition_name(partition)
         if isinstance(start, bool) or not (
@@ -75,6 +77,7 @@ class Consumer:
                 request_timeout_ms=request_timeout_ms,
                 retry_backoff_ms=retry_backoff_ms,
                 retry_backoff_max_ms=retry_backoff_max_ms,
+                credentials=credentials,
             )
             self._owns_client = True
         self.partition = partition

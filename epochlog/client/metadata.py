@@ -44,6 +44,7 @@ from epochlog.client.transport import Transport
 from epochlog.protocol.bodies import HostedRole, Params, PartitionsListing
 from epochlog.protocol.epochs import NO_EPOCH, epoch_from_report
 from epochlog.protocol.errors import (
+    AuthenticationFailedError,
     EpochlogError,
     FencedLeaderEpochError,
     LeaderNotAvailableError,
@@ -52,6 +53,7 @@ from epochlog.protocol.errors import (
     NotLeaderOrFollowerError,
     OffsetNotAvailableError,
     RequestTimedOutError,
+    TopicAuthorizationFailedError,
     UnknownLeaderEpochError,
 )
 
@@ -289,6 +291,7 @@ class Metadata:
             detail = "; ".join(f"{u}: {e}" for u, e in failures.items())
             raise BrokerUnreachableError(f"no bootstrap broker answered: {detail}")
         if not mine:
+            await self._check_access(partition, [s.url for s in seen] or list(self._urls))
             now = time.monotonic()
             since = self._unhosted_since.setdefault(partition, now)
             if now - since >= self._metadata_max_wait_s and not failures:
@@ -338,6 +341,26 @@ class Metadata:
             # lookup of that partition, which follows the hint.
             if name not in self._leaders and s.leader_epoch >= newest[name]:
                 self._set(PartitionLeader(name, s.url, s.leader_epoch, s.broker_id), "listing")
+
+    async def _check_access(self, partition: str, urls: Sequence[str]) -> None:
+        """A listing holds only what the principal may describe: for a partition none
+        lists, ask one broker directly, whose TOPIC_AUTHORIZATION_FAILED (or
+        AUTHENTICATION_FAILED) is the answer to give, as a Kafka client gets it from
+        its metadata request."""
+        if not urls:
+            return
+        try:
+            await self._transport.request(
+                "GET",
+                urls[0],
+                f"/v1/partitions/{partition}/offsets",
+                params={Params.AT: "latest"},
+                timeout_s=self._probe_timeout_s,
+            )
+        except (TopicAuthorizationFailedError, AuthenticationFailedError):
+            raise
+        except (ClientError, EpochlogError):
+            return
 
     async def _ask_for_leader_address(self, partition: str, follower: _Seen) -> str | None:
         """The leader's URL as `follower` knows it: its NOT_LEADER_OR_FOLLOWER answer names

@@ -63,6 +63,7 @@ from epochlog.client.records import (
     produce_body,
 )
 from epochlog.protocol.errors import OutOfOrderSequenceError
+from epochlog.security.options import Credentials
 
 log = structlog.get_logger("epochlog.client")
 
@@ -121,6 +122,7 @@ class Producer:
         idempotent: bool = True,
         binary: bool = False,
         producer_id: int | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         if acks not in ACKS:
             raise ValueError(f"acks must be one of {', '.join(ACKS)}, got {acks!r}")
@@ -141,6 +143,7 @@ class Producer:
                 request_timeout_ms=request_timeout_ms,
                 retry_backoff_ms=retry_backoff_ms,
                 retry_backoff_max_ms=retry_backoff_max_ms,
+                credentials=credentials,
             )
             self._owns_client = True
         self.acks = acks

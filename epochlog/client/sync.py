@@ -117,7 +117,7 @@ def _own_client(
         return bootstrap, False
     client_options = {
         k: options.pop(k)
-        for k in ("request_timeout_ms", "retry_backoff_ms", "retry_backoff_max_ms")
+        for k in ("request_timeout_ms", "retry_backoff_ms", "retry_backoff_max_ms", "credentials")
         if k in options
     }
     return SyncClient(bootstrap, **client_options), True

@@ -5,6 +5,10 @@ the broker's typed error for an error body (`error_from_response`), and
 `BrokerUnreachableError` when no answer came (refused, reset, timed out on
 our side), in which case the request may or may not have been carried out.
 The session is created on first use, inside the event loop that uses it.
+
+`Credentials` go with every request: TLS (the CA that verifies brokers, and a
+client certificate if given) for https:// URLs, and a bearer token in the
+Authorization header.
 """
 
 from __future__ import annotations
@@ -15,17 +19,26 @@ from collections.abc import Mapping
 import aiohttp
 
 from epochlog.client.errors import BrokerUnreachableError, error_from_response
+from epochlog.security.options import Credentials
+from epochlog.security.tls import client_context
 
 
 class Transport:
-    def __init__(self, *, connect_timeout_s: float = 5.0) -> None:
+    def __init__(
+        self, *, connect_timeout_s: float = 5.0, credentials: Credentials | None = None
+    ) -> None:
         self._connect_timeout_s = connect_timeout_s
         self._session: aiohttp.ClientSession | None = None
+        self.credentials = credentials or Credentials()
+        self._ssl = client_context(self.credentials.tls) if self.credentials.tls else None
+        self._auth = {"Authorization": f"Bearer {t}"} if (t := self.credentials.token) else {}
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
+                connector=aiohttp.TCPConnector(
+                    limit=0, enable_cleanup_closed=True, ssl=self._ssl or True
+                ),
                 # A fresh session per client; no cookies or proxies from the environment
                 # must change where records go.
                 cookie_jar=aiohttp.DummyCookieJar(),
@@ -45,7 +58,7 @@ class Transport:
         timeout_s: float,
     ) -> tuple[bytes, str]:
         """(body, content type) of a 200 answer; raises a typed error otherwise."""
-        headers: dict[str, str] = {}
+        headers: dict[str, str] = dict(self._auth)
         if content_type is not None:
             headers["Content-Type"] = content_type
         if accept is not None:

@@ -79,7 +79,9 @@ async def _cluster_demo(
 
     act: PipelineAct | None = None
     if spark:
-        act = PipelineAct(cluster.state_dir / "pipeline", cluster.bootstrap, DEMO_TOPIC)
+        act = PipelineAct(
+            cluster.state_dir / "pipeline", cluster.bootstrap, DEMO_TOPIC, cluster.credentials
+        )
         _say(
             f'\n== 2b. The Spark order pipeline on "{DEMO_TOPIC}" (local mode): revenue per '
             "minute and category, an audit copy of every record, dead letters"
@@ -90,7 +92,11 @@ async def _cluster_demo(
             f"outputs in {act.config.output}"
         )
     client = Client(
-        cluster.bootstrap, request_timeout_ms=5000, retry_backoff_ms=20, retry_backoff_max_ms=200
+        cluster.bootstrap,
+        request_timeout_ms=5000,
+        retry_backoff_ms=20,
+        retry_backoff_max_ms=200,
+        credentials=cluster.credentials,
     )
     # Order event times start at a whole minute and advance faster than the clock.
     orders_from_ms = int(time.time()) // 60 * 60_000

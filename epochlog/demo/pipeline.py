@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from epochlog.devcluster.local_workload import WorkloadAck
+from epochlog.security.options import Credentials
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -96,9 +97,12 @@ class Report:
 
 
 class PipelineAct:
-    def __init__(self, base: Path, bootstrap: list[str], topic: str) -> None:
+    def __init__(
+        self, base: Path, bootstrap: list[str], topic: str, credentials: Credentials
+    ) -> None:
         from epochlog_spark.config import JobConfig
 
+        tls = credentials.tls
         self.base = base
         self.config: JobConfig = JobConfig(
             bootstrap=",".join(bootstrap),
@@ -108,6 +112,10 @@ class PipelineAct:
             trigger_interval="1 second",
             window=f"{WINDOW_MS // 1000} seconds",
             watermark=f"{WATERMARK_MS // 1000} seconds",
+            ca=tls.ca if tls else None,
+            cert=tls.cert if tls else None,
+            key=tls.key if tls else None,
+            token=credentials.token,
         )
         self.spark: SparkSession | None = None
         self.queries: dict[str, StreamingQuery] = {}

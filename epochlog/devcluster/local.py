@@ -10,6 +10,12 @@ scripts and tests can find, kill, pause, resume and restart them by name after
 the command that started them has exited, and it reads and writes Partitions
 through the API as typed objects (`epochlog.devcluster.partitions`).
 
+The operator and the brokers speak TLS, with the certificates of `pki/` (a
+cluster CA, a clients CA, one certificate per broker, one for the operator and
+one for the `admin` user, made with `epochlog.security.pki` on the first `up`);
+health, readiness and metrics are on separate plain probe ports. `tls=False`
+(`epochlog dev up --plaintext`) runs everything in plaintext.
+
 The API server here is an emulator, for development and tests only: it keeps
 everything in memory and has no authentication. Production runs on a real
 Kubernetes cluster with the Helm chart.
@@ -18,8 +24,8 @@ state.json (`ClusterState`):
 
     {"version": 1, "stateDir": ..., "kubeconfig": ..., "bootstrap": [broker URLs],
      "settings": {DevSettings}, "brokers": N, "startedAt": ISO time,
-     "processes": [{"name", "role", "pid", "url", "broker_id", "log", "data_dir",
-                    "argv"}, ...]}
+     "tls": true, "processes": [{"name", "role", "pid", "url", "probe_url",
+                                 "broker_id", "log", "data_dir", "argv"}, ...]}
 """
 
 from __future__ import annotations
@@ -52,10 +58,12 @@ from epochlog.devcluster.partitions import (
 from epochlog.harness import (
     APISERVER_READY_PATH,
     HEALTH_PATH,
+    PLAINTEXT,
     READY_PATH,
     ManagedProcess,
     NotReadyError,
     ProcessExitedError,
+    Security,
     apiserver_argv,
     broker_argv,
     child_env,
@@ -71,12 +79,14 @@ from epochlog.protocol.bodies import HostedRole
 from epochlog.protocol.errors import EpochlogError
 from epochlog.protocol.wire import WireModel
 from epochlog.resources import PartitionStatus
+from epochlog.security.options import Credentials
 
 log = structlog.get_logger(__name__)
 
 STATE_VERSION: Final = 1
 STATE_FILE: Final = "state.json"
 KUBECONFIG_FILE: Final = "kubeconfig"
+PKI_DIR: Final = "pki"
 EXAMPLE_TOPIC: Final = "orders"
 EXAMPLE_PARTITIONS: Final = 3
 
@@ -156,13 +166,15 @@ class ProcessInfo:
     """"apiserver" | "operator" | "broker"."""
     pid: int
     url: str
-    """http://127.0.0.1:PORT"""
+    """https://127.0.0.1:PORT (http:// in plaintext)"""
     broker_id: int | None
     log: str
     """Path of its log file."""
     data_dir: str | None
     argv: list[str]
     """Its command line, so that it can be restarted identically."""
+    probe_url: str | None = None
+    """http://127.0.0.1:PORT of its health, readiness and metrics (None: `url` serves them)."""
     _process: ManagedProcess | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -217,6 +229,8 @@ class ClusterState(WireModel):
     started_at: str | None = None
     processes: tuple[dict[str, Any], ...] = ()
     """`ProcessInfo.to_json()` of each process."""
+    tls: bool = False
+    """The operator and the brokers speak TLS with the certificates in `pki/`."""
 
 
 class StatusReport(WireModel):
@@ -249,12 +263,18 @@ class LocalCluster:
     """
 
     def __init__(
-        self, state_dir: Path, *, brokers: int = 3, settings: DevSettings | None = None
+        self,
+        state_dir: Path,
+        *,
+        brokers: int = 3,
+        settings: DevSettings | None = None,
+        tls: bool = True,
     ) -> None:
         if brokers < 1:
             raise DevClusterError("a cluster needs at least one broker")
         self.state_dir = Path(state_dir).absolute()
         self.brokers = brokers
+        self.tls = tls
         self.settings = settings or DevSettings()
         self._processes: dict[str, ProcessInfo] = {}
         self.started_at: str | None = None
@@ -268,6 +288,22 @@ class LocalCluster:
     @property
     def kubeconfig(self) -> Path:
         return self.state_dir / KUBECONFIG_FILE
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.state_dir / PKI_DIR
+
+    @property
+    def security(self) -> Security:
+        """The certificates of every process and of the `admin` user (created if missing)."""
+        if not self.tls:
+            return PLAINTEXT
+        return Security.tls(self.pki_dir, range(1, self.brokers + 1))
+
+    @property
+    def credentials(self) -> Credentials:
+        """What a client of this cluster presents: the `admin` user's certificate."""
+        return self.security.credentials()
 
     @property
     def processes(self) -> dict[str, ProcessInfo]:
@@ -289,6 +325,11 @@ class LocalCluster:
 
     def broker_url(self, broker_id: int) -> str:
         return self._process(f"broker-{broker_id}").url
+
+    def probe_url(self, name: str) -> str:
+        """Where process `name` serves /healthz, /readyz and /metrics without credentials."""
+        p = self._process(name)
+        return p.probe_url or p.url
 
     @property
     def running(self) -> bool:
@@ -312,7 +353,7 @@ class LocalCluster:
             raise DevClusterError(f"{state_file}: unknown state version {state.version}")
         known = {f.name for f in dataclasses.fields(DevSettings)}
         settings = DevSettings(**{k: v for k, v in state.settings.items() if k in known})
-        cluster = cls(Path(state_dir), brokers=state.brokers, settings=settings)
+        cluster = cls(Path(state_dir), brokers=state.brokers, settings=settings, tls=state.tls)
         processes = [ProcessInfo.from_json(p) for p in state.processes]
         cluster._processes = {p.name: p for p in processes}
         cluster.started_at = state.started_at
@@ -328,6 +369,7 @@ class LocalCluster:
             brokers=self.brokers,
             started_at=self.started_at,
             processes=tuple(p.to_json() for p in self._processes.values()),
+            tls=self.tls,
         )
 
     def save(self) -> None:
@@ -363,7 +405,10 @@ class LocalCluster:
         """Every process to start, in order, with its port and command line."""
         s = self.settings
         logs = self.state_dir / "logs"
-        api_port, op_port, *broker_ports = free_ports(2 + self.brokers)
+        security = self.security
+        scheme = security.scheme
+        api_port, op_port, op_probe, *ports = free_ports(3 + 2 * self.brokers)
+        broker_ports, probe_ports = ports[: self.brokers], ports[self.brokers :]
         plan = [
             ProcessInfo(
                 name="apiserver",
@@ -379,7 +424,8 @@ class LocalCluster:
                 name="operator",
                 role="operator",
                 pid=0,
-                url=url(op_port),
+                url=url(op_port, scheme),
+                probe_url=url(op_probe),
                 broker_id=None,
                 log=str(logs / "operator.log"),
                 data_dir=None,
@@ -393,17 +439,20 @@ class LocalCluster:
                     broker_session_timeout_ms=s.session_timeout_ms,
                     reconcile_interval_ms=s.reconcile_interval_ms,
                     status_refresh_interval_ms=s.status_refresh_interval_ms,
+                    security=security.operator_flags(),
+                    probe_port=op_probe,
                 ),
             ),
         ]
-        for b, port in enumerate(broker_ports, start=1):
+        for b, (port, probe) in enumerate(zip(broker_ports, probe_ports, strict=True), start=1):
             data_dir = self.state_dir / "brokers" / str(b)
             plan.append(
                 ProcessInfo(
                     name=f"broker-{b}",
                     role="broker",
                     pid=0,
-                    url=url(port),
+                    url=url(port, scheme),
+                    probe_url=url(probe),
                     broker_id=b,
                     log=str(logs / f"broker-{b}.log"),
                     data_dir=str(data_dir),
@@ -411,9 +460,11 @@ class LocalCluster:
                         b,
                         port=port,
                         data_dir=data_dir,
-                        controller_url=url(op_port),
+                        controller_url=url(op_port, scheme),
                         heartbeat_interval_ms=s.heartbeat_interval_ms,
                         checkpoint_interval_ms=s.checkpoint_interval_ms,
+                        security=security.broker_flags(b),
+                        probe_port=probe,
                     ),
                 )
             )
@@ -509,13 +560,14 @@ class LocalCluster:
         with _as_dev_errors():
             await wait_healthy(
                 info.process,
-                info.url + info.health_path,
+                (info.probe_url or info.url) + info.health_path,
                 timeout_s=self.settings.startup_timeout_s,
             )
 
     async def _operator_brokers(self, http: aiohttp.ClientSession) -> set[int]:
         """Brokers the operator heard from within a session timeout (from its /metrics)."""
-        async with http.get(self.operator_url + "/metrics") as rsp:
+        operator = self._process("operator")
+        async with http.get((operator.probe_url or operator.url) + "/metrics") as rsp:
             text = await rsp.text()
         live = set()
         prefix = 'epochlog_operator_broker_heartbeat_age_seconds{broker="'
@@ -698,7 +750,7 @@ class LocalCluster:
         leader, epoch = status.leader, status.leader_epoch
         url = self.broker_url(leader)
         deadline = time.monotonic() + (timeout or self.settings.startup_timeout_s)
-        async with Client([url], probe_timeout_ms=2000) as client:
+        async with Client([url], probe_timeout_ms=2000, credentials=self.credentials) as client:
             while True:
                 with contextlib.suppress(ClientError, EpochlogError):
                     listing = await client.metadata.describe(url)

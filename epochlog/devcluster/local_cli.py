@@ -145,7 +145,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     from epochlog.devcluster.local import LocalCluster
 
     state_dir = Path(args.state_dir)
-    cluster = LocalCluster(state_dir, brokers=args.brokers, settings=settings_from_args(args))
+    cluster = LocalCluster(
+        state_dir,
+        brokers=args.brokers,
+        settings=settings_from_args(args),
+        tls=not args.plaintext,
+    )
     started = time.monotonic()
 
     def progress(msg: str) -> None:
@@ -166,6 +171,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     print("\nUse it with:", file=out)
     print(f"  export KUBECONFIG={cluster.kubeconfig}", file=out)
     print(f"  export EPOCHLOG_BOOTSTRAP={','.join(cluster.bootstrap)}", file=out)
+    tls = cluster.credentials.tls
+    if tls is not None:
+        # The admin user's client certificate: what `epochlog produce/consume` present.
+        print(f"  export EPOCHLOG_CA={tls.ca}", file=out)
+        print(f"  export EPOCHLOG_CERT={tls.cert}", file=out)
+        print(f"  export EPOCHLOG_KEY={tls.key}", file=out)
     print("  kubectl get partitions", file=out)
     print("  epochlog produce --partition orders-0 hello", file=out)
     print("  epochlog consume --partition orders-0", file=out)
@@ -305,6 +316,11 @@ def add_dev_commands(sub: Any) -> None:
     up.add_argument("--brokers", type=int, default=3, help="how many brokers (default 3)")
     up.add_argument(
         "--no-examples", action="store_true", help="do not create the example Partitions"
+    )
+    up.add_argument(
+        "--plaintext",
+        action="store_true",
+        help="no TLS between the processes (default: TLS with certificates made in STATE_DIR/pki)",
     )
     add_timing_arguments(up)
     up.set_defaults(func=cmd_up)

@@ -64,6 +64,7 @@ from epochlog.protocol.bodies import HostedPartition, HostedRole
 from epochlog.protocol.epochs import NO_EPOCH
 from epochlog.protocol.errors import EpochlogError, OffsetNotAvailableError, OffsetOutOfRangeError
 from epochlog.resources import PartitionStatus
+from epochlog.security.options import Credentials
 from epochlog_broker.log.fs import OsFileSystem
 from epochlog_broker.log.inspect import check_partition_dir
 from epochlog_broker.log.segment import iter_batches, segment_name
@@ -83,6 +84,8 @@ class ClusterLike(Protocol):
 
     @property
     def bootstrap(self) -> list[str]: ...
+    @property
+    def credentials(self) -> Credentials: ...
     @property
     def processes(self) -> Mapping[str, Any]: ...
     def kill(self, name: str, sig: int = ...) -> Any: ...
@@ -221,6 +224,7 @@ class Workload:
             retry_backoff_ms=50,
             retry_backoff_max_ms=500,
             probe_timeout_ms=self.config.probe_timeout_ms,
+            credentials=self.cluster.credentials,
         )
         self._clients.append(c)
         return c
@@ -319,7 +323,7 @@ class Workload:
         # The broker at `url` is asked whether or not it leads: no lookup, no epoch fence.
         target = PartitionLeader(partition, url, leader_epoch=NO_EPOCH, broker_id=None)
         try:
-            async with Client([url]) as client:
+            async with Client([url], credentials=self.cluster.credentials) as client:
                 base_offset, _, leader_epoch = await client.produce_request(
                     target, body, content_type, acks="all", timeout_ms=timeout_ms, params=params
                 )
@@ -519,7 +523,11 @@ class Workload:
         """What a broker reports for its partitions, or None when it does not answer."""
         url = self.cluster.processes[broker_names(self.cluster)[broker]].url
         if self._describing is None:
-            self._describing = Client(self.cluster.bootstrap, probe_timeout_ms=DESCRIBE_TIMEOUT_MS)
+            self._describing = Client(
+                self.cluster.bootstrap,
+                probe_timeout_ms=DESCRIBE_TIMEOUT_MS,
+                credentials=self.cluster.credentials,
+            )
             self._clients.append(self._describing)
         try:
             listing = await self._describing.metadata.describe(url)

@@ -12,6 +12,7 @@ Kubernetes API emulator and starts, waits for and stops them:
   for as long as the processes it depends on run, with a deadline only when
   the caller gives one;
 - `ports`: free loopback ports, and waiting for one to be released;
+- `security`: TLS for every process from one `DevPki` directory, or plaintext;
 - `scripted_brokers`: stand-in brokers that speak the heartbeat protocol over
   HTTP without a log, to load or steer a real operator.
 
@@ -38,15 +39,18 @@ from epochlog.harness.readiness import (
     wait_healthy,
     wait_until,
 )
+from epochlog.harness.security import PLAINTEXT, Security
 
 __all__ = [
     "APISERVER_READY_PATH",
     "HEALTH_PATH",
     "LOOPBACK",
+    "PLAINTEXT",
     "READY_PATH",
     "ManagedProcess",
     "NotReadyError",
     "ProcessExitedError",
+    "Security",
     "StopOutcome",
     "answers",
     "apiserver_argv",

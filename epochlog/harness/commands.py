@@ -53,9 +53,9 @@ _APISERVER_KEEPING: Final = (
 )
 
 
-def url(port: int) -> str:
+def url(port: int, scheme: str = "http") -> str:
     """The base URL of a process listening on loopback `port`."""
-    return f"http://{LOOPBACK}:{port}"
+    return f"{scheme}://{LOOPBACK}:{port}"
 
 
 def child_env(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -83,11 +83,14 @@ def broker_argv(
     peers: Mapping[int, str] | None = None,
     heartbeat_interval_ms: int | None = None,
     checkpoint_interval_ms: int | None = None,
+    security: Iterable[str],
+    probe_port: int | None = None,
     extra: Iterable[str] = (),
 ) -> list[str]:
     """`epochlog broker`: broker `broker_id` on loopback `port`, heartbeating to
     `controller_url`; `peers` (broker id -> URL) where it finds the others without asking
-    the controller."""
+    the controller. `security`: its TLS flags or `--plaintext` (`Security`);
+    `probe_port`: where it serves health and metrics without credentials."""
     peer_list = ",".join(f"{b}={u}" for b, u in peers.items()) if peers else None
     return [
         sys.executable,
@@ -103,8 +106,10 @@ def broker_argv(
                 ("--peers", peer_list),
                 ("--heartbeat-interval-ms", heartbeat_interval_ms),
                 ("--checkpoint-interval-ms", checkpoint_interval_ms),
+                ("--probe-listen", None if probe_port is None else f"{LOOPBACK}:{probe_port}"),
             ]
         ),
+        *security,
         *extra,
     ]
 
@@ -119,10 +124,14 @@ def operator_argv(
     reconcile_interval_ms: int | None = None,
     status_refresh_interval_ms: int | None = None,
     peering_lifetime_s: int | None = None,
+    security: Iterable[str],
+    probe_port: int | None = None,
     extra: Iterable[str] = (),
 ) -> list[str]:
     """The operator against the API server in `kubeconfig`, its heartbeat endpoint on
-    loopback `port`. `standalone`: no peering, it acts at once (one operator only)."""
+    loopback `port`. `standalone`: no peering, it acts at once (one operator only).
+    `security`: its TLS flags or `--plaintext`; `probe_port`: health and metrics
+    without credentials."""
     return [
         sys.executable,
         "-m",
@@ -142,8 +151,10 @@ def operator_argv(
                 ("--reconcile-interval-ms", reconcile_interval_ms),
                 ("--status-refresh-interval-ms", status_refresh_interval_ms),
                 ("--peering-lifetime-s", peering_lifetime_s),
+                ("--probe-port", probe_port),
             ]
         ),
+        *security,
         *extra,
     ]
 

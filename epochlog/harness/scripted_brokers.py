@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ from epochlog.protocol.heartbeat import (
 )
 
 CAUGHT_UP_WINDOW_MS: Final = 1_000
+ADDRESS_PORT_BASE: Final = 10_000
+"""Broker `id` advertises https://127.0.0.1:<ADDRESS_PORT_BASE + id>."""
 """As the broker's (`epochlog_broker.core.DEFAULT_CAUGHT_UP_WINDOW_MS`): a follower whose
 fetch reached the leader's log end this recently is reported caught up, without a time."""
 
@@ -247,7 +250,8 @@ class BrokerScript:
         return BrokerHeartbeat(
             broker_id=self.id,
             broker_epoch=self.epoch,
-            address=f"broker-{self.id}.test:9092",
+            # Nobody connects to it; a loopback URL is one the test certificates name.
+            address=f"https://127.0.0.1:{ADDRESS_PORT_BASE + self.id}",
             time_ms=now,
             partitions=tuple(
                 r.report(self.fleet, now, self.proposing) for _, r in sorted(self.replicas.items())
@@ -277,20 +281,33 @@ class BrokerScript:
 
 
 class ScriptedBrokers:
-    """The scripted brokers, stepping and heartbeating together every `interval_ms`."""
+    """The scripted brokers, stepping and heartbeating together every `interval_ms`.
+
+    `tls`: what broker `id` presents to the operator (its certificate's TLS context);
+    each broker heartbeats over connections of its own, as real ones do."""
 
     def __init__(
-        self, operators: Callable[[], list[str]], broker_ids: list[int], interval_ms: int = 100
+        self,
+        operators: Callable[[], list[str]],
+        broker_ids: list[int],
+        interval_ms: int = 100,
+        *,
+        tls: Callable[[int], ssl.SSLContext | bool] | None = None,
     ) -> None:
+        self.tls = tls or (lambda _id: True)
         self.operators = operators
         """The heartbeat URLs of the operators running now."""
         self.interval_s = interval_ms / 1000
         self.brokers = {b: BrokerScript(self, b) for b in broker_ids}
         self._task: asyncio.Task[None] | None = None
-        self._session: aiohttp.ClientSession | None = None
+        self._sessions: dict[int, aiohttp.ClientSession] = {}
 
     async def __aenter__(self) -> ScriptedBrokers:
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
+        for b in self.brokers:
+            self._sessions[b] = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=5),
+                connector=aiohttp.TCPConnector(ssl=self.tls(b)),
+            )
         self._task = asyncio.create_task(self._run())
         return self
 
@@ -299,8 +316,9 @@ class ScriptedBrokers:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        if self._session is not None:
-            await self._session.close()
+        for session in self._sessions.values():
+            await session.close()
+        self._sessions.clear()
 
     @property
     def all_heard(self) -> bool:
@@ -328,15 +346,19 @@ class ScriptedBrokers:
 
     async def _beat(self, broker: BrokerScript, now: int) -> None:
         body = broker.heartbeat(now).model_dump(mode="json", by_alias=True)
-        answers = await asyncio.gather(*(self._post(url, body) for url in self.operators()))
+        answers = await asyncio.gather(
+            *(self._post(broker.id, url, body) for url in self.operators())
+        )
         got = [a for a in answers if a is not None]
         if got and broker.heartbeating:
             broker.apply(got)
 
-    async def _post(self, url: str, body: dict[str, Any]) -> HeartbeatResponse | None:
-        assert self._session is not None
+    async def _post(
+        self, broker_id: int, url: str, body: dict[str, Any]
+    ) -> HeartbeatResponse | None:
+        session = self._sessions[broker_id]
         try:
-            async with self._session.post(url, json=body) as rsp:
+            async with session.post(url, json=body) as rsp:
                 if rsp.status != 200:
                     return None
                 return HeartbeatResponse.model_validate(await rsp.json())

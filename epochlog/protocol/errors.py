@@ -47,6 +47,9 @@ class ErrorCode(enum.StrEnum):
     STORAGE_ERROR = "STORAGE_ERROR"
     FETCH_SESSION_ID_NOT_FOUND = "FETCH_SESSION_ID_NOT_FOUND"
     INVALID_FETCH_SESSION_EPOCH = "INVALID_FETCH_SESSION_EPOCH"
+    AUTHENTICATION_FAILED = "AUTHENTICATION_FAILED"
+    TOPIC_AUTHORIZATION_FAILED = "TOPIC_AUTHORIZATION_FAILED"
+    CLUSTER_AUTHORIZATION_FAILED = "CLUSTER_AUTHORIZATION_FAILED"
 
 
 class EpochlogError(Exception):
@@ -228,6 +231,29 @@ class InvalidFetchSessionEpochError(EpochlogError):
     retriable = True
 
 
+class AuthenticationFailedError(EpochlogError):
+    """No credentials, or credentials nobody issued: no client certificate from a trusted
+    CA and no known bearer token."""
+
+    code = ErrorCode.AUTHENTICATION_FAILED
+    http_status = 401
+
+
+class TopicAuthorizationFailedError(EpochlogError):
+    """The principal may not do this to this topic (the access policy grants it not)."""
+
+    code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    http_status = 403
+
+
+class ClusterAuthorizationFailedError(EpochlogError):
+    """A cluster action (replication, heartbeats) by someone who is not the broker it
+    names: no broker certificate, or another broker's."""
+
+    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    http_status = 403
+
+
 ERRORS_BY_CODE: dict[ErrorCode, type[EpochlogError]] = {
     cls.code: cls
     for cls in (
@@ -249,6 +275,9 @@ ERRORS_BY_CODE: dict[ErrorCode, type[EpochlogError]] = {
         StorageError,
         FetchSessionIdNotFoundError,
         InvalidFetchSessionEpochError,
+        AuthenticationFailedError,
+        TopicAuthorizationFailedError,
+        ClusterAuthorizationFailedError,
     )
 }
 

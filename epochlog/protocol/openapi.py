@@ -284,10 +284,30 @@ def broker_openapi() -> dict[str, Any]:
         "info": {
             "title": "epochlog broker",
             "version": __version__,
-            "description": "The client API and the replication endpoints of an epochlog broker.",
+            "description": "The client API and the replication endpoints of an epochlog broker. "
+            "With TLS on (the default) every request on the API listener needs a client "
+            "certificate (the clients CA's for users, the cluster CA's for brokers) or a "
+            "bearer token; replication takes only the certificate of the broker it names. "
+            "The probe listener serves /healthz, /readyz, /metrics and this document "
+            "without credentials.",
         },
         "paths": _paths(),
-        "components": {"schemas": _schemas()},
+        "security": [{"mutualTLS": []}, {"bearer": []}],
+        "components": {
+            "schemas": _schemas(),
+            "securitySchemes": {
+                "mutualTLS": {
+                    "type": "mutualTLS",
+                    "description": "A client certificate: users from the clients CA (the "
+                    "principal is User:<common name>), brokers from the cluster CA.",
+                },
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "A token the broker's access policy lists by its SHA-256.",
+                },
+            },
+        },
     }
 
 

@@ -24,6 +24,7 @@ from aiohttp import web
 
 from epochlog.http_limits import LimitedSite
 from epochlog.logs import configure
+from epochlog.security.tls import CertReloader, PeerIdentities, ca_name, server_context
 from epochlog_operator.handlers import build_registry, kopf_settings
 from epochlog_operator.kube import KubeClient
 from epochlog_operator.metrics import Metrics
@@ -101,15 +102,33 @@ async def serve(settings: OperatorSettings) -> None:
         metrics = Metrics()
         reconciler = Reconciler(settings, kube, metrics)
         gate = PeeringGate(settings, kube, reconciler)
+        tls = settings.tls
+        peers = PeerIdentities(ca_name(tls.ca)) if tls else None
         runner = web.AppRunner(
-            build_app(reconciler, metrics, settings.http),
+            build_app(reconciler, metrics, settings.http, peers=peers),
             access_log=None,
             **settings.http.runner_args(),
         )
         await runner.setup()
         runners = [runner]
-        site = LimitedSite(runner, settings.listen_address, settings.listen_port, settings.http)
+        server_tls = server_context(tls, require_client_cert=True) if tls else None
+        site = LimitedSite(
+            runner,
+            settings.listen_address,
+            settings.listen_port,
+            settings.http,
+            ssl_context=server_tls,
+        )
         await site.start()
+        reloader = None
+        if tls is not None and server_tls is not None:
+            reloader = CertReloader(tls, [server_tls], owner="operator")
+            reloader.start()
+        else:
+            log.warning(
+                "plaintext heartbeat port",
+                note="no TLS: anyone who reaches this port can pose as any broker",
+            )
         if settings.probe_port is not None:
             probes = web.AppRunner(
                 build_app(reconciler, metrics, settings.http, probes_only=True),
@@ -129,6 +148,8 @@ async def serve(settings: OperatorSettings) -> None:
             nonlocal closed
             if not closed:
                 closed = True
+                if reloader is not None:
+                    await reloader.stop()
                 await reconciler.close()
                 for r in runners:
                     await r.cleanup()

@@ -21,7 +21,14 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from epochlog.http_limits import HttpLimits, read_body
-from epochlog.protocol.errors import EpochlogError, InvalidRequestError
+from epochlog.protocol.errors import (
+    ClusterAuthorizationFailedError,
+    EpochlogError,
+    InvalidRequestError,
+)
+from epochlog.protocol.heartbeat import BrokerHeartbeat
+from epochlog.security.principal import Principal
+from epochlog.security.tls import PeerIdentities
 from epochlog_operator.indexed import IndexedHeartbeat
 from epochlog_operator.metrics import CONTENT_TYPE, Metrics
 from epochlog_operator.reconciler import Reconciler
@@ -74,24 +81,51 @@ def parse_heartbeat(body: bytes) -> IndexedHeartbeat:
         raise invalid_heartbeat(exc) from exc
 
 
+def check_sender(sender: Principal | None, hb: BrokerHeartbeat) -> None:
+    """A heartbeat speaks for the broker whose certificate sent it, and only for an
+    address that certificate names."""
+    if sender is None or sender.broker_id != hb.broker_id:
+        raise ClusterAuthorizationFailedError(
+            f"a heartbeat for broker {hb.broker_id} must come with broker {hb.broker_id}'s "
+            f"certificate, not {sender or 'none'}",
+            broker=hb.broker_id,
+        )
+    if not sender.may_advertise(hb.address):
+        raise ClusterAuthorizationFailedError(
+            f"broker {hb.broker_id} advertises {hb.address!r}, a host its certificate does "
+            f"not name (it names {', '.join(sender.dns_names + sender.ip_addresses) or 'none'})",
+            broker=hb.broker_id,
+        )
+
+
 def build_app(
     reconciler: Reconciler,
     metrics: Metrics,
     limits: HttpLimits | None = None,
     *,
     probes_only: bool = False,
+    peers: PeerIdentities | None = None,
 ) -> web.Application:
     """The operator's routes; with `probes_only`, health, readiness and metrics alone (the
-    probe listener, which stays open when the heartbeat port asks for credentials)."""
+    probe listener, which stays open when the heartbeat port asks for credentials).
+
+    `peers`: the heartbeat port speaks TLS and a heartbeat is taken only from the
+    certificate of the broker it names, for an address that certificate names."""
     limits = limits or HttpLimits()
 
     async def heartbeat(request: web.Request) -> web.Response:
         try:
             hb = parse_heartbeat(await read_body(request, limits))
+            if peers is not None:
+                check_sender(peers.of_transport(request.transport), hb)
             response = reconciler.heartbeat(hb)
         except InvalidRequestError as exc:
             metrics.heartbeats.inc(outcome="invalid")
             log.warning("invalid heartbeat", remote=request.remote, error=exc.message)
+            return _error(exc)
+        except ClusterAuthorizationFailedError as exc:
+            metrics.heartbeats.inc(outcome="refused")
+            log.warning("heartbeat refused", remote=request.remote, error=exc.message)
             return _error(exc)
         except EpochlogError as exc:
             return _error(exc)

@@ -29,10 +29,15 @@ else from the default below. The table is the documentation (`epochlog operator
 | --min-broker-id               | EPOCHLOG_MIN_BROKER_ID               | 0        |
 | --max-broker-id               | EPOCHLOG_MAX_BROKER_ID               | 1000     |
 | --max-clock-skew-ms           | EPOCHLOG_MAX_CLOCK_SKEW_MS           | 60000    |
+| --ca, --cert, --key           | EPOCHLOG_CA, _CERT, _KEY             | (4)      |
+| --plaintext                   | EPOCHLOG_PLAINTEXT (true/false)      | false    |
 | --identity                    | POD_NAME                             | (3)      |
 
 (1) the pod's service account, else ~/.kube/config. (2) falls with the start
 time, so the longest-running replica acts. (3) user@host/start-time/random.
+(4) the cluster CA, and the operator's certificate and key from it: the heartbeat
+port speaks TLS and takes heartbeats only from the broker a certificate names.
+Without them the operator refuses to start unless --plaintext says so.
 
 The API write budget (status writes and Event posts together) defaults to the
 client-go QPS and burst that controller-runtime gives a controller, 20 and 30: a
@@ -63,6 +68,8 @@ from epochlog.http_limits import (
     HttpLimits,
 )
 from epochlog.protocol.errors import InvalidRequestError
+from epochlog.security.options import PLAINTEXT_REQUIRED
+from epochlog.security.tls import TlsFiles
 from epochlog_operator.admission import (
     DEFAULT_MAX_BROKER_ID,
     DEFAULT_MAX_CLOCK_SKEW_MS,
@@ -146,9 +153,16 @@ class OperatorSettings:
     """Heartbeats of broker ids outside min..max are refused (`admission`)."""
     max_clock_skew_ms: int = DEFAULT_MAX_CLOCK_SKEW_MS
     """Heartbeats whose brokerEpoch is further ahead of this clock are refused."""
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    plaintext: bool = False
+    """No TLS on the heartbeat port: anyone who reaches it can pose as any broker."""
     identity: str = field(default_factory=default_identity)
 
     def __post_init__(self) -> None:
+        if self.plaintext and (self.cert or self.key):
+            raise SettingsError("--plaintext and --cert/--key contradict each other")
         for name in (
             "heartbeat_interval_ms",
             "broker_session_timeout_ms",
@@ -199,6 +213,15 @@ class OperatorSettings:
         )
 
     @property
+    def tls(self) -> TlsFiles | None:
+        if self.plaintext or not (self.ca and self.cert and self.key):
+            return None
+        try:
+            return TlsFiles(self.ca, self.cert, self.key)
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
+
+    @property
     def heartbeat_bounds(self) -> HeartbeatBounds:
         return HeartbeatBounds(self.min_broker_id, self.max_broker_id, self.max_clock_skew_ms)
 
@@ -223,7 +246,12 @@ class OperatorSettings:
             values.pop("namespaces", None)
         if "namespaces" in values:
             values["namespaces"] = tuple(str(ns) for ns in values["namespaces"])  # type: ignore[attr-defined]
-        return cls(**values)  # type: ignore[arg-type]
+        settings = cls(**values)  # type: ignore[arg-type]
+        # A process must choose: TLS, or plaintext said out loud. (Settings built in
+        # code, for tests of the decisions, need neither.)
+        if not settings.plaintext and settings.tls is None:
+            raise SettingsError(PLAINTEXT_REQUIRED)
+        return settings
 
 
 # Setting -> (environment variable, type). The flag is the setting's name with dashes.
@@ -251,6 +279,10 @@ _ENV: Final[dict[str, tuple[str, str]]] = {
     "min_broker_id": ("EPOCHLOG_MIN_BROKER_ID", "int"),
     "max_broker_id": ("EPOCHLOG_MAX_BROKER_ID", "int"),
     "max_clock_skew_ms": ("EPOCHLOG_MAX_CLOCK_SKEW_MS", "int"),
+    "ca": ("EPOCHLOG_CA", "str"),
+    "cert": ("EPOCHLOG_CERT", "str"),
+    "key": ("EPOCHLOG_KEY", "str"),
+    "plaintext": ("EPOCHLOG_PLAINTEXT", "bool"),
     "identity": ("POD_NAME", "str"),
 }
 
@@ -404,5 +436,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"close new connections at once while this many are open "
         f"(default {DEFAULT_MAX_CONNECTIONS})",
         type=int,
+    )
+    add("ca", "the cluster CA: brokers' heartbeats must come with a certificate it issued")
+    add("cert", "the operator's certificate (from the cluster CA) for the heartbeat port")
+    add("key", "the key of --cert")
+    add(
+        "plaintext",
+        "no TLS on the heartbeat port: anyone who reaches it can pose as any broker "
+        "(local development only)",
+        action="store_const",
+        const=True,
     )
     add("identity", "this replica's name in the peering object (default user@host/time)")

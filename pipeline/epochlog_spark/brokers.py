@@ -55,7 +55,11 @@ class BrokerView:
         configure_once()
         self.options = options
         self._loop = asyncio.new_event_loop()
-        self._client = Client(options.bootstrap, request_timeout_ms=options.request_timeout_ms)
+        self._client = Client(
+            options.bootstrap,
+            request_timeout_ms=options.request_timeout_ms,
+            credentials=options.credentials,
+        )
         self.names: dict[Key, str] = {}
         """Every partition of the query seen so far: (topic, index) -> name."""
 

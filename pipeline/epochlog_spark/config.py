@@ -7,6 +7,8 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from epochlog.security.options import add_tls_arguments
+
 
 @dataclass(frozen=True)
 class JobConfig:
@@ -23,6 +25,15 @@ class JobConfig:
     watermark: str = "1 minute"
     starting_offsets: str = "earliest"
     source_options: dict[str, str] = field(default_factory=dict)
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    token: str | None = None
+
+    def credential_options(self) -> dict[str, str]:
+        """The source options `ca`, `cert`, `key` and `token` that are set."""
+        given = {"ca": self.ca, "cert": self.cert, "key": self.key, "token": self.token}
+        return {k: v for k, v in given.items() if v}
 
     def path(self, query: str) -> str:
         return str(Path(self.output) / query)
@@ -61,6 +72,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         metavar="NAME=VALUE",
         help="another option of the epochlog source (repeatable)",
     )
+    add_tls_arguments(p, server=False)
     return p
 
 
@@ -82,4 +94,8 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
         watermark=args.watermark,
         starting_offsets=args.starting_offsets,
         source_options=extra,
+        ca=args.ca,
+        cert=args.cert,
+        key=args.key,
+        token=args.token,
     )

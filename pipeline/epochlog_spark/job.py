@@ -55,6 +55,7 @@ def read_topic(spark: SparkSession, config: JobConfig) -> DataFrame:
         option_name("bootstrap"): config.bootstrap,
         option_name("topic"): config.topic,
         option_name("starting_offsets"): config.starting_offsets,
+        **config.credential_options(),
         **config.source_options,
     }
     return spark.readStream.format(FORMAT).options(**options).load()

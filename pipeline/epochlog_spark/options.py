@@ -6,7 +6,10 @@ Options are named as in Spark's Kafka source where the meaning is the same
 `includeHeaders`; `maxRecordsPerTrigger` is Kafka's `maxOffsetsPerTrigger`,
 which is also accepted). Where Kafka's name says "kafka" epochlog's says what
 it is: `bootstrap` for `kafka.bootstrap.servers`, `topic` for `subscribe`,
-`partitions` for `assign`. Each option's name is its field's name in
+`partitions` for `assign`. Credentials are `ca` (the CA of the brokers'
+certificates), `cert` and `key` (a client certificate of the clients CA) and
+`token` (a bearer token), the same as the client's and the CLI's; the files
+must be readable where the executors run. Each option's name is its field's name in
 `SourceOptions` through the wire rule (`fail_on_data_loss` <->
 `failOnDataLoss`); Spark hands options over case-insensitively.
 
@@ -27,6 +30,7 @@ from typing import Any, Final, Literal
 
 from epochlog.client.client import check_partition_name, parse_bootstrap
 from epochlog.protocol.wire import wire_name
+from epochlog.security.options import Credentials
 
 EARLIEST_OFFSET: Final = -2
 """In a JSON of offsets: the earliest offset of that partition (as Kafka's source)."""
@@ -77,6 +81,14 @@ class SourceOptions:
     """How long a reader waits for records of its range that the log holds."""
     fetch_max_bytes: int = 4 << 20
     """Bytes one read asks for."""
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    token: str | None = None
+
+    @property
+    def credentials(self) -> Credentials:
+        return Credentials.of(self.ca, self.cert, self.key, self.token)
 
     def starting(self, mode: Mode) -> Position | PartitionOffsets:
         if self.starting_offsets is not None:
@@ -187,6 +199,12 @@ def _timestamps(name: str, text: str) -> PartitionOffsets:
     return parse_offsets_json(name, text, minimum=0)
 
 
+def _text(name: str, text: str) -> str:
+    if not text.strip():
+        raise OptionError(name, "must not be empty")
+    return text.strip()
+
+
 CONVERTERS: Final[dict[str, Callable[[str, str], Any]]] = {
     "bootstrap": _bootstrap,
     "topic": _names(check_topic_name),
@@ -203,6 +221,10 @@ CONVERTERS: Final[dict[str, Callable[[str, str], Any]]] = {
     "retry_timeout_ms": _int(0),
     "poll_timeout_ms": _int(1),
     "fetch_max_bytes": _int(1024),
+    "ca": _text,
+    "cert": _text,
+    "key": _text,
+    "token": _text,
 }
 ALIASES: Final = {wire_name("max_offsets_per_trigger"): "max_records_per_trigger"}
 """Kafka's names for the same thing."""
@@ -245,7 +267,12 @@ def parse_options(options: Mapping[str, str], mode: Mode | None) -> SourceOption
         raise OptionError("topic", "give exactly one of topic (whole topics) or partitions")
     if mode is not None:
         _check_mode(values, mode)
-    return SourceOptions(**values)
+    parsed = SourceOptions(**values)
+    try:
+        parsed.credentials  # noqa: B018 - checks the files and their combination
+    except ValueError as exc:
+        raise OptionError("ca", str(exc)) from None
+    return parsed
 
 
 def _check_mode(values: Mapping[str, Any], mode: Mode) -> None:

@@ -25,6 +25,7 @@ import structlog
 from epochlog.client import Client
 from epochlog.client.ranges import RangeReader
 from epochlog.logs import configure_once
+from epochlog.security.options import Credentials
 from epochlog_spark.arrow import to_arrow
 from epochlog_spark.offsets import OffsetRange
 from epochlog_spark.options import SourceOptions, option_name
@@ -47,6 +48,7 @@ class ReadSettings:
     retry_timeout_ms: int
     poll_timeout_ms: int
     fetch_max_bytes: int
+    credentials: Credentials
 
     @classmethod
     def of(cls, options: SourceOptions) -> ReadSettings:
@@ -57,6 +59,7 @@ class ReadSettings:
             options.retry_timeout_ms,
             options.poll_timeout_ms,
             options.fetch_max_bytes,
+            options.credentials,
         )
 
 
@@ -66,7 +69,11 @@ def read_range(
     """The records of `offset_range`, in offset order, as Arrow record batches."""
     configure_once()
     loop = asyncio.new_event_loop()
-    client = Client(settings.bootstrap, request_timeout_ms=settings.request_timeout_ms)
+    client = Client(
+        settings.bootstrap,
+        request_timeout_ms=settings.request_timeout_ms,
+        credentials=settings.credentials,
+    )
     reader = RangeReader(
         client,
         offset_range.name,

@@ -21,8 +21,18 @@ from typing import Any
 
 import aiohttp
 
-from epochlog.harness import ManagedProcess, broker_argv, child_env, free_ports, url
+from epochlog.client import Client
+from epochlog.harness import (
+    PLAINTEXT,
+    ManagedProcess,
+    Security,
+    broker_argv,
+    child_env,
+    free_ports,
+    url,
+)
 from epochlog.resources import PartitionSpec
+from epochlog.security.options import Credentials
 from tests.broker.controller import Controller
 from tests.waiting import Patience
 
@@ -36,12 +46,13 @@ class BrokerProcess:
     data_dir: Path
     log_path: Path
     args: list[str]
+    scheme: str = "https"
     proc: ManagedProcess | None = None
     """None until started."""
 
     @property
     def url(self) -> str:
-        return url(self.port)
+        return url(self.port, self.scheme)
 
     @property
     def starts(self) -> int:
@@ -102,17 +113,25 @@ class Cluster:
     extra_args: Sequence[str] = ()
     static_peers: bool = True
     """False: brokers learn each other's addresses only from the controller's answers."""
+    tls: bool = True
+    """Brokers and the controller speak TLS with certificates of a CA in `root`/pki, and
+    the test client is the `admin` user; False: every process in plaintext."""
+    security: Security = field(init=False, default=PLAINTEXT)
+    _as_broker: dict[int, aiohttp.ClientSession] = field(init=False, default_factory=dict)
     controller: Controller = field(init=False)
     brokers: dict[int, BrokerProcess] = field(init=False, default_factory=dict)
     http: aiohttp.ClientSession = field(init=False)
 
     async def start(self) -> Cluster:
         self.root.mkdir(parents=True, exist_ok=True)
+        if self.tls:
+            self.security = Security.tls(self.root / "pki", self.broker_ids)
         self.controller = await Controller(
-            self.specs, session_timeout_ms=self.session_timeout_ms
+            self.specs, session_timeout_ms=self.session_timeout_ms, security=self.security
         ).start()
         ports = dict(zip(self.broker_ids, free_ports(len(self.broker_ids)), strict=True))
-        peers = {b: url(p) for b, p in ports.items()} if self.static_peers else None
+        scheme = self.security.scheme
+        peers = {b: url(p, scheme) for b, p in ports.items()} if self.static_peers else None
         for b, port in ports.items():
             data_dir = self.root / f"broker-{b}"
             args = broker_argv(
@@ -123,10 +142,16 @@ class Cluster:
                 peers=peers,
                 heartbeat_interval_ms=self.heartbeat_interval_ms,
                 checkpoint_interval_ms=1000,
+                security=self.security.broker_flags(b),
                 extra=self.extra_args,
             )
-            self.brokers[b] = BrokerProcess(b, port, data_dir, self.root / f"broker-{b}.log", args)
-        self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
+            self.brokers[b] = BrokerProcess(
+                b, port, data_dir, self.root / f"broker-{b}.log", args, scheme
+            )
+        self.http = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=60),
+            connector=aiohttp.TCPConnector(ssl=self.security.client_ssl()),
+        )
         await asyncio.gather(*(p.start() for p in self.brokers.values()))
         return self
 
@@ -139,6 +164,9 @@ class Cluster:
             with contextlib.suppress(Exception):
                 await p.wait(10)
         await self.http.close()
+        for session in self._as_broker.values():
+            await session.close()
+        self._as_broker.clear()
         await self.controller.stop()
 
     async def __aenter__(self) -> Cluster:
@@ -166,6 +194,28 @@ class Cluster:
 
     # -- HTTP --------------------------------------------------------------------------
 
+    @property
+    def credentials(self) -> Credentials:
+        """The admin user's: what a client of this cluster presents."""
+        return self.security.credentials()
+
+    def client(self, *urls: str, **options: Any) -> Client:
+        """An epochlog client of `urls` (default: every broker) with the admin's credentials."""
+        bootstrap = list(urls) or [p.url for p in self.brokers.values()]
+        return Client(bootstrap, credentials=self.credentials, **options)
+
+    def broker_session(self, broker_id: int) -> aiohttp.ClientSession:
+        """A client session that presents broker `broker_id`'s certificate (issued now if
+        the cluster has no such broker)."""
+        if broker_id not in self._as_broker:
+            if self.security.pki is not None:
+                self.security.pki.ensure([broker_id], users=())
+            self._as_broker[broker_id] = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=60),
+                connector=aiohttp.TCPConnector(ssl=self.security.broker_ssl(broker_id)),
+            )
+        return self._as_broker[broker_id]
+
     async def request(
         self,
         method: str,
@@ -177,11 +227,15 @@ class Cluster:
         data: bytes | None = None,
         headers: dict[str, str] | None = None,
         timeout_s: float | None = None,
+        as_broker: int | None = None,
     ) -> tuple[int, bytes, str]:
+        """`as_broker`: with that broker's certificate (replication requests) instead of
+        the admin user's."""
         url = self.brokers[broker].url + path
         query = {k: str(v) for k, v in (params or {}).items()}
         timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s else None
-        async with self.http.request(
+        http = self.http if as_broker is None else self.broker_session(as_broker)
+        async with http.request(
             method, url, params=query, json=json, data=data, headers=headers, timeout=timeout
         ) as resp:
             return resp.status, await resp.read(), resp.content_type

@@ -19,10 +19,14 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from epochlog.harness import PLAINTEXT, Security
+from epochlog.protocol.errors import ClusterAuthorizationFailedError
 from epochlog.protocol.heartbeat import BrokerHeartbeat
 from epochlog.resources import PartitionSpec, PartitionStatus
+from epochlog.security.tls import PeerIdentities, TlsFiles, ca_name, server_context
 from epochlog_operator.controller import ControllerCore
 from epochlog_operator.decide import PartitionInput
+from epochlog_operator.server import check_sender
 from tests.waiting import until_true
 
 
@@ -92,7 +96,13 @@ class Controller:
         reconcile_interval_ms: int = 100,
         status_refresh_ms: int = 1000,
         port: int = 0,
+        security: Security = PLAINTEXT,
     ) -> None:
+        self.security = security
+        """TLS with the operator's certificate: heartbeats only from the broker they name,
+        as the operator takes them."""
+        self.refused: list[str] = []
+        """Why each refused heartbeat was refused."""
         self.store = Store()
         for s in specs:
             self.store.create(s)
@@ -112,17 +122,25 @@ class Controller:
         self._last_write: dict[str, int] = {}
         self._runner: web.AppRunner | None = None
         self._task: asyncio.Task[None] | None = None
+        self._peers: PeerIdentities | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.security.scheme}://127.0.0.1:{self.port}"
 
     async def start(self) -> Controller:
         app = web.Application()
         app.router.add_post("/v1/heartbeat", self._heartbeat)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+        ssl_context = None
+        pki = self.security.pki
+        if pki is not None:
+            cert, key = pki.operator()
+            files = TlsFiles(str(pki.cluster_ca), str(cert), str(key))
+            ssl_context = server_context(files, require_client_cert=True)
+            self._peers = PeerIdentities(ca_name(files.ca))
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=ssl_context)
         await site.start()
         self.port = self._runner.addresses[0][1]
         self._task = asyncio.create_task(self._reconcile_loop())
@@ -146,6 +164,12 @@ class Controller:
         if self.paused:
             return web.Response(status=503, text="controller paused")
         hb = BrokerHeartbeat.model_validate_json(await request.read())
+        if self._peers is not None:
+            try:
+                check_sender(self._peers.of_transport(request.transport), hb)
+            except ClusterAuthorizationFailedError as exc:
+                self.refused.append(exc.message)
+                return web.json_response(exc.to_dict(), status=exc.http_status)
         self.heartbeats[hb.broker_id] = self.heartbeats.get(hb.broker_id, 0) + 1
         self.last_heartbeat[hb.broker_id] = hb
         for p in hb.partitions:

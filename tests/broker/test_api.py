@@ -535,7 +535,7 @@ async def test_replica_fetch_with_a_stale_epoch_is_fenced(cluster: Cluster) -> N
     stale = {"partition": NAME, "leaderEpoch": 0, "fetchOffset": 0, "persistedLogEndOffset": 0}
     # Replica id 99: a session of its own, not the real followers'.
     body = {"replicaId": 99, "brokerEpoch": 1, "partitions": [stale]}
-    status, raw, _ = await cluster.request("POST", b, path, json=body)
+    status, raw, _ = await cluster.request("POST", b, path, json=body, as_broker=99)
     assert status == 200
     answer = decode_session_answer(raw)
     ((name, error),) = answer.partitions
@@ -544,21 +544,31 @@ async def test_replica_fetch_with_a_stale_epoch_is_fenced(cluster: Cluster) -> N
     # The session it opened knows the next request's number; others are refused.
     again = {**body, "sessionId": answer.session_id, "sessionEpoch": 5, "partitions": []}
     with pytest.raises(ApiError) as err:
-        await cluster.call("POST", b, path, json=again)
+        await cluster.call("POST", b, path, json=again, as_broker=99)
     assert (err.value.status, err.value.code) == (409, "INVALID_FETCH_SESSION_EPOCH")
     with pytest.raises(ApiError) as err:
-        await cluster.call("POST", b, path, json={**again, "sessionId": answer.session_id + 1})
+        await cluster.call(
+            "POST", b, path, json={**again, "sessionId": answer.session_id + 1}, as_broker=99
+        )
     assert (err.value.status, err.value.code) == (409, "FETCH_SESSION_ID_NOT_FOUND")
     with pytest.raises(ApiError) as err:
         await cluster.call(
-            "POST", b, path, json={**body, "partitions": [{**stale, "fetchOffset": "0"}]}
+            "POST",
+            b,
+            path,
+            json={**body, "partitions": [{**stale, "fetchOffset": "0"}]},
+            as_broker=99,
         )
     assert (err.value.status, err.value.code) == (400, "INVALID_REQUEST")
     assert "fetchOffset" in err.value.error["message"]
     # A follower cannot claim more on its disk than it has fetched.
     with pytest.raises(ApiError) as err:
         await cluster.call(
-            "POST", b, path, json={**body, "partitions": [{**stale, "persistedLogEndOffset": 1}]}
+            "POST",
+            b,
+            path,
+            json={**body, "partitions": [{**stale, "persistedLogEndOffset": 1}]},
+            as_broker=99,
         )
     assert (err.value.status, err.value.code) == (400, "INVALID_REQUEST")
     assert "persistedLogEndOffset 1 is above fetchOffset 0" in err.value.error["message"]
@@ -566,7 +576,11 @@ async def test_replica_fetch_with_a_stale_epoch_is_fenced(cluster: Cluster) -> N
     epoch_path = f"/internal/v1/partitions/{NAME}/offsets-for-leader-epoch"
     epoch = (await cluster.partitions(b))[NAME]["leaderEpoch"]
     answer = await cluster.call(
-        "POST", b, epoch_path, json={"replicaId": follower, "leaderEpoch": epoch, "epoch": epoch}
+        "POST",
+        b,
+        epoch_path,
+        json={"replicaId": follower, "leaderEpoch": epoch, "epoch": epoch},
+        as_broker=follower,
     )
     assert answer["epoch"] == epoch
     assert answer["endOffset"] >= 0

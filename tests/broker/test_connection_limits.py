@@ -10,6 +10,7 @@ nothing lost.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -41,8 +42,16 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
         yield c
 
 
-async def half_send(port: int, text: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+def tls(c: Cluster) -> ssl.SSLContext | None:
+    """The admin's TLS (the connections are authenticated ones), None in plaintext."""
+    context = c.security.client_ssl()
+    return context if isinstance(context, ssl.SSLContext) else None
+
+
+async def half_send(
+    port: int, text: bytes, context: ssl.SSLContext | None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
     writer.write(text)
     await writer.drain()
     return reader, writer
@@ -72,7 +81,8 @@ async def test_half_sent_requests_are_closed_and_the_broker_keeps_serving(
     assert leader is not None
     port = broker_port(cluster, leader)
     partial = b"POST /v1/partitions/events-0/records?acks=all HTTP/1.1\r\nHost: x\r\n"
-    conns = [await half_send(port, partial) for _ in range(HALF_OPEN)]
+    context = tls(cluster)
+    conns = [await half_send(port, partial, context) for _ in range(HALF_OPEN)]
     try:
         # Served while they hang: acks=all writes go through and are all there.
         acked = {}
@@ -97,7 +107,9 @@ async def test_a_body_that_stops_coming_is_answered_408_and_the_connection_close
         b"POST /v1/partitions/events-0/records?acks=all HTTP/1.1\r\nHost: x\r\n"
         b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
     )
-    reader, writer = await half_send(broker_port(cluster, leader), head + b'{"records": [')
+    reader, writer = await half_send(
+        broker_port(cluster, leader), head + b'{"records": [', tls(cluster)
+    )
     try:
         answer = await closed_by_the_server(reader)
     finally:
@@ -116,12 +128,14 @@ async def test_connections_beyond_the_cap_are_closed_at_once(tmp_path: Path) -> 
         leader = await c.leader_of(NAME)
         assert leader is not None
         port = broker_port(c, leader)
-        conns = [await asyncio.open_connection("127.0.0.1", port) for _ in range(SMALL_CAP + 10)]
+        context = tls(c)
+        conns = [await _connect(port, context) for _ in range(SMALL_CAP + 10)]
         try:
-            answers = await asyncio.gather(*(_health(r, w) for r, w in conns))
+            answers = await asyncio.gather(*(_health(conn) for conn in conns))
         finally:
-            for _, w in conns:
-                w.close()
+            for conn in conns:
+                if conn is not None:
+                    conn[1].close()
         served = [a for a in answers if a.startswith(b"HTTP/1.1 200")]
         refused = [a for a in answers if a == b""]
         assert len(served) + len(refused) == len(conns), answers
@@ -133,12 +147,26 @@ async def test_connections_beyond_the_cap_are_closed_at_once(tmp_path: Path) -> 
         assert [r["value"] for r in await c.read_all(NAME, leader)] == ["after"]
 
 
-async def _health(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
+Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+async def _connect(port: int, context: ssl.SSLContext | None) -> Connection | None:
+    """A connection, None when the server closed it during the TLS handshake."""
+    try:
+        return await asyncio.open_connection("127.0.0.1", port, ssl=context)
+    except (ConnectionError, ssl.SSLError):
+        return None
+
+
+async def _health(conn: Connection | None) -> bytes:
     """The status line of GET /healthz on this connection; b"" when the server closed it
     (a connection over the cap is closed as soon as it is accepted)."""
+    if conn is None:
+        return b""
+    reader, writer = conn
     try:
         writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         await writer.drain()
         return await reader.readline()
-    except ConnectionError:
+    except (ConnectionError, ssl.SSLError):
         return b""

@@ -126,7 +126,7 @@ async def test_300_partitions_under_load_then_a_broker_sigkilled(tmp_path: Path)
     async with Cluster(tmp_path, many, session_timeout_ms=3000) as cluster:
         await settled(cluster, partitions)
         epochs = await broker_epochs(cluster)
-        async with Client([cluster.brokers[b].url for b in BROKERS]) as client:
+        async with cluster.client(*(cluster.brokers[b].url for b in BROKERS)) as client:
             writes = Writes(client)
             shrinks: list[tuple[str, Any]] = []
             for round_ in range(10):
@@ -170,7 +170,7 @@ async def test_fetch_sessions_across_leader_changes_and_restarts(tmp_path: Path)
     partitions = names(few)
     async with Cluster(tmp_path, few, session_timeout_ms=1500) as cluster:
         await settled(cluster, partitions)
-        async with Client([cluster.brokers[b].url for b in BROKERS]) as client:
+        async with cluster.client(*(cluster.brokers[b].url for b in BROKERS)) as client:
             writes = Writes(client)
             stop = asyncio.Event()
             acked: dict[str, int] = dict.fromkeys(partitions, 0)

@@ -50,5 +50,5 @@ async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Clu
 
 @pytest_asyncio.fixture(loop_scope="package")
 async def client(cluster: Cluster) -> AsyncIterator[Client]:
-    async with Client([p.url for p in cluster.brokers.values()]) as c:
+    async with cluster.client() as c:
         yield c

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from ssl import SSLContext
 from typing import Any
 
 import aiohttp
@@ -51,6 +52,8 @@ class AnswerDroppingProxy:
     forwarded: int = 0
     produce_requests: int = 0
     port: int = 0
+    ssl: SSLContext | bool = True
+    """What the proxy presents to the brokers (a client certificate over TLS)."""
     _runner: web.AppRunner | None = field(default=None, init=False)
     _session: aiohttp.ClientSession | None = field(default=None, init=False)
 
@@ -59,7 +62,7 @@ class AnswerDroppingProxy:
         return f"http://127.0.0.1:{self.port}"
 
     async def start(self) -> AnswerDroppingProxy:
-        self._session = aiohttp.ClientSession()
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self.ssl))
         app = web.Application(client_max_size=64 << 20)
         app.router.add_route("*", "/{path:.*}", self._forward)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)

@@ -18,6 +18,17 @@ from tests.broker.cluster import Cluster
 pytestmark = pytest.mark.asyncio(loop_scope="package")
 
 
+@pytest.fixture(autouse=True)
+def credentials(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The admin's certificate, through the environment variables the commands read."""
+    pki = cluster.security.pki
+    assert pki is not None
+    cert, key = pki.user("admin")
+    monkeypatch.setenv("EPOCHLOG_CA", str(pki.cluster_ca))
+    monkeypatch.setenv("EPOCHLOG_CERT", str(cert))
+    monkeypatch.setenv("EPOCHLOG_KEY", str(key))
+
+
 async def run(*args: str, stdin: bytes | None = None) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -61,7 +72,7 @@ async def test_produce_consume_and_offsets(cluster: Cluster) -> None:
         boot,
         "--partition",
         "cli-0",
-        "--key",
+        "--record-key",
         "k",
         "--header",
         "h=1",

@@ -108,15 +108,19 @@ async def test_acks_leader_and_none(client: Client) -> None:
 
 async def test_a_retried_batch_whose_answer_was_lost_is_written_once(cluster: Cluster) -> None:
     leader = await cluster.wait_leader("dedup-0")
-    proxy = await AnswerDroppingProxy(cluster.brokers[leader].url, drop=2).start()
+    proxy = await AnswerDroppingProxy(
+        cluster.brokers[leader].url, drop=2, ssl=cluster.security.client_ssl()
+    ).start()
     try:
-        async with Producer(proxy.url, linger_ms=50, retry_backoff_ms=10) as producer:
+        async with Producer(
+            proxy.url, linger_ms=50, retry_backoff_ms=10, credentials=cluster.credentials
+        ) as producer:
             futures = [await producer.send("dedup-0", f"once-{i}") for i in range(10)]
             metas = await asyncio.gather(*futures)
         # The first two attempts were written, and their answers lost; the third was
         # answered with the first copy's offsets.
         assert (proxy.dropped, proxy.produce_requests) == (2, 3)
-        async with Client(proxy.url) as client:
+        async with cluster.client(proxy.url) as client:
             got = await read_all(client, "dedup-0")
         assert values(got) == [f"once-{i}" for i in range(10)]
         assert [m.offset for m in metas] == [r.offset for r in got]
@@ -127,9 +131,11 @@ async def test_a_retried_batch_whose_answer_was_lost_is_written_once(cluster: Cl
 async def test_without_idempotence_the_same_loss_writes_a_duplicate(cluster: Cluster) -> None:
     """The control for the test above: the retry really reaches the log."""
     leader = await cluster.wait_leader("plain-0")
-    proxy = await AnswerDroppingProxy(cluster.brokers[leader].url, drop=1).start()
+    proxy = await AnswerDroppingProxy(
+        cluster.brokers[leader].url, drop=1, ssl=cluster.security.client_ssl()
+    ).start()
     try:
-        async with Client(proxy.url) as client:
+        async with cluster.client(proxy.url) as client:
             before = (await client.list_offsets("plain-0")).offset
             async with Producer(client, idempotent=False, retry_backoff_ms=10) as producer:
                 meta = await producer.send_and_wait("plain-0", "twice")
@@ -173,7 +179,7 @@ async def test_broker_errors_come_back_typed(client: Client, cluster: Cluster) -
         ok2 = await producer.send_and_wait("errors-0", "after")
     assert ok2.offset == ok1.offset + 1
 
-    quick = Client([p.url for p in cluster.brokers.values()], metadata_max_wait_ms=300)
+    quick = cluster.client(metadata_max_wait_ms=300)
     try:
         with pytest.raises(NoSuchPartitionError, match="no broker hosts"):
             await quick.list_offsets("nosuch-0")
@@ -271,7 +277,7 @@ async def test_consumer_long_polls_and_never_goes_back(client: Client) -> None:
 async def test_leader_found_through_a_follower_only_bootstrap(cluster: Cluster) -> None:
     leader = await cluster.wait_leader("hint-0")
     follower = next(b for b in cluster.brokers if b != leader)
-    async with Client(cluster.brokers[follower].url) as client:
+    async with cluster.client(cluster.brokers[follower].url) as client:
         async with Producer(client) as producer:
             meta = await producer.send_and_wait("hint-0", "via-follower")
         found = client.metadata.cached("hint-0")
@@ -283,9 +289,11 @@ async def test_leader_found_through_a_follower_only_bootstrap(cluster: Cluster) 
 async def test_a_bootstrap_url_that_reaches_any_broker(cluster: Cluster) -> None:
     """Behind a round-robin balancer, refusals lead the client to the leader's address."""
     leader = await cluster.wait_leader("hint-0")
-    balancer = await AnswerDroppingProxy([p.url for p in cluster.brokers.values()]).start()
+    balancer = await AnswerDroppingProxy(
+        [p.url for p in cluster.brokers.values()], ssl=cluster.security.client_ssl()
+    ).start()
     try:
-        async with Client(balancer.url) as client:
+        async with cluster.client(balancer.url) as client:
             async with Producer(client) as producer:
                 metas = [await producer.send_and_wait("hint-0", f"lb-{i}") for i in range(3)]
             found = client.metadata.cached("hint-0")
@@ -299,12 +307,13 @@ async def test_a_bootstrap_url_that_reaches_any_broker(cluster: Cluster) -> None
 
 async def test_sync_wrappers(cluster: Cluster) -> None:
     urls = ",".join(p.url for p in cluster.brokers.values())
+    credentials = cluster.credentials
 
     def script() -> tuple[list[int], list[str], int]:
-        with SyncProducer(urls, linger_ms=10) as producer:
+        with SyncProducer(urls, linger_ms=10, credentials=credentials) as producer:
             futures = [producer.send("sync-0", f"s{i}", key="k") for i in range(20)]
             offsets = [f.result().offset for f in futures]
-        with SyncClient(urls) as client:
+        with SyncClient(urls, credentials=credentials) as client:
             latest = client.list_offsets("sync-0").offset
             with client.consumer("sync-0", start="earliest") as consumer:
                 got: list[str] = []
@@ -327,7 +336,7 @@ async def test_concurrent_lookups_share_one_listing_per_broker(
     partition's lookup asked every broker, which timed out at a thousand partitions."""
     names = [n for n in cluster.controller.store.items if cluster.controller.leader(n) is not None]
     assert len(names) >= 10
-    async with Client([p.url for p in cluster.brokers.values()]) as fresh:
+    async with cluster.client() as fresh:
         asked: list[str] = []
         describe = fresh.metadata.describe
 

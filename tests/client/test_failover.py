@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest_asyncio
 
-from epochlog.client import Client, Consumer, Producer, RecordMetadata
+from epochlog.client import Consumer, Producer, RecordMetadata
 from tests.broker.cluster import Cluster
 from tests.broker.controller import spec
 from tests.client.helpers import read_all
@@ -32,8 +32,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
 
 async def test_leader_sigkill_during_produce_loses_and_doubles_nothing(cluster: Cluster) -> None:
     old = await cluster.wait_leader(NAME)
-    urls = [p.url for p in cluster.brokers.values()]
-    client = Client(urls, request_timeout_ms=5000, retry_backoff_ms=20, retry_backoff_max_ms=200)
+    client = cluster.client(request_timeout_ms=5000, retry_backoff_ms=20, retry_backoff_max_ms=200)
     consumed: list[tuple[int, str]] = []
     high_watermarks: list[int] = []
     latest_seen: list[int] = []

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from epochlog.client import Client, Producer
+from epochlog.client import Producer
 from epochlog.client.errors import error_from_response
 from epochlog.protocol.errors import NotEnoughReplicasAfterAppendError
 from tests.broker.cluster import Cluster
@@ -30,9 +30,11 @@ async def test_producer_retries_not_enough_replicas_after_append_and_writes_one_
     cluster: Cluster,
 ) -> None:
     leader = await cluster.wait_leader(PARTITION)
-    proxy = await AnswerDroppingProxy(cluster.brokers[leader].url, refuse_after_append=2).start()
+    proxy = await AnswerDroppingProxy(
+        cluster.brokers[leader].url, refuse_after_append=2, ssl=cluster.security.client_ssl()
+    ).start()
     try:
-        async with Client(proxy.url) as client:
+        async with cluster.client(proxy.url) as client:
             async with Producer(client, linger_ms=50, retry_backoff_ms=10) as producer:
                 futures = [await producer.send(PARTITION, f"once-{i}") for i in range(10)]
                 metas = await asyncio.gather(*futures)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from epochlog.harness import Security
 from epochlog.protocol.batch import Record
 from epochlog.protocol.heartbeat import HeartbeatResponse, PartitionAssignment
 from epochlog_broker.core import BrokerCore
@@ -91,7 +92,8 @@ def test_a_damaged_storage_id_file_makes_the_broker_process_exit_with_the_file_n
             "--listen",
             "127.0.0.1:0",
             "--controller",
-            "http://127.0.0.1:9",
+            "https://127.0.0.1:9",
+            *Security.tls(tmp_path / "pki", [1]).broker_flags(1),
         ],
         capture_output=True,
         text=True,

@@ -94,7 +94,12 @@ def test_up_records_every_process(state_dir: Path) -> None:
     assert set(procs) == {"apiserver", "operator", "broker-1", "broker-2", "broker-3"}
     for p in procs.values():
         assert _recorded(p).alive, p
-        assert p["url"].startswith("http://127.0.0.1:")
+        # The API emulator has no TLS (it stands in for Kubernetes); the rest speak TLS
+        # and serve their probes on a plain port of their own.
+        scheme = "http" if p["role"] == "apiserver" else "https"
+        assert p["url"].startswith(f"{scheme}://127.0.0.1:")
+        if p["role"] != "apiserver":
+            assert p["probe_url"].startswith("http://127.0.0.1:")
         assert Path(p["log"]).exists()
         assert p["argv"][0] == sys.executable
     assert {p["role"] for p in procs.values()} == {"apiserver", "operator", "broker"}
@@ -104,6 +109,10 @@ def test_up_records_every_process(state_dir: Path) -> None:
     assert Path(state["kubeconfig"]).exists()
     assert state["settings"]["session_timeout_ms"] == 1000
     assert len({p["url"] for p in procs.values()}) == 5
+    assert state["tls"] is True
+    for b in (1, 2, 3):
+        argv = procs[f"broker-{b}"]["argv"]
+        assert argv[argv.index("--cert") + 1] == str(state_dir / "pki" / f"broker-{b}.crt")
 
 
 def test_up_again_in_the_same_directory_is_refused(state_dir: Path) -> None:
@@ -141,7 +150,7 @@ async def test_brokers_list_each_partition_with_its_topic_and_index(state_dir: P
     """`GET /v1/partitions` says the topic and index of every replica, from the controller's
     assignment: readers discover a topic's partitions without a naming convention."""
     cluster = LocalCluster.load(state_dir)
-    async with Client(cluster.bootstrap) as client:
+    async with Client(cluster.bootstrap, credentials=cluster.credentials) as client:
 
         async def listed() -> list[tuple[str, str | None, int | None]]:
             rows = []
@@ -178,7 +187,12 @@ def test_status_lists_processes_and_partitions(state_dir: Path) -> None:
 async def test_restarted_brokers_keep_their_data(state_dir: Path) -> None:
     cluster = LocalCluster.load(state_dir)
     values = [f"kept-{i}" for i in range(50)]
-    async with Client(cluster.bootstrap, retry_backoff_ms=20, retry_backoff_max_ms=200) as client:
+    async with Client(
+        cluster.bootstrap,
+        retry_backoff_ms=20,
+        retry_backoff_max_ms=200,
+        credentials=cluster.credentials,
+    ) as client:
         async with Producer(client, acks="all") as producer:
             futures = [await producer.send("orders-1", v) for v in values]
             acked = [await f for f in futures]

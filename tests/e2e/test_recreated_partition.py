@@ -54,11 +54,12 @@ FETCH_WAIT_S = 0.5
 TAIL = [f"t{i}" for i in range(1, 6)]
 
 
-async def post_acks_leader(url: str, values: list[str]) -> dict[str, Any]:
+async def post_acks_leader(cluster: LocalCluster, url: str, values: list[str]) -> dict[str, Any]:
     """One acks=leader produce request: acknowledged once on the leader's disk only."""
     body = {"records": [{"value": v} for v in values]}
+    connector = aiohttp.TCPConnector(ssl=cluster.security.client_ssl())
     async with (
-        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http,
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10), connector=connector) as http,
         http.post(
             f"{url}/v1/partitions/{NAME}/records", params={"acks": "leader"}, json=body
         ) as rsp,
@@ -100,7 +101,7 @@ async def test_recreated_partition_keeps_acknowledged_records(local_cluster: Loc
         try:
             await asyncio.sleep(FETCH_WAIT_S + 0.4)
             w.history.sent.update(dict.fromkeys(TAIL, NAME))
-            answer = await post_acks_leader(cluster.broker_url(OLD), TAIL)
+            answer = await post_acks_leader(cluster, cluster.broker_url(OLD), TAIL)
             assert answer["baseOffset"] == 1, answer
 
             async def tail_on_disk() -> bool:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import signal
+import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,14 @@ from typing import Any
 import aiohttp
 import pytest
 
-from epochlog.harness import ManagedProcess, child_env, free_port, operator_argv, url
+from epochlog.harness import (
+    ManagedProcess,
+    Security,
+    child_env,
+    free_ports,
+    operator_argv,
+    url,
+)
 from epochlog.harness.scripted_brokers import ScriptedBrokers
 from epochlog.kubeapi.apiserver import ApiServer
 from epochlog.resources import PartitionStatus
@@ -184,8 +192,9 @@ class StatusWatch:
 class Operator:
     """One operator process."""
 
-    def __init__(self, kubeconfig: Path, log: Path, args: list[str]) -> None:
-        self.port = free_port()
+    def __init__(self, kubeconfig: Path, log: Path, args: list[str], security: Security) -> None:
+        self.port, self.probe_port = free_ports(2)
+        self.security = security
         self.kubeconfig = kubeconfig
         self.log = log
         self.args = args
@@ -197,6 +206,8 @@ class Operator:
             reconcile_interval_ms=RECONCILE_MS,
             status_refresh_interval_ms=STATUS_REFRESH_MS,
             peering_lifetime_s=PEERING_LIFETIME_S,
+            security=security.operator_flags(),
+            probe_port=self.probe_port,
             extra=args,
         )
         env = child_env({"EPOCHLOG_LOG_LEVEL": "info"})
@@ -204,7 +215,13 @@ class Operator:
 
     @property
     def url(self) -> str:
-        return url(self.port)
+        """The heartbeat port (TLS: only brokers' certificates get in)."""
+        return url(self.port, self.security.scheme)
+
+    @property
+    def probe_url(self) -> str:
+        """Health, readiness and metrics, without credentials."""
+        return url(self.probe_port)
 
     @property
     def running(self) -> bool:
@@ -226,7 +243,7 @@ class Operator:
         while True:
             assert self.running, self.log.read_text()
             with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                async with session.get(self.url + path) as rsp:
+                async with session.get(self.probe_url + path) as rsp:
                     if rsp.status == 200:
                         return
             if patience.due():
@@ -234,7 +251,7 @@ class Operator:
             await asyncio.sleep(0.05)
 
     async def get(self, session: aiohttp.ClientSession, path: str) -> tuple[int, str]:
-        async with session.get(self.url + path) as rsp:
+        async with session.get(self.probe_url + path) as rsp:
             return rsp.status, await rsp.text()
 
     async def metric(self, session: aiohttp.ClientSession, name: str) -> float:
@@ -267,10 +284,37 @@ class Env:
     tmp: Path
     session: aiohttp.ClientSession
     watch: StatusWatch
+    security: Security
+    """The operators speak TLS; each scripted broker presents its own certificate."""
     operators: list[Operator] = field(default_factory=list)
+    _as_broker: dict[int, aiohttp.ClientSession] = field(default_factory=dict)
+
+    def broker_tls(self, broker_id: int) -> ssl.SSLContext | bool:
+        """Broker `broker_id`'s certificate (issued now if there is none yet)."""
+        if self.security.pki is not None:
+            self.security.pki.ensure([broker_id], users=())
+        return self.security.broker_ssl(broker_id)
+
+    def as_broker(self, broker_id: int) -> aiohttp.ClientSession:
+        """A session that presents broker `broker_id`'s certificate."""
+        if broker_id not in self._as_broker:
+            self._as_broker[broker_id] = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=10),
+                connector=aiohttp.TCPConnector(ssl=self.broker_tls(broker_id)),
+            )
+        return self._as_broker[broker_id]
+
+    async def close_sessions(self) -> None:
+        for session in self._as_broker.values():
+            await session.close()
 
     async def operator(self, *args: str, ready: bool = True) -> Operator:
-        op = Operator(self.kubeconfig, self.tmp / f"operator-{len(self.operators)}.log", list(args))
+        op = Operator(
+            self.kubeconfig,
+            self.tmp / f"operator-{len(self.operators)}.log",
+            list(args),
+            self.security,
+        )
         self.operators.append(op)
         await op.start()
         await op.wait_ready(self.session, path="/readyz" if ready else "/healthz")
@@ -282,7 +326,7 @@ class Env:
         def urls() -> list[str]:
             return [op.heartbeat_url for op in self.operators if op.running]
 
-        return ScriptedBrokers(urls, broker_ids, HEARTBEAT_MS)
+        return ScriptedBrokers(urls, broker_ids, HEARTBEAT_MS, tls=self.broker_tls)
 
 
 @pytest.fixture
@@ -295,10 +339,12 @@ async def env(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[E
         ):
             watch = StatusWatch()
             watcher = asyncio.create_task(watch.run(api_session))
-            e = Env(Api(api_session), server, kubeconfig, tmp_path, session, watch)
+            security = Security.tls(tmp_path / "pki", [1, 2, 3])
+            e = Env(Api(api_session), server, kubeconfig, tmp_path, session, watch, security)
             try:
                 yield e
             finally:
+                await e.close_sessions()
                 await asyncio.gather(*(op.stop() for op in e.operators))
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError, aiohttp.ClientError):

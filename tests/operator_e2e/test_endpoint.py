@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
 import time
 from typing import Any
 
-from epochlog.harness import free_ports
+import aiohttp
+import pytest
+
+from epochlog.security.tls import TlsFiles, client_context
 from tests import waiting
 from tests.devcluster.conftest import kubectl_binary
 from tests.operator_e2e.conftest import SESSION_MS, Env, Operator
@@ -17,7 +21,7 @@ from tests.operator_e2e.conftest import SESSION_MS, Env, Operator
 GOOD: dict[str, Any] = {
     "brokerId": 7,
     "brokerEpoch": 1,
-    "address": "broker-7.test:9092",
+    "address": "https://127.0.0.1:9092",
     "timeMs": 1_700_000_000_000,
     "partitions": [
         {
@@ -31,9 +35,22 @@ GOOD: dict[str, Any] = {
 }
 
 
-async def post(env: Env, op: Operator, body: bytes | str) -> tuple[int, Any]:
+def _sender(body: bytes) -> int:
+    """The broker id a body names, when it names one, else 7 (GOOD's)."""
+    with contextlib.suppress(ValueError, AttributeError, TypeError):
+        ident = json.loads(body).get("brokerId")
+        if type(ident) is int and ident >= 0:
+            return ident
+    return 7
+
+
+async def post(
+    env: Env, op: Operator, body: bytes | str, *, as_broker: int | None = None
+) -> tuple[int, Any]:
+    """POST a heartbeat with the certificate of `as_broker` (default: the broker it names)."""
     data = body.encode() if isinstance(body, str) else body
-    async with env.session.post(
+    sender = _sender(data) if as_broker is None else as_broker
+    async with env.as_broker(sender).post(
         op.heartbeat_url, data=data, headers={"Content-Type": "application/json"}
     ) as rsp:
         return rsp.status, await rsp.json(content_type=None)
@@ -161,7 +178,9 @@ async def test_half_sent_heartbeats_are_closed_and_brokers_stay_live(env: Env) -
         with_body = head + b'Content-Type: application/json\r\nContent-Length: 500\r\n\r\n{"b'
         conns = []
         for i in range(200):
-            reader, writer = await asyncio.open_connection("127.0.0.1", op.port)
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", op.port, ssl=env.broker_tls(1) or None
+            )
             writer.write(head if i % 2 else with_body)
             await writer.drain()
             conns.append((reader, writer))
@@ -226,11 +245,68 @@ async def _metric_at_least(env: Env, op: Operator, name: str, value: float) -> b
 
 
 async def test_the_probe_port_serves_probes_and_metrics_and_no_heartbeats(env: Env) -> None:
-    (port,) = free_ports(1)
-    await env.operator("--standalone", "--probe-port", str(port))
-    probes = f"http://127.0.0.1:{port}"
+    op = await env.operator("--standalone")
+    probes = op.probe_url
     for path in ("/healthz", "/readyz", "/metrics"):
         async with env.session.get(probes + path) as rsp:
             assert rsp.status == 200, path
     async with env.session.post(probes + "/v1/heartbeat", data=json.dumps(GOOD)) as rsp:
         assert rsp.status == 404
+
+
+async def test_forged_heartbeats_are_refused_and_change_nothing(env: Env) -> None:
+    """A heartbeat speaks only for the broker whose certificate sent it, and only for an
+    address that certificate names. Without TLS, one forged heartbeat for the leader's id
+    moved leadership, pushed leaderEpoch and shrank the ISR; here it is refused, with
+    another broker's certificate (403), with the leader's certificate and an address it
+    does not name (403), and with no certificate at all (no TLS handshake), and the
+    Partition's status stays as it was while the real brokers go on."""
+    op = await env.operator("--standalone")
+    async with env.cluster([1, 2, 3]) as cluster:
+        await env.api.create("orders-0")
+        first = await env.watch.wait_for(
+            "orders-0", lambda s: s.leader is not None and len(s.isr) == 3, 10, "3 in sync"
+        )
+        assert first.leader is not None
+        leader = first.leader
+        other = next(b for b in (1, 2, 3) if b != leader)
+        # The leader's id, a newer brokerEpoch, nothing hosted, another address.
+        forged = {
+            **GOOD,
+            "brokerId": leader,
+            "brokerEpoch": int(time.time() * 1000),
+            "address": "https://127.0.0.1:6666",
+            "partitions": [],
+        }
+        status, body = await post(env, op, json.dumps(forged), as_broker=other)
+        assert status == 403, body
+        assert body["error"]["code"] == "CLUSTER_AUTHORIZATION_FAILED"
+        assert f"must come with broker {leader}'s certificate" in body["error"]["message"]
+        elsewhere = {**forged, "address": "https://attacker.example:8080"}
+        status, body = await post(env, op, json.dumps(elsewhere), as_broker=leader)
+        assert status == 403, body
+        assert "a host its certificate does not name" in body["error"]["message"]
+        pki = env.security.pki
+        assert pki is not None
+        anonymous = aiohttp.TCPConnector(ssl=client_context(TlsFiles(str(pki.cluster_ca))))
+        async with aiohttp.ClientSession(connector=anonymous) as nobody:
+            with pytest.raises(aiohttp.ClientError):
+                async with nobody.post(op.heartbeat_url, json=forged) as rsp:
+                    await rsp.read()
+
+        refused = 'epochlog_operator_heartbeats_total{outcome="refused"}'
+        assert await op.metric(env.session, refused) == 2
+        heard = await op.metric(env.session, "epochlog_operator_heartbeats_total")
+        await waiting.until(
+            lambda: _metric_at_least(env, op, "epochlog_operator_heartbeats_total", heard + 30),
+            "ten more heartbeats of each broker",
+            20,
+        )
+        now = env.watch.latest("orders-0")
+        assert now is not None
+        assert (now.leader, now.leader_epoch, now.isr) == (
+            first.leader,
+            first.leader_epoch,
+            first.isr,
+        )
+        assert all(b.fenced_answers == 0 for b in cluster.brokers.values())

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
 from epochlog.protocol.errors import InvalidRequestError
+from epochlog.security.pki import DevPki
 from epochlog_operator.indexed import IndexedHeartbeat
 from epochlog_operator.metrics import Metrics
 from epochlog_operator.peering import acts
@@ -34,10 +36,31 @@ HEARTBEAT = {
 }
 
 
-def _args(*argv: str) -> argparse.Namespace:
+def _args(*argv: str, plaintext: bool = True) -> argparse.Namespace:
+    """Parsed operator flags; `--plaintext` added unless told not to (these tests are about
+    other settings)."""
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    return parser.parse_args(argv)
+    return parser.parse_args([*argv, *(["--plaintext"] if plaintext else [])])
+
+
+def test_the_operator_needs_tls_or_an_explicit_plaintext(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="TLS is on by default: give --ca, --cert and --key"):
+        OperatorSettings.from_args(_args(plaintext=False), {})
+    pki = DevPki(tmp_path).ensure([1])
+    cert, key = pki.operator()
+    flags = ("--ca", str(pki.cluster_ca), "--cert", str(cert), "--key", str(key))
+    tls = OperatorSettings.from_args(_args(*flags, plaintext=False), {}).tls
+    assert tls is not None
+    assert tls.cert == str(cert)
+    env = {"EPOCHLOG_CA": str(pki.cluster_ca), "EPOCHLOG_CERT": str(cert), "EPOCHLOG_KEY": str(key)}
+    assert OperatorSettings.from_args(_args(plaintext=False), env).tls == tls
+    with pytest.raises(SettingsError, match="contradict"):
+        OperatorSettings.from_args(_args(*flags), {})
+    with pytest.raises(SettingsError, match="does not exist"):
+        OperatorSettings.from_args(
+            _args("--ca", str(tmp_path / "nope.crt"), *flags[2:], plaintext=False), {}
+        )
 
 
 def test_flags_override_the_environment_which_overrides_defaults() -> None:

@@ -99,6 +99,7 @@ async def test_many_partitions_write_within_the_budget_and_an_election_does_not_
         lambda: [op.heartbeat_url for op in env.operators if op.running],
         [1, 2, 3, 4],
         HEARTBEAT_MS,
+        tls=env.broker_tls,
     )
     async with brokers:
         for i, name in enumerate(names):

@@ -59,7 +59,7 @@ def produce(
     """(partition, value) records sent with acks=all; every one acknowledged, in order."""
 
     async def go() -> list[RecordMetadata]:
-        async with Client(cluster.bootstrap) as client:
+        async with Client(cluster.bootstrap, credentials=cluster.credentials) as client:
             producer = Producer(client, acks="all", linger_ms=2)
             futures = [
                 await producer.send(partition, value, headers=headers)
@@ -76,10 +76,21 @@ def bootstrap(cluster: LocalCluster) -> str:
     return ",".join(cluster.bootstrap)
 
 
+def credential_options(cluster: LocalCluster) -> dict[str, str]:
+    """The source options `ca`, `cert`, `key`: the cluster's admin certificate."""
+    tls = cluster.credentials.tls
+    if tls is None:
+        return {}
+    assert tls.cert is not None
+    assert tls.key is not None
+    return {"ca": tls.ca, "cert": tls.cert, "key": tls.key}
+
+
 def stream(spark: SparkSession, cluster: LocalCluster, **options: str) -> DataFrame:
     return (
         spark.readStream.format("epochlog")
         .option("bootstrap", bootstrap(cluster))
+        .options(**credential_options(cluster))
         .options(**options)
         .load()
     )
@@ -89,6 +100,7 @@ def batch(spark: SparkSession, cluster: LocalCluster, **options: str) -> DataFra
     return (
         spark.read.format("epochlog")
         .option("bootstrap", bootstrap(cluster))
+        .options(**credential_options(cluster))
         .options(**options)
         .load()
     )

@@ -25,7 +25,15 @@ from epochlog_spark.config import JobConfig
 from epochlog_spark.job import AUDIT, start_job, stop_job
 from epochlog_spark.orders import order_event
 from tests.spark.conftest import Background
-from tests.spark.helpers import LONG_S, bootstrap, checkpoint_offsets, create_topic, produce, rows
+from tests.spark.helpers import (
+    LONG_S,
+    bootstrap,
+    checkpoint_offsets,
+    create_topic,
+    credential_options,
+    produce,
+    rows,
+)
 from tests.waiting import Patience
 
 TOPIC = "eo-orders"
@@ -48,6 +56,7 @@ def test_every_acknowledged_order_lands_once_across_failover_and_restart(
         output=str(workdir / "out"),
         checkpoint=str(workdir / "checkpoint"),
         trigger_interval="500 milliseconds",
+        source_options=credential_options(cluster),
     )
     client = background.run(_client(cluster))
     producer = SteadyProducer(client, list(names), rate=100, make_value=_value)
@@ -107,7 +116,12 @@ def test_every_acknowledged_order_lands_once_across_failover_and_restart(
 
 
 async def _client(cluster: LocalCluster) -> Client:
-    return Client(cluster.bootstrap, request_timeout_ms=5000, retry_backoff_ms=20)
+    return Client(
+        cluster.bootstrap,
+        request_timeout_ms=5000,
+        retry_backoff_ms=20,
+        credentials=cluster.credentials,
+    )
 
 
 def _check(

@@ -60,6 +60,7 @@ def test_the_job_computes_revenue_keeps_an_audit_copy_and_routes_malformed_value
             "--checkpoint",
             str(checkpoint),
             "--available-now",
+            *cluster.security.client_flags(),
         ],
         capture_output=True,
         text=True,

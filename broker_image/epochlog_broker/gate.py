@@ -1,0 +1,79 @@
+"""Who is asking, and whether they may: authentication and authorization of requests.
+
+With TLS on (the default), every request on the API listener names a principal: the
+peer's verified certificate (a broker, the operator, or a user of the clients CA)
+or, without a certificate, a bearer token from the access policy. Nobody else gets
+past `principal` (AUTHENTICATION_FAILED).
+
+- Replication (`/internal/...`): only the broker whose certificate names the replica
+  id in the body (CLUSTER_AUTHORIZATION_FAILED otherwise). A forged fetch cannot
+  claim a follower's position, so it cannot move the high watermark.
+- Client API: the access policy's rule for the partition's topic
+  (TOPIC_AUTHORIZATION_FAILED); without a policy file, any authenticated principal.
+
+In plaintext, chosen explicitly for local development, nobody can be told apart:
+every request is `Anonymous`, and without a policy it may do everything.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from epochlog.protocol.errors import (
+    AuthenticationFailedError,
+    ClusterAuthorizationFailedError,
+    TopicAuthorizationFailedError,
+)
+from epochlog.security.access import AccessPolicy, Operation
+from epochlog.security.principal import ANONYMOUS, Kind, Principal
+from epochlog.security.tls import PeerIdentities, TlsFiles, ca_name
+
+BEARER = "Bearer "
+
+
+class Gate:
+    def __init__(self, tls: TlsFiles | None, policy: AccessPolicy | None) -> None:
+        self.tls = tls
+        self.policy = policy
+        self._peers = PeerIdentities(ca_name(tls.ca)) if tls else None
+
+    def principal(self, request: web.Request) -> Principal:
+        if self._peers is not None:
+            found = self._peers.of_transport(request.transport)
+            if found is not None:
+                return found
+        auth = request.headers.get("Authorization")
+        if auth is not None:
+            if not auth.startswith(BEARER) or self.policy is None:
+                raise AuthenticationFailedError("the Authorization header holds no known token")
+            user = self.policy.token_principal(auth[len(BEARER) :].strip())
+            if user is None:
+                raise AuthenticationFailedError("the bearer token is not one the policy knows")
+            return user
+        if self.tls is None:
+            return ANONYMOUS
+        raise AuthenticationFailedError(
+            "no credentials: present a client certificate or a bearer token"
+        )
+
+    def allows(self, principal: Principal, operation: Operation, topic: str) -> bool:
+        if self.policy is None:
+            return True
+        return self.policy.allows(principal, operation, topic)
+
+    def check_topic(self, principal: Principal, operation: Operation, topic: str) -> None:
+        if not self.allows(principal, operation, topic):
+            raise TopicAuthorizationFailedError(
+                f"{principal} may not {operation} topic {topic!r}", topic=topic
+            )
+
+    def check_replica(self, principal: Principal, replica_id: int) -> None:
+        """Replication requests: only broker `replica_id` itself may send them."""
+        if self.tls is None:
+            return
+        if principal.kind is not Kind.BROKER or principal.broker_id != replica_id:
+            raise ClusterAuthorizationFailedError(
+                f"{principal} may not fetch as broker {replica_id}: replication needs "
+                f"broker {replica_id}'s certificate",
+                replica=replica_id,
+            )

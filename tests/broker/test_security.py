@@ -1,0 +1,346 @@
+"""Who may talk to a broker, on real broker processes with TLS.
+
+- A replica fetch is taken only from the certificate of the broker it claims to
+  be: forged fetches without credentials, with a user's certificate or another
+  broker's cannot move the high watermark, so an acks=all write whose followers
+  never fetched it is not acknowledged. A fetch with the follower's certificate
+  and a brokerEpoch older than its session is refused too.
+- Clients are authenticated (client certificate or bearer token) and authorized
+  per topic by the access policy.
+- A rotated certificate is served to new connections without a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import ssl
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+from cryptography import x509
+
+from epochlog.client import Client, Consumer, Producer
+from epochlog.protocol.errors import TopicAuthorizationFailedError
+from epochlog.security.access import token_digest
+from epochlog.security.options import Credentials
+from epochlog.security.pki import DevPki, issue_broker
+from epochlog.security.tls import TlsFiles, client_context
+from tests.broker.cluster import Cluster
+from tests.broker.controller import spec
+
+NAME = "orders-0"
+SESSION_PATH = "/internal/v1/fetch-session"
+LONG_MS = 120_000
+"""Session and lag timeouts far beyond the test: the paused followers stay in the ISR."""
+
+
+@pytest_asyncio.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    specs = [spec("orders", 0, replica_lag_time_max_ms=LONG_MS)]
+    async with Cluster(tmp_path, specs, session_timeout_ms=LONG_MS).serving(NAME) as c:
+        yield c
+
+
+def _session(context: ssl.SSLContext) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=30), connector=aiohttp.TCPConnector(ssl=context)
+    )
+
+
+def _no_certificate(c: Cluster) -> ssl.SSLContext:
+    """Checks the broker's certificate, presents none."""
+    pki = c.security.pki
+    assert pki is not None
+    return client_context(TlsFiles(str(pki.cluster_ca)))
+
+
+async def _post(
+    http: aiohttp.ClientSession, url: str, body: dict[str, Any]
+) -> tuple[int, dict[str, Any]]:
+    async with http.post(url, json=body) as rsp:
+        raw = await rsp.read()
+        return rsp.status, json.loads(raw) if rsp.content_type == "application/json" else {}
+
+
+async def test_forged_replica_fetches_are_refused_and_cannot_move_the_high_watermark(
+    cluster: Cluster,
+) -> None:
+    leader = await cluster.wait_leader(NAME)
+    followers = [b for b in cluster.brokers if b != leader]
+    await cluster.produce(NAME, ["before"])
+    await cluster.wait_until(
+        lambda: _all_at(cluster, 1), 20, "every replica at the high watermark 1"
+    )
+    listing = await cluster.call("GET", followers[0], "/v1/partitions")
+    epoch_of_first = listing["brokerEpoch"]
+    before = (await cluster.partitions(leader))[NAME]
+    assert before["highWatermark"] == 1
+    for b in followers:
+        await cluster.brokers[b].signal(signal.SIGSTOP)
+    try:
+        # An acks=all write that only the leader holds: only fetches can commit it.
+        write = asyncio.create_task(
+            cluster.request(
+                "POST",
+                leader,
+                f"/v1/partitions/{NAME}/records",
+                params={"acks": "all", "timeoutMs": 4000},
+                json={"records": [{"value": "only-on-the-leader"}]},
+            )
+        )
+        await cluster.wait_until(
+            lambda: _log_end(cluster, leader, 2), 20, "the write appended on the leader"
+        )
+        url = cluster.brokers[leader].url + SESSION_PATH
+        pki = cluster.security.pki
+        assert pki is not None
+        pki.ensure([], users=("mallory",))
+        outsiders = {
+            "no credentials": (_no_certificate(cluster), 401, "AUTHENTICATION_FAILED"),
+            "a user's certificate": (
+                cluster.security.client_ssl("mallory"),
+                403,
+                "CLUSTER_AUTHORIZATION_FAILED",
+            ),
+        }
+        refusals = []
+        for what, (context, status, code) in outsiders.items():
+            assert isinstance(context, ssl.SSLContext)
+            async with _session(context) as http:
+                for f in followers:
+                    got = await _post(http, url, _claim(f, epoch_of_first, end=2))
+                    refusals.append((what, f, got[0], got[1]["error"]["code"]))
+                    assert got[0] == status, (what, got)
+                    assert got[1]["error"]["code"] == code, (what, got)
+        # Each follower's position claimed with the other follower's certificate.
+        for f in followers:
+            other = next(b for b in followers if b != f)
+            status, body = await _post(
+                cluster.broker_session(other), url, _claim(f, epoch_of_first, end=2)
+            )
+            assert (status, body["error"]["code"]) == (403, "CLUSTER_AUTHORIZATION_FAILED")
+            assert f"may not fetch as broker {f}" in body["error"]["message"]
+        # The follower's own certificate with a brokerEpoch older than its session.
+        first = followers[0]
+        status, body = await _post(
+            cluster.broker_session(first), url, _claim(first, epoch_of_first - 1, end=2)
+        )
+        assert status == 409, body
+        assert "older than" in body["error"]["message"]
+
+        status, raw, _ = await write
+        answer = json.loads(raw)
+        assert status != 200, f"acknowledged with both followers stopped: {answer}"
+        assert answer["error"]["code"] == "REQUEST_TIMED_OUT", answer
+        now = (await cluster.partitions(leader))[NAME]
+        assert now["highWatermark"] == 1, now
+        assert sorted(now["isr"]) == sorted(before["isr"]), now
+    finally:
+        for b in followers:
+            await cluster.brokers[b].signal(signal.SIGCONT)
+    # The real followers go on fetching with their own certificates.
+    await cluster.produce(NAME, ["after"])
+    await cluster.wait_until(lambda: _all_at(cluster, 3), 30, "every replica at 3")
+
+
+def _claim(replica: int, broker_epoch: int, *, end: int) -> dict[str, Any]:
+    """A new fetch session of `replica` that says it holds everything below `end`."""
+    position = {
+        "partition": NAME,
+        "leaderEpoch": 1,
+        "fetchOffset": end,
+        "persistedLogEndOffset": end,
+    }
+    return {"replicaId": replica, "brokerEpoch": broker_epoch, "partitions": [position]}
+
+
+async def _log_end(c: Cluster, broker: int, end: int) -> bool:
+    return bool((await c.partitions(broker))[NAME]["logEndOffset"] >= end)
+
+
+async def _all_at(c: Cluster, hw: int) -> bool:
+    for b in c.brokers:
+        part = (await c.partitions(b))[NAME]
+        if part["highWatermark"] < hw or part["logEndOffset"] < hw:
+            return False
+    return True
+
+
+# -- clients -------------------------------------------------------------------------------
+
+ALICE_TOKEN = "alice-token-7f3a9c"
+BOB_TOKEN = "bob-token-1e9d44"
+
+
+@pytest_asyncio.fixture
+async def guarded(tmp_path: Path) -> AsyncIterator[Cluster]:
+    """Three brokers with an access policy: carol (a client certificate) may write and
+    read `orders`; bob (a token) may read `audit` only; alice (a token) may write
+    `audit*` topics."""
+    DevPki(tmp_path / "pki").ensure([1, 2, 3], users=("admin", "carol", "dave"))
+    policy = {
+        "tokens": [
+            {"principal": "User:alice", "sha256": token_digest(ALICE_TOKEN)},
+            {"principal": "User:bob", "sha256": token_digest(BOB_TOKEN)},
+        ],
+        "acls": [
+            {"principal": "User:admin", "topics": ["*"], "operations": ["all"]},
+            {"principal": "User:carol", "topics": ["orders"], "operations": ["read", "write"]},
+            {"principal": "User:bob", "topics": ["audit"], "operations": ["read"]},
+            {"principal": "User:alice", "topics": ["audit*"], "operations": ["write"]},
+        ],
+    }
+    path = tmp_path / "access.yaml"
+    path.write_text(json.dumps(policy))  # JSON is YAML too
+    specs = [spec("orders", 0), spec("audit", 0)]
+    async with Cluster(tmp_path, specs, extra_args=["--access-policy", str(path)]).serving(
+        "orders-0", "audit-0"
+    ) as c:
+        yield c
+
+
+async def test_clients_without_credentials_or_for_another_topic_are_refused(
+    guarded: Cluster,
+) -> None:
+    c = guarded
+    leaders = {n: await c.wait_leader(n) for n in ("orders-0", "audit-0")}
+
+    def records(name: str) -> str:
+        return c.brokers[leaders[name]].url + f"/v1/partitions/{name}/records"
+
+    one = {"records": [{"value": "x"}]}
+    async with _session(_no_certificate(c)) as anonymous:
+        async with anonymous.post(records("orders-0"), json=one) as rsp:
+            assert rsp.status == 401
+            assert (await rsp.json())["error"]["code"] == "AUTHENTICATION_FAILED"
+        for token, code in (("nobody-knows-this", 401), (BOB_TOKEN, 403)):
+            headers = {"Authorization": f"Bearer {token}"}
+            async with anonymous.post(records("orders-0"), json=one, headers=headers) as rsp:
+                assert rsp.status == code
+        headers = {"Authorization": f"Bearer {BOB_TOKEN}"}
+        async with anonymous.get(
+            records("audit-0"), params={"offset": "0"}, headers=headers
+        ) as rsp:
+            assert rsp.status == 200
+        async with anonymous.post(records("audit-0"), json=one, headers=headers) as rsp:
+            body = await rsp.json()
+            assert rsp.status == 403
+            assert body["error"]["code"] == "TOPIC_AUTHORIZATION_FAILED"
+            assert "User:bob may not write topic 'audit'" in body["error"]["message"]
+            assert body["error"]["leader"] is None  # no hints for who may not ask
+        # Bob's listing holds the topic he may describe, and nothing of the others.
+        async with anonymous.get(
+            c.brokers[leaders["audit-0"]].url + "/v1/partitions", headers=headers
+        ) as rsp:
+            listed = [p["name"] for p in (await rsp.json())["partitions"]]
+            assert listed == ["audit-0"]
+
+    # The client library: typed errors, credentials as options.
+    pki = c.security.pki
+    assert pki is not None
+    carol = Credentials.of(str(pki.cluster_ca), *map(str, pki.user("carol")))
+    async with (
+        Client([p.url for p in c.brokers.values()], credentials=carol) as client,
+        Producer(client, acks="all") as producer,
+    ):
+        meta = await producer.send_and_wait("orders-0", "carol's")
+        assert meta.offset == 0
+        with pytest.raises(
+            TopicAuthorizationFailedError, match="User:carol may not describe topic 'audit'"
+        ):
+            await producer.send_and_wait("audit-0", "not carol's")
+    alice = Credentials.of(str(pki.cluster_ca), token=ALICE_TOKEN)
+    async with (
+        Client([p.url for p in c.brokers.values()], credentials=alice) as client,
+        Producer(client, acks="all") as producer,
+    ):
+        assert (await producer.send_and_wait("audit-0", "alice's")).offset == 0
+    dave = Credentials.of(str(pki.cluster_ca), *map(str, pki.user("dave")))
+    async with (
+        Client([p.url for p in c.brokers.values()], credentials=dave) as client,
+        Producer(client, acks="all", delivery_timeout_ms=5000) as producer,
+    ):
+        with pytest.raises(TopicAuthorizationFailedError):
+            await producer.send_and_wait("orders-0", "dave has no rule")
+    # Nothing refused was written.
+    orders = [r["value"] for r in await c.read_all("orders-0", leaders["orders-0"])]
+    audit = [r["value"] for r in await c.read_all("audit-0", leaders["audit-0"])]
+    assert (orders, audit) == (["carol's"], ["alice's"])
+
+
+# -- rotation ------------------------------------------------------------------------------
+
+
+async def test_a_rotated_certificate_is_picked_up_without_a_restart(tmp_path: Path) -> None:
+    specs = [spec("orders", 0)]
+    reload = ["--cert-reload-interval-ms", "100"]
+    async with Cluster(tmp_path, specs, extra_args=reload).serving(NAME) as c:
+        pki = c.security.pki
+        assert pki is not None
+        serials_before = {b: await _served_serial(c, b) for b in c.brokers}
+        ca = pki.cluster_ca_issuer()
+        renewed = {b: issue_broker(ca, b) for b in c.brokers}
+        for b, issued in renewed.items():
+            issued.write(pki.directory, f"broker-{b}")
+        for b, issued in renewed.items():
+            want = issued.cert.serial_number
+            assert want != serials_before[b]
+
+            async def rotated(b: int = b, want: int = want) -> bool:
+                return await _served_serial(c, b) == want
+
+            await c.wait_until(rotated, 20, f"broker {b} serving its new certificate")
+        # Nobody restarted, and replication and clients carry on over new connections.
+        assert all(p.starts == 1 for p in c.brokers.values())
+        for b in c.brokers:
+            assert "certificate_reloaded" in c.brokers[b].log_text()
+        await c.produce(NAME, ["after rotation"])
+        async with c.client() as client:
+            assert [r.text() for r in await _read(client)] == ["after rotation"]
+
+
+async def _served_serial(c: Cluster, broker: int) -> int:
+    """The serial number of the certificate broker `broker` presents to a new connection."""
+    pki = c.security.pki
+    assert pki is not None
+    context = client_context(TlsFiles(str(pki.cluster_ca)))
+    _, writer = await asyncio.open_connection("127.0.0.1", c.brokers[broker].port, ssl=context)
+    try:
+        ssl_object = writer.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True)
+    finally:
+        writer.close()
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+async def _read(client: Client) -> list[Any]:
+    consumer = Consumer(client, NAME, start="earliest", max_wait_ms=0)
+    return list(await consumer.poll())
+
+
+async def test_a_broker_without_tls_or_plaintext_refuses_to_start(tmp_path: Path) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *(
+            sys.executable,
+            "-m",
+            "epochlog.cli",
+            "broker",
+            "--id",
+            "1",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--controller",
+            "https://127.0.0.1:9",
+        ),
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await proc.communicate()
+    assert proc.returncode == 2
+    assert b"TLS is on by default: give --ca, --cert and --key" in err
