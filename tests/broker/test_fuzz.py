@@ -108,7 +108,17 @@ def requests(draw: st.DrawFn) -> dict[str, Any]:
     params = draw(st.dictionaries(param_names, param_values, max_size=5))
     body = draw(bodies)
     ctype = draw(st.sampled_from(["application/json", BATCH_CONTENT_TYPE, "text/plain"]))
-    return {"method": method, "path": path, "params": params, "body": body, "ctype": ctype}
+    # The admin user, or a broker no partition is assigned to: replication requests get
+    # past authentication (as the latter) and are fuzzed in what they say.
+    who = draw(st.sampled_from([None, 99]))
+    return {
+        "method": method,
+        "path": path,
+        "params": params,
+        "body": body,
+        "ctype": ctype,
+        "as_broker": who,
+    }
 
 
 @given(request=requests())
@@ -131,6 +141,7 @@ async def test_random_requests_get_clear_answers_and_lose_nothing(
         data=request["body"],
         headers=headers,
         timeout_s=30,
+        as_broker=request["as_broker"],
     )
     assert status != 500, body[:500]
     if (status >= 400 and status != 405 and status != 404) or (status == 404 and body[:1] == b"{"):

@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from epochlog.resources import PartitionStatus
 from epochlog.security.tls import TlsFiles, client_context
 from tests import waiting
 from tests.devcluster.conftest import kubectl_binary
@@ -210,11 +211,7 @@ async def test_heartbeats_outside_the_bounds_are_refused_and_change_nothing(env:
     as after that), are refused with 400; the cluster goes on as before."""
     op = await env.operator("--standalone")
     async with env.cluster([1, 2, 3]) as cluster:
-        await env.api.create("orders-0")
-        first = await env.watch.wait_for(
-            "orders-0", lambda s: s.leader is not None and len(s.isr) == 3, 10, "3 in sync"
-        )
-        assert first.leader is not None
+        first = await _three_in_sync(env)
         for forged_id in (1001, 2**31, 2**63, 2**70):
             status, body = await post(env, op, json.dumps({**GOOD, "brokerId": forged_id}))
             assert status == 400, body
@@ -225,12 +222,7 @@ async def test_heartbeats_outside_the_bounds_are_refused_and_change_nothing(env:
         assert status == 400, body
         assert "ahead of the controller's clock" in body["error"]["message"]
 
-        heard = await op.metric(env.session, "epochlog_operator_heartbeats_total")
-        await waiting.until(
-            lambda: _metric_at_least(env, op, "epochlog_operator_heartbeats_total", heard + 30),
-            "ten more heartbeats of each broker",
-            20,
-        )
+        await _ten_more_heartbeats_each(env, op)
         assert all(b.fenced_answers == 0 for b in cluster.brokers.values())
         now = env.watch.latest("orders-0")
         assert now is not None
@@ -263,11 +255,7 @@ async def test_forged_heartbeats_are_refused_and_change_nothing(env: Env) -> Non
     Partition's status stays as it was while the real brokers go on."""
     op = await env.operator("--standalone")
     async with env.cluster([1, 2, 3]) as cluster:
-        await env.api.create("orders-0")
-        first = await env.watch.wait_for(
-            "orders-0", lambda s: s.leader is not None and len(s.isr) == 3, 10, "3 in sync"
-        )
-        assert first.leader is not None
+        first = await _three_in_sync(env)
         leader = first.leader
         other = next(b for b in (1, 2, 3) if b != leader)
         # The leader's id, a newer brokerEpoch, nothing hosted, another address.
@@ -296,17 +284,30 @@ async def test_forged_heartbeats_are_refused_and_change_nothing(env: Env) -> Non
 
         refused = 'epochlog_operator_heartbeats_total{outcome="refused"}'
         assert await op.metric(env.session, refused) == 2
-        heard = await op.metric(env.session, "epochlog_operator_heartbeats_total")
-        await waiting.until(
-            lambda: _metric_at_least(env, op, "epochlog_operator_heartbeats_total", heard + 30),
-            "ten more heartbeats of each broker",
-            20,
-        )
-        now = env.watch.latest("orders-0")
-        assert now is not None
-        assert (now.leader, now.leader_epoch, now.isr) == (
-            first.leader,
-            first.leader_epoch,
-            first.isr,
-        )
+        await _ten_more_heartbeats_each(env, op)
+        _assert_unchanged(env, first)
         assert all(b.fenced_answers == 0 for b in cluster.brokers.values())
+
+
+async def _three_in_sync(env: Env) -> PartitionStatus:
+    await env.api.create("orders-0")
+    first = await env.watch.wait_for(
+        "orders-0", lambda s: s.leader is not None and len(s.isr) == 3, 10, "3 in sync"
+    )
+    assert first.leader is not None
+    return first
+
+
+async def _ten_more_heartbeats_each(env: Env, op: Operator) -> None:
+    heard = await op.metric(env.session, "epochlog_operator_heartbeats_total")
+    await waiting.until(
+        lambda: _metric_at_least(env, op, "epochlog_operator_heartbeats_total", heard + 30),
+        "ten more heartbeats of each broker",
+        20,
+    )
+
+
+def _assert_unchanged(env: Env, first: PartitionStatus) -> None:
+    now = env.watch.latest("orders-0")
+    assert now is not None
+    assert (now.leader, now.leader_epoch, now.isr) == (first.leader, first.leader_epoch, first.isr)
