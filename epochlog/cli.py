@@ -298,6 +298,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
             http=_http_limits(args),
             tls=tls,
             access_policy=policy,
+            access_policy_file=args.access_policy,
             tls_reload_interval_s=args.cert_reload_interval_ms / 1000,
             **_probe_listen(args.probe_listen),
         )
@@ -679,7 +680,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--cert-reload-interval-ms",
         type=int,
         default=5000,
-        help="look for a rotated certificate and key this often (default 5000)",
+        help="look for a rotated certificate and key, and a changed access policy, this "
+        "often (default 5000)",
     )
     broker.set_defaults(func=_cmd_broker)
 

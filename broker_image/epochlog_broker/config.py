@@ -44,8 +44,11 @@ class BrokerConfig:
     access_policy: AccessPolicy | None = None
     """Bearer tokens and per-topic rules for users; None: any authenticated user may do
     everything."""
+    access_policy_file: str | None = None
+    """Where `access_policy` came from: read again when it changes."""
     tls_reload_interval_s: float = DEFAULT_RELOAD_INTERVAL_S
-    """How often the certificate files are checked for rotation."""
+    """How often the certificate files (and the access policy file) are checked for
+    changes."""
     peers: Mapping[int, str] = field(default_factory=dict)
     """Base URLs of other brokers by id."""
     peer_address_template: str | None = None

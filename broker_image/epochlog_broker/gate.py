@@ -13,10 +13,14 @@ past `principal` (AUTHENTICATION_FAILED).
 
 In plaintext, chosen explicitly for local development, nobody can be told apart:
 every request is `Anonymous`, and without a policy it may do everything.
+
+The policy file is read again when it changes (`reload_policy`); a file that does
+not parse is logged and the policy in force stays.
 """
 
 from __future__ import annotations
 
+import structlog
 from aiohttp import web
 
 from epochlog.protocol.errors import (
@@ -24,18 +28,45 @@ from epochlog.protocol.errors import (
     ClusterAuthorizationFailedError,
     TopicAuthorizationFailedError,
 )
-from epochlog.security.access import AccessPolicy, Operation
+from epochlog.security.access import AccessPolicy, Operation, load_policy
 from epochlog.security.principal import ANONYMOUS, Kind, Principal
 from epochlog.security.tls import PeerIdentities, TlsFiles, ca_name
+from epochlog.security.watch import FileWatch
 
+log = structlog.get_logger("epochlog.broker")
 BEARER = "Bearer "
 
 
 class Gate:
-    def __init__(self, tls: TlsFiles | None, policy: AccessPolicy | None) -> None:
+    def __init__(
+        self,
+        tls: TlsFiles | None,
+        policy: AccessPolicy | None,
+        policy_file: str | None = None,
+    ) -> None:
         self.tls = tls
         self.policy = policy
+        self.policy_file = policy_file
+        self._policy_watch = FileWatch([policy_file] if policy_file else [])
         self._peers = PeerIdentities(ca_name(tls.ca)) if tls else None
+
+    def reload_policy(self) -> bool:
+        """Read the policy file again if it changed; whether the new one is in force."""
+        if self.policy_file is None or not self._policy_watch.changed():
+            return False
+        self._policy_watch.loaded()
+        try:
+            self.policy = load_policy(self.policy_file)
+        except ValueError as exc:
+            log.error("access_policy_invalid", file=self.policy_file, error=str(exc))
+            return False
+        log.info(
+            "access_policy_reloaded",
+            file=self.policy_file,
+            tokens=len(self.policy.tokens),
+            acls=len(self.policy.acls),
+        )
+        return True
 
     def principal(self, request: web.Request) -> Principal:
         if self._peers is not None:

@@ -35,6 +35,7 @@ shutdown markers, so the next start skips the full recovery scan).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import signal
@@ -418,7 +419,8 @@ def build_app(broker: Broker, gate: Gate | None = None) -> web.Application:
         client_max_size=broker.config.max_request_bytes, middlewares=[_errors, _authenticate]
     )
     app[BROKER_KEY] = broker
-    app[GATE_KEY] = gate or Gate(broker.config.tls, broker.config.access_policy)
+    cfg = broker.config
+    app[GATE_KEY] = gate or Gate(cfg.tls, cfg.access_policy, cfg.access_policy_file)
     app.router.add_post("/v1/partitions/{name}/records", produce)
     app.router.add_get("/v1/partitions/{name}/records", read_records)
     app.router.add_get("/v1/partitions/{name}/offsets", list_offsets)
@@ -447,8 +449,9 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> int:
     """Run a broker until `stop` is set or SIGTERM/SIGINT arrives; 0 after a clean stop."""
     broker = Broker(config)
     await broker.start()
+    gate = Gate(config.tls, config.access_policy, config.access_policy_file)
     runner = web.AppRunner(
-        build_app(broker),
+        build_app(broker, gate),
         access_log=None,
         shutdown_timeout=config.shutdown_timeout_s,
         **config.http.runner_args(),
@@ -483,8 +486,7 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> int:
             await r.cleanup()
         await broker.close()
         raise
-    if reloader is not None:
-        reloader.start()
+    reloads = asyncio.create_task(_reload_loop(config, reloader, gate), name="reload")
     # Modules, schemas and the opened logs live as long as the process: keeping them
     # out of the collector's generations keeps full collections (tens of ms) out of
     # request latency.
@@ -515,8 +517,9 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         log.info("shutdown_requested", broker=config.broker_id)
-        if reloader is not None:
-            await reloader.stop()
+        reloads.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reloads
         for s in sites:
             await s.stop()
         await broker.shutdown()
@@ -524,6 +527,15 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> int:
             await r.cleanup()
         await broker.close()
     return 0
+
+
+async def _reload_loop(config: BrokerConfig, certs: CertReloader | None, gate: Gate) -> None:
+    """Rotated certificates and a changed access policy, picked up without a restart."""
+    while True:
+        await asyncio.sleep(config.tls_reload_interval_s)
+        if certs is not None:
+            certs.check()
+        gate.reload_policy()
 
 
 def run_broker(config: BrokerConfig) -> int:

@@ -27,6 +27,7 @@ import structlog
 from cryptography import x509
 
 from epochlog.security.principal import Principal, principal_from_certificate
+from epochlog.security.watch import FileWatch
 
 log = structlog.get_logger("epochlog.tls")
 DEFAULT_RELOAD_INTERVAL_S: Final = 5.0
@@ -124,24 +125,12 @@ class CertReloader:
         self.interval_s = interval_s
         self.owner = owner
         self.reloads = 0
-        self._seen = self._stamp()
+        self._watch = FileWatch(files.watched())
         self._task: asyncio.Task[None] | None = None
-
-    def _stamp(self) -> tuple[tuple[int, int, int], ...]:
-        out = []
-        for path in self.files.watched():
-            try:
-                st = os.stat(path)
-            except OSError:
-                out.append((0, 0, 0))
-            else:
-                out.append((st.st_mtime_ns, st.st_size, st.st_ino))
-        return tuple(out)
 
     def check(self) -> bool:
         """Reload if the files changed since the last look; whether it did."""
-        stamp = self._stamp()
-        if stamp == self._seen or not self.files.cert or not self.files.key:
+        if not self._watch.changed() or not self.files.cert or not self.files.key:
             return False
         try:
             for ctx in self.contexts:
@@ -152,13 +141,13 @@ class CertReloader:
             # pair and look again next time.
             log.warning("certificate_reload_failed", owner=self.owner, error=str(exc))
             return False
-        self._seen = stamp
+        self._watch.loaded()
         self.reloads += 1
         log.info("certificate_reloaded", owner=self.owner, cert=self.files.cert, serial=serial)
         return True
 
     def start(self) -> None:
-        if self._task is None and self.files.watched():
+        if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:

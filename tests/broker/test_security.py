@@ -177,6 +177,7 @@ async def _all_at(c: Cluster, hw: int) -> bool:
 
 ALICE_TOKEN = "alice-token-7f3a9c"
 BOB_TOKEN = "bob-token-1e9d44"
+POLICY_FILE = "access.yaml"
 
 
 @pytest_asyncio.fixture
@@ -185,7 +186,7 @@ async def guarded(tmp_path: Path) -> AsyncIterator[Cluster]:
     read `orders`; bob (a token) may read `audit` only; alice (a token) may write
     `audit*` topics."""
     DevPki(tmp_path / "pki").ensure([1, 2, 3], users=("admin", "carol", "dave"))
-    policy = {
+    policy: dict[str, Any] = {
         "tokens": [
             {"principal": "User:alice", "sha256": token_digest(ALICE_TOKEN)},
             {"principal": "User:bob", "sha256": token_digest(BOB_TOKEN)},
@@ -197,12 +198,11 @@ async def guarded(tmp_path: Path) -> AsyncIterator[Cluster]:
             {"principal": "User:alice", "topics": ["audit*"], "operations": ["write"]},
         ],
     }
-    path = tmp_path / "access.yaml"
+    path = tmp_path / POLICY_FILE
     path.write_text(json.dumps(policy))  # JSON is YAML too
     specs = [spec("orders", 0), spec("audit", 0)]
-    async with Cluster(tmp_path, specs, extra_args=["--access-policy", str(path)]).serving(
-        "orders-0", "audit-0"
-    ) as c:
+    extra = ["--access-policy", str(path), "--cert-reload-interval-ms", "100"]
+    async with Cluster(tmp_path, specs, extra_args=extra).serving("orders-0", "audit-0") as c:
         yield c
 
 
@@ -273,6 +273,39 @@ async def test_clients_without_credentials_or_for_another_topic_are_refused(
     orders = [r["value"] for r in await c.read_all("orders-0", leaders["orders-0"])]
     audit = [r["value"] for r in await c.read_all("audit-0", leaders["audit-0"])]
     assert (orders, audit) == (["carol's"], ["alice's"])
+
+
+async def test_a_changed_access_policy_is_read_again_and_a_broken_one_is_not_taken(
+    guarded: Cluster,
+) -> None:
+    c = guarded
+    leader = await c.wait_leader("audit-0")
+    url = c.brokers[leader].url + "/v1/partitions/audit-0/records"
+    bob = {"Authorization": f"Bearer {BOB_TOKEN}"}
+    one = {"records": [{"value": "bob's"}]}
+
+    async def bob_writes() -> int:
+        async with (
+            _session(_no_certificate(c)) as http,
+            http.post(url, json=one, headers=bob) as rsp,
+        ):
+            return rsp.status
+
+    assert await bob_writes() == 403
+    path = c.root / POLICY_FILE
+    policy = json.loads(path.read_text())
+    grant = {"principal": "User:bob", "topics": ["audit"], "operations": ["write"]}
+    path.write_text(json.dumps({**policy, "acls": [*policy["acls"], grant]}))
+    await c.wait_until(lambda: _every_broker_logged(c, "access_policy_reloaded"), 20, "reload")
+    assert await bob_writes() == 200
+    path.write_text("acls: [{principal: bob")  # cut short
+    await c.wait_until(lambda: _every_broker_logged(c, "access_policy_invalid"), 20, "refusal")
+    assert await bob_writes() == 200  # the policy in force stays
+    assert all(p.starts == 1 for p in c.brokers.values())
+
+
+def _every_broker_logged(c: Cluster, event: str) -> bool:
+    return all(f"event={event}" in p.log_text() for p in c.brokers.values())
 
 
 # -- rotation ------------------------------------------------------------------------------

@@ -12,8 +12,10 @@ from typing import Any
 
 import aiohttp
 import pytest
+from cryptography import x509
 
 from epochlog.resources import PartitionStatus
+from epochlog.security.pki import issue_operator
 from epochlog.security.tls import TlsFiles, client_context
 from tests import waiting
 from tests.devcluster.conftest import kubectl_binary
@@ -311,3 +313,26 @@ def _assert_unchanged(env: Env, first: PartitionStatus) -> None:
     now = env.watch.latest("orders-0")
     assert now is not None
     assert (now.leader, now.leader_epoch, now.isr) == (first.leader, first.leader_epoch, first.isr)
+
+
+async def test_the_operator_serves_a_rotated_certificate_without_a_restart(env: Env) -> None:
+    op = await env.operator("--standalone")
+    pki = env.security.pki
+    assert pki is not None
+    renewed = issue_operator(pki.cluster_ca_issuer())
+    renewed.write(pki.directory, "operator")
+
+    async def serves_it() -> bool:
+        context = client_context(TlsFiles(str(pki.cluster_ca), *map(str, pki.broker(1))))
+        _, writer = await asyncio.open_connection("127.0.0.1", op.port, ssl=context)
+        try:
+            der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        finally:
+            writer.close()
+        return bool(x509.load_der_x509_certificate(der).serial_number == renewed.cert.serial_number)
+
+    await waiting.until(serves_it, "the operator serving its new certificate", 20)
+    assert op.running
+    assert op.process.starts == 1
+    async with env.cluster([1, 2, 3]):
+        await _three_in_sync(env)
