@@ -136,9 +136,29 @@ class PartitionReport(WireModel):
     isr_proposals: tuple[IsrProposal, ...] = ()
 
     @model_validator(mode="after")
-    def _leader_only_fields(self) -> Self:
+    def _consistent(self) -> Self:
         if self.role is not PartitionRole.LEADER and (self.followers or self.isr_proposals):
             raise ValueError(f"{self.name}: only a leader reports followers and isrProposals")
+        if self.last_epoch > self.leader_epoch:
+            raise ValueError(
+                f"{self.name}: lastEpoch {self.last_epoch} is above leaderEpoch "
+                f"{self.leader_epoch}, the newest epoch the replica knows"
+            )
+        if self.role is PartitionRole.LEADER:
+            # A leader counts only what is on its own disk: its high watermark and the
+            # start of its epoch lie within its log. (A follower's may not: it hears the
+            # leader's high watermark before its own fsync.)
+            if self.high_watermark > self.log_end_offset:
+                raise ValueError(
+                    f"{self.name}: highWatermark {self.high_watermark} is above the "
+                    f"leader's logEndOffset {self.log_end_offset}"
+                )
+            start = self.epoch_start_offset
+            if start is not None and start > self.log_end_offset:
+                raise ValueError(
+                    f"{self.name}: epochStartOffset {start} is above the leader's "
+                    f"logEndOffset {self.log_end_offset}"
+                )
         return self
 
     def follower(self, replica: int) -> FollowerProgress | None:

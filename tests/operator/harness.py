@@ -41,14 +41,17 @@ def make_spec(**overrides: Any) -> PartitionSpec:
 def leader_report(
     status: PartitionStatus,
     *,
-    log_end_offset: int = 0,
+    log_end_offset: int | None = None,
     high_watermark: int = 0,
     caught_up: Mapping[int, int | None] | None = None,
     proposals: Iterable[IsrProposal] = (),
     follower_ends: Mapping[int, int] | None = None,
     epoch_start_offset: int | None = None,
 ) -> PartitionReport:
-    """The report of the status's leader, leading the status's epochs."""
+    """The report of the status's leader, leading the status's epochs; its log ends at
+    its high watermark unless told otherwise (a leader's HW is within its log)."""
+    if log_end_offset is None:
+        log_end_offset = max(high_watermark, epoch_start_offset or 0)
     followers = tuple(
         FollowerProgress(
             replica=r,

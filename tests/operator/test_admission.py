@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from epochlog.protocol.errors import InvalidRequestError
 from epochlog.protocol.heartbeat import BrokerHeartbeat
 from epochlog_operator.admission import HeartbeatBounds, heartbeat_problem
+from epochlog_operator.server import parse_heartbeat
 from epochlog_operator.settings import OperatorSettings, SettingsError
 
 NOW = 1_700_000_000_000
@@ -53,3 +57,28 @@ def test_settings_refuse_an_empty_or_negative_range() -> None:
     with pytest.raises(SettingsError, match="--max-clock-skew-ms must not be negative"):
         OperatorSettings(max_clock_skew_ms=-1)
     assert OperatorSettings(max_broker_id=7).heartbeat_bounds.max_broker_id == 7
+
+
+LEADER = {"name": "orders-0", "role": "leader", "leaderEpoch": 3, "logEndOffset": 10}
+
+
+@pytest.mark.parametrize(
+    ("report", "problem"),
+    [
+        ({**LEADER, "highWatermark": 11}, "highWatermark 11 is above the leader's logEndOffset 10"),
+        (
+            {**LEADER, "highWatermark": 5, "epochStartOffset": 12},
+            "epochStartOffset 12 is above the leader's logEndOffset 10",
+        ),
+        ({**LEADER, "highWatermark": 5, "lastEpoch": 4}, "lastEpoch 4 is above leaderEpoch 3"),
+    ],
+)
+def test_offsets_outside_the_reported_log_are_refused(
+    report: dict[str, object], problem: str
+) -> None:
+    body = {"brokerId": 1, "brokerEpoch": 1, "address": "https://b:9092", "timeMs": NOW}
+    with pytest.raises(InvalidRequestError, match=problem):
+        parse_heartbeat(json.dumps({**body, "partitions": [report]}).encode())
+    # A follower may hear the leader's high watermark before its own fsync: not refused.
+    follower = {**LEADER, "role": "follower", "highWatermark": 11}
+    parse_heartbeat(json.dumps({**body, "partitions": [follower]}).encode())
