@@ -3,8 +3,8 @@
 A `ResourceType` is what discovery announces (kind, plural, short names, scope,
 subresources) plus what the server needs to handle objects of it: the
 structural schema, the printer columns, the selectable fields, and whether
-`metadata.generation` is tracked. Built in are core/v1 `namespaces` and
-`events` and `apiextensions.k8s.io/v1` `customresourcedefinitions`; every
+`metadata.generation` is tracked. Built in are core/v1 `namespaces`, `events`
+and `secrets` and `apiextensions.k8s.io/v1` `customresourcedefinitions`; every
 other type comes from a CRD object, registered when the CRD is created.
 """
 
@@ -116,6 +116,21 @@ EVENTS = ResourceType(
     tracks_generation=False,
 )
 
+SECRETS = ResourceType(
+    group="",
+    version="v1",
+    plural="secrets",
+    kind="Secret",
+    singular="secret",
+    namespaced=True,
+    columns=(
+        Column("Type", "string", ".type"),
+        Column("Age", "date", ".metadata.creationTimestamp"),
+    ),
+    selectable_fields=frozenset({"metadata.name", "metadata.namespace", "type"}),
+    tracks_generation=False,
+)
+
 CRDS = ResourceType(
     group="apiextensions.k8s.io",
     version="v1",
@@ -129,7 +144,7 @@ CRDS = ResourceType(
     columns=(Column("Created At", "date", ".metadata.creationTimestamp"),),
 )
 
-BUILTINS = (NAMESPACES, EVENTS, CRDS)
+BUILTINS = (NAMESPACES, EVENTS, SECRETS, CRDS)
 
 
 def _columns(version: Mapping[str, Any], where: str) -> tuple[Column, ...]:

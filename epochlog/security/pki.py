@@ -70,20 +70,26 @@ class Issued:
         d.mkdir(parents=True, exist_ok=True)
         cert_path, key_path = d / f"{name}.crt", d / f"{name}.key"
         # The key first: a reader that sees the new certificate must find its key.
-        _replace(key_path, self.key_pem(), 0o600)
-        _replace(cert_path, self.cert_pem(), 0o644)
+        write_file(key_path, self.key_pem(), 0o600)
+        write_file(cert_path, self.cert_pem(), 0o644)
         return cert_path, key_path
 
     @classmethod
     def load(cls, cert_path: Path | str, key_path: Path | str) -> Issued:
-        cert = x509.load_pem_x509_certificate(Path(cert_path).read_bytes())
-        key = serialization.load_pem_private_key(Path(key_path).read_bytes(), password=None)
+        return cls.from_pem(Path(cert_path).read_bytes(), Path(key_path).read_bytes())
+
+    @classmethod
+    def from_pem(cls, cert_pem: bytes, key_pem: bytes) -> Issued:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        key = serialization.load_pem_private_key(key_pem, password=None)
         if not isinstance(key, ec.EllipticCurvePrivateKey):
-            raise ValueError(f"{key_path}: not an EC private key")
+            raise ValueError("not an EC private key")
         return cls(cert, key)
 
 
-def _replace(path: Path, data: bytes, mode: int) -> None:
+def write_file(path: Path, data: bytes, mode: int) -> None:
+    """Replace `path` with `data` (mode `mode`) by rename: a reader sees the old file or
+    the new one, never half of one."""
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:

@@ -25,6 +25,7 @@ from aiohttp import web
 from epochlog.http_limits import LimitedSite
 from epochlog.logs import configure
 from epochlog.security.tls import CertReloader, PeerIdentities, ca_name, server_context
+from epochlog_operator.cert_manager import CertificateManager, private_dir
 from epochlog_operator.handlers import build_registry, kopf_settings
 from epochlog_operator.kube import KubeClient
 from epochlog_operator.metrics import Metrics
@@ -102,7 +103,11 @@ async def serve(settings: OperatorSettings) -> None:
         metrics = Metrics()
         reconciler = Reconciler(settings, kube, metrics)
         gate = PeeringGate(settings, kube, reconciler)
-        tls = settings.tls
+        certificates = None
+        if settings.manage_certificates:
+            certificates = CertificateManager(kube, settings.certificate_settings, private_dir())
+            await certificates.reconcile()
+        tls = certificates.operator_files() if certificates else settings.tls
         peers = PeerIdentities(ca_name(tls.ca)) if tls else None
         runner = web.AppRunner(
             build_app(reconciler, metrics, settings.http, peers=peers),
@@ -171,7 +176,11 @@ async def serve(settings: OperatorSettings) -> None:
             )
             if not settings.standalone:
                 await gate.ensure_objects()
-            for name, coro in (("decision loop", reconciler.run()), ("peering gate", gate.run())):
+            loops = [("decision loop", reconciler.run()), ("peering gate", gate.run())]
+            if certificates is not None:
+                interval = settings.certificate_check_interval_s
+                loops.append(("certificates", certificates.run(interval)))
+            for name, coro in loops:
                 task = asyncio.create_task(coro, name=name)
                 task.add_done_callback(stop_on_failure)
                 tasks.append(task)

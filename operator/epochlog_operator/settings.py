@@ -31,13 +31,28 @@ else from the default below. The table is the documentation (`epochlog operator
 | --max-clock-skew-ms           | EPOCHLOG_MAX_CLOCK_SKEW_MS           | 60000    |
 | --ca, --cert, --key           | EPOCHLOG_CA, _CERT, _KEY             | (4)      |
 | --plaintext                   | EPOCHLOG_PLAINTEXT (true/false)      | false    |
+| --manage-certificates         | EPOCHLOG_MANAGE_CERTIFICATES         | false    |
+| --certificates-namespace      | EPOCHLOG_CERTIFICATES_NAMESPACE      | default  |
+| --certificate-prefix          | EPOCHLOG_CERTIFICATE_PREFIX          | epochlog |
+| --broker-ids                  | EPOCHLOG_BROKER_IDS (0-2 or 1,2,3)   | (5)      |
+| --broker-hosts                | EPOCHLOG_BROKER_HOSTS                | (5)      |
+| --operator-hosts              | EPOCHLOG_OPERATOR_HOSTS              | (5)      |
+| --certificate-validity-days   | EPOCHLOG_CERTIFICATE_VALIDITY_DAYS   | 365      |
+| --certificate-renew-before-days | EPOCHLOG_CERTIFICATE_RENEW_BEFORE_DAYS | 30    |
+| --certificate-check-interval-s | EPOCHLOG_CERTIFICATE_CHECK_INTERVAL_S | 3600   |
 | --identity                    | POD_NAME                             | (3)      |
 
 (1) the pod's service account, else ~/.kube/config. (2) falls with the start
 time, so the longest-running replica acts. (3) user@host/start-time/random.
 (4) the cluster CA, and the operator's certificate and key from it: the heartbeat
 port speaks TLS and takes heartbeats only from the broker a certificate names.
-Without them the operator refuses to start unless --plaintext says so.
+Without them the operator refuses to start unless --plaintext says so, or
+--manage-certificates makes them. (5) With --manage-certificates the operator keeps
+the cluster CA, the clients CA, a certificate per broker of --broker-ids (naming
+the hosts of --broker-hosts, a template with {id} and {namespace},
+"epochlog-broker-{id}.epochlog-broker.{namespace}.svc" by default) and its own
+(--operator-hosts, "epochlog-operator.{namespace}.svc") in Secrets
+(`certificates`, `cert_manager`), and renews them before they expire.
 
 The API write budget (status writes and Event posts together) defaults to the
 client-go QPS and burst that controller-runtime gives a controller, 20 and 30: a
@@ -75,6 +90,7 @@ from epochlog_operator.admission import (
     DEFAULT_MAX_CLOCK_SKEW_MS,
     HeartbeatBounds,
 )
+from epochlog_operator.certificates import CertificateSettings
 
 DEFAULT_STATUS_REFRESH_INTERVAL_MS: Final = 5000
 DEFAULT_RECONCILE_INTERVAL_MS: Final = 500
@@ -158,11 +174,26 @@ class OperatorSettings:
     key: str | None = None
     plaintext: bool = False
     """No TLS on the heartbeat port: anyone who reaches it can pose as any broker."""
+    manage_certificates: bool = False
+    certificates_namespace: str = "default"
+    certificate_prefix: str = "epochlog"
+    broker_ids: str | None = None
+    broker_hosts: str = "epochlog-broker-{id}.epochlog-broker.{namespace}.svc"
+    operator_hosts: str = "epochlog-operator.{namespace}.svc"
+    certificate_validity_days: int = 365
+    certificate_renew_before_days: int = 30
+    certificate_check_interval_s: float = 3600
     identity: str = field(default_factory=default_identity)
 
     def __post_init__(self) -> None:
-        if self.plaintext and (self.cert or self.key):
-            raise SettingsError("--plaintext and --cert/--key contradict each other")
+        if self.plaintext and (self.cert or self.key or self.manage_certificates):
+            raise SettingsError("--plaintext contradicts --cert/--key and --manage-certificates")
+        if self.manage_certificates and (self.ca or self.cert or self.key):
+            raise SettingsError(
+                "--manage-certificates makes the operator's certificate: no --ca/--cert/--key"
+            )
+        if self.manage_certificates:
+            self.certificate_settings  # noqa: B018 - checks --broker-ids and the windows
         for name in (
             "heartbeat_interval_ms",
             "broker_session_timeout_ms",
@@ -213,6 +244,28 @@ class OperatorSettings:
         )
 
     @property
+    def certificate_settings(self) -> CertificateSettings:
+        ids = parse_broker_ids(self.broker_ids or "")
+        if self.manage_certificates and not ids:
+            raise SettingsError("--manage-certificates needs --broker-ids, e.g. 0-2")
+        if not 0 < self.certificate_renew_before_days < self.certificate_validity_days:
+            raise SettingsError(
+                "--certificate-renew-before-days must be positive and below "
+                "--certificate-validity-days"
+            )
+        if not self.certificate_check_interval_s > 0:
+            raise SettingsError("--certificate-check-interval-s must be positive")
+        return CertificateSettings(
+            namespace=self.certificates_namespace,
+            prefix=self.certificate_prefix,
+            broker_ids=ids,
+            broker_hosts=self.broker_hosts,
+            operator_hosts=self.operator_hosts,
+            validity_days=self.certificate_validity_days,
+            renew_before_days=self.certificate_renew_before_days,
+        )
+
+    @property
     def tls(self) -> TlsFiles | None:
         if self.plaintext or not (self.ca and self.cert and self.key):
             return None
@@ -249,7 +302,7 @@ class OperatorSettings:
         settings = cls(**values)  # type: ignore[arg-type]
         # A process must choose: TLS, or plaintext said out loud. (Settings built in
         # code, for tests of the decisions, need neither.)
-        if not settings.plaintext and settings.tls is None:
+        if not settings.plaintext and settings.tls is None and not settings.manage_certificates:
             raise SettingsError(PLAINTEXT_REQUIRED)
         return settings
 
@@ -283,6 +336,15 @@ _ENV: Final[dict[str, tuple[str, str]]] = {
     "cert": ("EPOCHLOG_CERT", "str"),
     "key": ("EPOCHLOG_KEY", "str"),
     "plaintext": ("EPOCHLOG_PLAINTEXT", "bool"),
+    "manage_certificates": ("EPOCHLOG_MANAGE_CERTIFICATES", "bool"),
+    "certificates_namespace": ("EPOCHLOG_CERTIFICATES_NAMESPACE", "str"),
+    "certificate_prefix": ("EPOCHLOG_CERTIFICATE_PREFIX", "str"),
+    "broker_ids": ("EPOCHLOG_BROKER_IDS", "str"),
+    "broker_hosts": ("EPOCHLOG_BROKER_HOSTS", "str"),
+    "operator_hosts": ("EPOCHLOG_OPERATOR_HOSTS", "str"),
+    "certificate_validity_days": ("EPOCHLOG_CERTIFICATE_VALIDITY_DAYS", "int"),
+    "certificate_renew_before_days": ("EPOCHLOG_CERTIFICATE_RENEW_BEFORE_DAYS", "int"),
+    "certificate_check_interval_s": ("EPOCHLOG_CERTIFICATE_CHECK_INTERVAL_S", "float"),
     "identity": ("POD_NAME", "str"),
 }
 
@@ -315,6 +377,20 @@ def _parse(var: str, raw: str, kind: str) -> object:
     if kind == "list":
         return tuple(part.strip() for part in raw.split(",") if part.strip())
     return raw
+
+
+def parse_broker_ids(text: str) -> tuple[int, ...]:
+    """`0-2,5` -> (0, 1, 2, 5); SettingsError naming the part that is not an id or range."""
+    ids: list[int] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        low, sep, high = part.partition("-")
+        if not low.isdigit() or (sep and not high.isdigit()):
+            raise SettingsError(f"--broker-ids: {part!r} is not an id or a range like 0-2")
+        first, last = int(low), int(high) if sep else int(low)
+        if last < first:
+            raise SettingsError(f"--broker-ids: {part!r} ends before it starts")
+        ids.extend(range(first, last + 1))
+    return tuple(sorted(set(ids)))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -446,5 +522,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(local development only)",
         action="store_const",
         const=True,
+    )
+    add(
+        "manage_certificates",
+        "keep the cluster and clients CAs and every broker's and this operator's "
+        "certificate in Secrets, issued and renewed here",
+        action="store_const",
+        const=True,
+    )
+    add("certificates_namespace", "namespace of those Secrets (default 'default')")
+    add("certificate_prefix", "prefix of their names (default 'epochlog')")
+    add("broker_ids", "the brokers to issue certificates for: 0-2, or 1,2,3")
+    add("broker_hosts", "host names of broker {id}, comma separated, with {id} and {namespace}")
+    add("operator_hosts", "host names of this operator, with {namespace}")
+    add("certificate_validity_days", "days a certificate is valid (default 365)", type=int)
+    add(
+        "certificate_renew_before_days",
+        "renew a certificate this many days before it ends (default 30)",
+        type=int,
+    )
+    add(
+        "certificate_check_interval_s",
+        "look at the certificates this often (default 3600)",
+        type=float,
     )
     add("identity", "this replica's name in the peering object (default user@host/time)")

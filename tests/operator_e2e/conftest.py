@@ -192,7 +192,15 @@ class StatusWatch:
 class Operator:
     """One operator process."""
 
-    def __init__(self, kubeconfig: Path, log: Path, args: list[str], security: Security) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        log: Path,
+        args: list[str],
+        security: Security,
+        *,
+        own_certificates: bool = False,
+    ) -> None:
         self.port, self.probe_port = free_ports(2)
         self.security = security
         self.kubeconfig = kubeconfig
@@ -206,7 +214,8 @@ class Operator:
             reconcile_interval_ms=RECONCILE_MS,
             status_refresh_interval_ms=STATUS_REFRESH_MS,
             peering_lifetime_s=PEERING_LIFETIME_S,
-            security=security.operator_flags(),
+            # --manage-certificates: it makes its own, from the CA it keeps in a Secret.
+            security=[] if own_certificates else security.operator_flags(),
             probe_port=self.probe_port,
             extra=args,
         )
@@ -308,12 +317,15 @@ class Env:
         for session in self._as_broker.values():
             await session.close()
 
-    async def operator(self, *args: str, ready: bool = True) -> Operator:
+    async def operator(
+        self, *args: str, ready: bool = True, own_certificates: bool = False
+    ) -> Operator:
         op = Operator(
             self.kubeconfig,
             self.tmp / f"operator-{len(self.operators)}.log",
             list(args),
             self.security,
+            own_certificates=own_certificates,
         )
         self.operators.append(op)
         await op.start()
