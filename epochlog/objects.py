@@ -1,9 +1,10 @@
 """The Kubernetes object envelopes epochlog reads and writes besides the Partition's own fields.
 
 `epochlog.resources` models what is inside a Partition (spec, status); this
-module models the parts every Kubernetes object shares and the core/v1 Event
-the operator posts, with the same naming rule (`epochlog.protocol.wire`):
-snake_case in Python, camelCase on the wire. The operator and the local cluster
+module models the parts every Kubernetes object shares, the core/v1 Event the
+operator posts and the core/v1 Secrets it keeps certificates in, with the same
+naming rule (`epochlog.protocol.wire`): snake_case in Python, camelCase on the
+wire. The operator and the local cluster
 build request bodies from these models and read `metadata` through them, so that
 no Kubernetes field name is spelled by hand outside the models.
 
@@ -35,6 +36,7 @@ class ObjectMeta(WireModel):
     resource_version: str | None = None
     generation: int | None = None
     deletion_timestamp: str | None = None
+    labels: dict[str, str] | None = None
 
     def namespaced_name(self) -> tuple[str, str]:
         """(namespace, name) of an object that has both, as every stored Partition does."""
@@ -93,6 +95,16 @@ class PeeringObject(WireModel):
     api_version: str = "kopf.dev/v1"
     kind: str
     metadata: ObjectMeta
+
+
+class SecretObject(WireModel):
+    """core/v1 Secret; `data` values are base64, as the API holds them."""
+
+    api_version: str = "v1"
+    kind: str = "Secret"
+    metadata: ObjectMeta
+    type: str = "Opaque"
+    data: dict[str, str] = Field(default_factory=dict)
 
 
 def to_body(model: WireModel) -> dict[str, Any]:

@@ -20,11 +20,12 @@ import base64
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import structlog
 from cryptography import x509
 
+from epochlog.objects import ObjectMeta, SecretObject, to_body
 from epochlog.security.pki import (
     CLIENTS_CA_NAME,
     CLUSTER_CA_NAME,
@@ -41,15 +42,16 @@ log = structlog.get_logger("epochlog.operator.certificates")
 
 TLS_TYPE: Final = "kubernetes.io/tls"
 OPAQUE: Final = "Opaque"
+MANAGED_BY: Final = {"app.kubernetes.io/managed-by": "epochlog-operator"}
 
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def _unb64(obj: dict[str, Any] | None, key: str) -> bytes | None:
-    value = ((obj or {}).get("data") or {}).get(key)
-    return base64.b64decode(value) if isinstance(value, str) else None
+def _unb64(obj: SecretObject | None, key: str) -> bytes | None:
+    value = obj.data.get(key) if obj is not None else None
+    return base64.b64decode(value) if value is not None else None
 
 
 class CertificateManager:
@@ -64,36 +66,34 @@ class CertificateManager:
         base = f"/api/v1/namespaces/{self.settings.namespace}/secrets"
         return base if name is None else f"{base}/{name}"
 
-    async def _get(self, name: str) -> dict[str, Any] | None:
+    async def _get(self, name: str) -> SecretObject | None:
         try:
-            got: dict[str, Any] = await self.kube.request("GET", self._path(name))
+            got = await self.kube.request("GET", self._path(name))
         except NotFoundError:
             return None
-        return got
+        return SecretObject.model_validate(got)
 
     async def _put(
         self,
         name: str,
         data: dict[str, bytes],
         kind: str,
-        current: dict[str, Any] | None,
+        current: SecretObject | None,
     ) -> None:
-        body: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {
-                "name": name,
-                "namespace": self.settings.namespace,
-                "labels": {"app.kubernetes.io/managed-by": "epochlog-operator"},
-            },
-            "type": kind,
-            "data": {k: _b64(v) for k, v in data.items()},
-        }
+        secret = SecretObject(
+            metadata=ObjectMeta(
+                name=name,
+                namespace=self.settings.namespace,
+                labels=dict(MANAGED_BY),
+                resource_version=current.metadata.resource_version if current else None,
+            ),
+            type=kind,
+            data={k: _b64(v) for k, v in data.items()},
+        )
         if current is None:
-            await self.kube.request("POST", self._path(), body)
+            await self.kube.request("POST", self._path(), to_body(secret))
         else:
-            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-            await self.kube.request("PUT", self._path(name), body)
+            await self.kube.request("PUT", self._path(name), to_body(secret))
 
     async def _ca(self, stem: str, common_name: str) -> Issued:
         name = self.settings.secret(stem)
