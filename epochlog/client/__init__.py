@@ -23,10 +23,12 @@ from epochlog.client.errors import (
     OffsetsWentBackError,
     ProducerClosedError,
     RetriesExhaustedError,
+    TlsHandshakeError,
 )
 from epochlog.client.producer import Producer
 from epochlog.client.records import ConsumerRecord, OffsetAndEpoch, RecordMetadata, TopicPartition
 from epochlog.client.sync import SyncClient, SyncConsumer, SyncProducer
+from epochlog.security.options import Credentials
 
 __all__ = [
     "EARLIEST",
@@ -36,6 +38,7 @@ __all__ = [
     "ClientError",
     "Consumer",
     "ConsumerRecord",
+    "Credentials",
     "DeliveryTimeoutError",
     "NoSuchPartitionError",
     "OffsetAndEpoch",
@@ -47,5 +50,6 @@ __all__ = [
     "SyncClient",
     "SyncConsumer",
     "SyncProducer",
+    "TlsHandshakeError",
     "TopicPartition",
 ]

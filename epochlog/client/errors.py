@@ -31,6 +31,11 @@ class BrokerUnreachableError(ClientError):
     retriable = True
 
 
+class TlsHandshakeError(ClientError):
+    """The broker's certificate was not accepted (not from the CA given with `--ca`, or not
+    naming the host in the URL): asking again does not change that."""
+
+
 class UnexpectedResponseError(ClientError):
     """An answer that is not the epochlog API's (another server, a proxy, a bug)."""
 

@@ -38,6 +38,7 @@ from epochlog.client.errors import (
     BrokerUnreachableError,
     ClientError,
     NoSuchPartitionError,
+    TlsHandshakeError,
 )
 from epochlog.client.records import TopicPartition, decode_answer
 from epochlog.client.transport import Transport
@@ -240,6 +241,12 @@ class Metadata:
     async def _probe_once(self) -> tuple[list[_Seen], dict[str, str]]:
         urls = list(self._urls)
         answers = await asyncio.gather(*(self.describe(u) for u in urls), return_exceptions=True)
+        refused = [
+            a for a in answers if isinstance(a, AuthenticationFailedError | TlsHandshakeError)
+        ]
+        if refused and len(refused) == len(answers):
+            # Credentials do not get better by asking again: say so at once.
+            raise refused[0]
         seen: list[_Seen] = []
         failures: dict[str, str] = {}
         for url, answer in zip(urls, answers, strict=True):

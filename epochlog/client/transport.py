@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import aiohttp
 
-from epochlog.client.errors import BrokerUnreachableError, error_from_response
+from epochlog.client.errors import BrokerUnreachableError, TlsHandshakeError, error_from_response
 from epochlog.security.options import Credentials
 from epochlog.security.tls import client_context
 
@@ -80,6 +80,11 @@ class Transport:
                 data = await resp.read()
                 status = resp.status
                 ctype = resp.content_type
+        except aiohttp.ClientConnectorCertificateError as exc:
+            raise TlsHandshakeError(
+                f"{method} {target}: the broker's certificate is not trusted: "
+                f"{exc.certificate_error} (give the CA that issued it with --ca)"
+            ) from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise BrokerUnreachableError(
                 f"{method} {target}: {type(exc).__name__}: {exc or 'no answer'}"

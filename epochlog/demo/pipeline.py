@@ -164,15 +164,19 @@ class PipelineAct:
         assert self.spark is not None
         # Stopping interrupts a micro-batch in flight; Spark logs the interruption as an
         # error with a stack trace, which here is expected: the batch runs again later.
+        # The killed tasks log it from their own threads after `stop` returns, so the
+        # level stays off until the final run is done; that run's failure, if any, is
+        # raised by `await_job`.
         self.spark.sparkContext.setLogLevel("OFF")
         try:
             stop_job(self.queries)
+            for q in self.queries.values():
+                if q.exception() is not None:
+                    raise RuntimeError(f"query {q.name} failed: {q.exception()}")
+            final = start_job(self.spark, replace(self.config, available_now=True))
+            await_job(self.spark, final)
         finally:
             self.spark.sparkContext.setLogLevel("ERROR")
-        for q in self.queries.values():
-            if q.exception() is not None:
-                raise RuntimeError(f"query {q.name} failed: {q.exception()}")
-        await_job(self.spark, start_job(self.spark, replace(self.config, available_now=True)))
         return self._report(logs, acks)
 
     def stop(self) -> None:

@@ -26,8 +26,8 @@ import pytest
 import pytest_asyncio
 from cryptography import x509
 
-from epochlog.client import Client, Consumer, Producer
-from epochlog.protocol.errors import TopicAuthorizationFailedError
+from epochlog.client import Client, Consumer, Producer, TlsHandshakeError
+from epochlog.protocol.errors import AuthenticationFailedError, TopicAuthorizationFailedError
 from epochlog.security.access import token_digest
 from epochlog.security.options import Credentials
 from epochlog.security.pki import DevPki, issue_broker
@@ -171,6 +171,21 @@ async def _all_at(c: Cluster, hw: int) -> bool:
         if part["highWatermark"] < hw or part["logEndOffset"] < hw:
             return False
     return True
+
+
+async def test_a_client_without_credentials_or_trust_is_told_so_at_once(cluster: Cluster) -> None:
+    """Not retried until a timeout as if the brokers were down: credentials do not get
+    better by asking again."""
+    pki = cluster.security.pki
+    assert pki is not None
+    urls = [p.url for p in cluster.brokers.values()]
+    no_client_cert = Credentials.of(str(pki.cluster_ca))
+    async with Client(urls, credentials=no_client_cert) as client:
+        with pytest.raises(AuthenticationFailedError, match="no credentials"):
+            await client.list_offsets(NAME, "latest")
+    async with Client(urls) as client:  # the system's CAs: not ours
+        with pytest.raises(TlsHandshakeError, match="give the CA that issued it with --ca"):
+            await client.list_offsets(NAME, "latest")
 
 
 # -- clients -------------------------------------------------------------------------------
