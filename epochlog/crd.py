@@ -13,7 +13,8 @@ schema and adds what a JSON schema cannot say but the API server can enforce:
   duplicates) and conditions a list map keyed by `type`;
 - the spec's cross-field rules (`PartitionSpec._consistent`), the topic name
   rule and the status invariants (`PartitionStatus._consistent`) are restated
-  as CEL `x-kubernetes-validations`, each naming the field it is about;
+  as CEL `x-kubernetes-validations`, each naming the field it is about; a rule
+  on the object holds its name to `<spec.topic>-<spec.partition>`;
 - the broker-id lists get a `maxItems` bound, which the API server's CEL cost
   estimate needs (see MAX_BROKER_LIST_ITEMS).
 
@@ -128,6 +129,14 @@ TOPIC_RULES: Final = (
         f"self.matches('{TOPIC_PATTERN}')",
         "topic must consist of lowercase letters, digits, '-' and '.', and start and end"
         " with a letter or digit (it is part of a Kubernetes name)",
+    ),
+)
+NAME_RULES: Final = (
+    # Brokers, clients and the access policy name a partition by its resource name and
+    # its topic by spec.topic: the two must agree.
+    Rule(
+        "self.metadata.name == self.spec.topic + '-' + string(self.spec.partition)",
+        "metadata.name must be <spec.topic>-<spec.partition>",
     ),
 )
 STATUS_RULES: Final = (
@@ -249,7 +258,7 @@ def openapi_schema() -> dict[str, Any]:
     _add_rules(spec, SPEC_RULES)
     _add_rules(spec["properties"]["topic"], TOPIC_RULES)
     _add_rules(status, STATUS_RULES)
-    return {
+    root: dict[str, Any] = {
         "type": "object",
         "description": "A partition of an epochlog topic; its name is `<topic>-<partition>`.",
         "required": ["spec"],
@@ -261,6 +270,8 @@ def openapi_schema() -> dict[str, Any]:
             "status": status,
         },
     }
+    _add_rules(root, NAME_RULES)
+    return root
 
 
 def partition_crd() -> dict[str, Any]:

@@ -483,3 +483,16 @@ async def test_crds_are_objects_and_creating_one_serves_it(http: Http) -> None:
     await http.ok("DELETE", f"{crds}/widgets.example.dev")
     status, _ = await http.call("GET", f"{widgets}/w")
     assert status == 404
+
+
+async def test_a_partition_named_other_than_its_topic_and_index_is_refused(http: Http) -> None:
+    """Brokers and clients name a partition by its resource name, the access policy its
+    topic by spec.topic: a name that is not `<topic>-<partition>` would let them differ."""
+    for name, spec in (("orders-1", {"partition": 0}), ("payments-0", {"topic": "orders"})):
+        body = partition(name)
+        body["spec"].update(spec)
+        status, answer = await http.call("POST", PARTITIONS, body)
+        assert status == 422, answer
+        assert "metadata.name must be <spec.topic>-<spec.partition>" in answer["message"]
+    status, _ = await http.call("POST", PARTITIONS, partition("orders.eu-12"))
+    assert status == 201
