@@ -93,7 +93,10 @@ async def test_the_operator_keeps_the_cluster_certificates_in_secrets(
             return cert.serial_number != short.cert.serial_number and left.days > 300
 
         await waiting.until(renewed, "broker 2's certificate renewed", 20)
-        assert 'reason="expires' in op.log.read_text()
+        # The Secret is written before the operator logs why: wait for the line too.
+        await waiting.until_true(
+            lambda: 'reason="expires' in op.log.read_text(), "the renewal logged", 10
+        )
         assert (await secret(env, "epochlog-cluster-ca")) == cluster_ca
         assert brokers.all_heard
 
