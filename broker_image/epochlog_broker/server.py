@@ -343,7 +343,7 @@ async def list_partitions(request: web.Request) -> web.Response:
     shown = tuple(
         p
         for p in listing.partitions
-        if gate.allows(who, Operation.DESCRIBE, p.topic or broker.topic_of(p.name))
+        if gate.allows(who, Operation.DESCRIBE, broker.topic_of(p.name))
     )
     if len(shown) != len(listing.partitions):
         listing = listing.model_copy(update={"partitions": shown})

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import signal
@@ -293,9 +294,10 @@ class LocalCluster:
     def pki_dir(self) -> Path:
         return self.state_dir / PKI_DIR
 
-    @property
+    @functools.cached_property
     def security(self) -> Security:
-        """The certificates of every process and of the `admin` user (created if missing)."""
+        """The certificates of every process and of the `admin` user (created on first
+        use if missing, then kept)."""
         if not self.tls:
             return PLAINTEXT
         return Security.tls(self.pki_dir, range(1, self.brokers + 1))
