@@ -300,6 +300,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
             access_policy=policy,
             access_policy_file=args.access_policy,
             tls_reload_interval_s=args.cert_reload_interval_ms / 1000,
+            controlled_shutdown_timeout_s=max(0, args.controlled_shutdown_timeout_ms) / 1000,
             **_probe_listen(args.probe_listen),
         )
         if args.segment_bytes is not None:
@@ -605,7 +606,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a broker: store and replicate partitions, serve the HTTP API",
         description="Run a broker process. It heartbeats to the controller, takes the "
         "partitions the controller assigns to it, replicates them from their leaders, and "
-        "serves the HTTP API. SIGTERM stops it cleanly (flush, checkpoints, close).",
+        "serves the HTTP API. SIGTERM stops it cleanly: a controlled shutdown first (its "
+        "leaderships move to other in-sync replicas while it keeps serving), then flush, "
+        "checkpoints, close.",
     )
     broker.add_argument(
         "--id",
@@ -675,6 +678,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="close new connections at once while this many are open (default 1024)",
     )
     broker.add_argument("--segment-bytes", type=int, default=None, help="segment file size")
+    broker.add_argument(
+        "--controlled-shutdown-timeout-ms",
+        type=int,
+        default=int(env("EPOCHLOG_CONTROLLED_SHUTDOWN_TIMEOUT_MS", "20000")),
+        help="on SIGTERM, first wait up to this long while the controller moves this "
+        "broker's leaderships to other ISR members and takes it out of every ISR; keep it "
+        "below the pod's termination grace period (0: stop at once; default 20000; env "
+        "EPOCHLOG_CONTROLLED_SHUTDOWN_TIMEOUT_MS)",
+    )
     add_tls_arguments(broker, server=True)
     broker.add_argument(
         "--cert-reload-interval-ms",

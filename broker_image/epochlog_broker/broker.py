@@ -166,6 +166,10 @@ class Broker:
         self._flusher: asyncio.Task[None] | None = None
         self._flusher_stop = False
         self._stopping = False
+        self._draining = False
+        """In a controlled shutdown: serving, but not ready (`readiness`)."""
+        self._shutdown_answer = Signal()
+        """Wakes `controlled_shutdown` when a heartbeat answer was applied."""
         self._session: aiohttp.ClientSession | None = None
         self._controller_ok: bool | None = None
         self._keepalive: KeepaliveThread | None = None
@@ -239,6 +243,61 @@ class Broker:
             partitions=len(reports),
             truncatedPartitions=sum(1 for r in reports if r.truncated),
         )
+
+    async def controlled_shutdown(self, timeout_s: float) -> bool:
+        """Before `shutdown`: ask the controller to move this broker's leaderships to other
+        ISR members and take it out of every ISR, and keep serving until it says it is done
+        or `timeout_s` passes. True when done (then nothing waits on this broker)."""
+        core = self.core
+        if core is None or timeout_s <= 0 or self._stopping:
+            return False
+        self._draining = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        log.info("controlled_shutdown_started", broker=self.config.broker_id, timeoutS=timeout_s)
+        core.begin_controlled_shutdown()
+        self._report_now.set()
+        while True:
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            await self._shutdown_answer.wait(min(left, self.config.heartbeat_interval_ms / 1000))
+            core = self.core
+            if core is None:
+                return False
+            if self._controller_ok is False:
+                # Nobody can move anything without the controller: waiting helps nobody.
+                log.warning(
+                    "controlled_shutdown_abandoned",
+                    broker=self.config.broker_id,
+                    reason="the controller does not answer",
+                )
+                return False
+            if not core.controlled_shutdown:
+                # A restart (a new brokerEpoch) began a new session: ask again.
+                core.begin_controlled_shutdown()
+                self._report_now.set()
+                continue
+            progress = core.shutdown_progress
+            if progress is not None and progress.partitions_remaining == 0:
+                if progress.partitions_without_successor_count:
+                    log.warning(
+                        "controlled_shutdown_leaves_partitions_offline",
+                        broker=self.config.broker_id,
+                        partitions=list(progress.partitions_without_successor),
+                        count=progress.partitions_without_successor_count,
+                        reason="no other live ISR member in good standing to take over",
+                    )
+                log.info("controlled_shutdown_completed", broker=self.config.broker_id)
+                return True
+        progress = core.shutdown_progress if core is not None else None
+        log.warning(
+            "controlled_shutdown_timed_out",
+            broker=self.config.broker_id,
+            timeoutS=timeout_s,
+            partitionsRemaining=None if progress is None else progress.partitions_remaining,
+        )
+        return False
 
     async def shutdown(self) -> None:
         """Stop every loop and answer every waiting request; the logs stay open."""
@@ -690,6 +749,7 @@ class Broker:
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError, ValidationError) as exc:
             core.heartbeat_failed(heartbeat.seq)
             self.metrics.heartbeats.labels("error").inc()
+            self._shutdown_answer.notify()
             if self._controller_ok is not False:
                 log.warning(
                     "controller_unreachable",
@@ -732,14 +792,20 @@ class Broker:
         self.run(effects)
         # Parked requests re-check: a role change answers them with an error.
         self._notify_all()
+        self._shutdown_answer.notify()
 
     # -- state -----------------------------------------------------------------------------
 
     def readiness(self) -> tuple[bool, list[str]]:
-        """Ready when the controller has answered and every follower reached its leader's HW."""
+        """Ready when the controller has answered and, for every partition this broker follows
+        that has a leader, the ISR holds this broker as the process it is now (its current
+        brokerEpoch): a rolling restart that waits for readiness never takes a second
+        replica of a partition out of sync. Not ready during a controlled shutdown."""
         core = self.core
         if core is None or self._stopping:
             return False, ["broker is starting, restarting or stopping"]
+        if self._draining:
+            return False, ["controlled shutdown: handing over leaderships and ISR places"]
         if not self.heartbeat_applied:
             return False, ["no answer from the controller yet"]
         waiting = [
@@ -749,8 +815,21 @@ class Broker:
         for name, host in sorted(core.partitions.items()):
             if not isinstance(host.replica.role, Follower):
                 continue
-            leader_high_watermark = host.leader_high_watermark
+            heard = host.heard
+            if heard is None or heard.leader is None:
+                continue  # no leader that could take it back: nothing to wait for
+            in_sync_as = heard.isr_broker_epochs.get(core.broker_id)
             end = host.log.persisted_log_end_offset
+            if in_sync_as is not None or core.broker_id not in heard.isr:
+                if core.broker_id in heard.isr and in_sync_as == core.broker_epoch:
+                    continue
+                waiting.append(
+                    f"{name}: not back in the ISR {sorted(heard.isr)} of leader {heard.leader} "
+                    f"(leaderEpoch {heard.leader_epoch}) yet, at offset {end}"
+                )
+                continue
+            # A controller that sends no brokerEpochs: in sync once at the leader's HW.
+            leader_high_watermark = host.leader_high_watermark
             if leader_high_watermark is None:
                 waiting.append(f"{name}: no answer from the leader yet")
             elif end < leader_high_watermark:

@@ -92,6 +92,9 @@ class BrokerConfig:
     max_wait_ms: int = 60_000
     """Upper bound of a consumer's maxWaitMs."""
     shutdown_timeout_s: float = 5.0
+    controlled_shutdown_timeout_s: float = 20.0
+    """On SIGTERM, wait up to this long for the controller to move this broker's leaderships
+    and ISR places (0: stop at once)."""
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:

@@ -86,6 +86,7 @@ from epochlog.protocol.errors import (
 )
 from epochlog.protocol.heartbeat import (
     BrokerHeartbeat,
+    ControlledShutdownProgress,
     FollowerProgress,
     HeartbeatResponse,
     HeldAssignment,
@@ -470,6 +471,12 @@ class BrokerCore:
     report_session: ReportSession = field(default_factory=ReportSession)
     """Which reports the next heartbeat carries (`report_session`)."""
 
+    controlled_shutdown: bool = False
+    """The broker is stopping and asks the controller, in every heartbeat, to move its
+    leaderships and ISR places first (`begin_controlled_shutdown`)."""
+    shutdown_progress: ControlledShutdownProgress | None = None
+    """The controller's latest answer to the controlled shutdown: what it still waits for."""
+
     storage_retry_ms: int = 1_000
     """First wait before bringing back a replica after a storage fault (then doubling)."""
     storage_retry_max_ms: int = 10_000
@@ -829,7 +836,15 @@ class BrokerCore:
             answered=plan.answered,
             partitions=tuple(_report(n, facts[n]) for n in plan.names),
             removed=plan.removed,
+            controlled_shutdown=self.controlled_shutdown,
         )
+
+    def begin_controlled_shutdown(self) -> None:
+        """From the next heartbeat on, ask the controller to move leaderships and ISR places
+        off this broker; `shutdown_progress` says when it is done."""
+        if not self.controlled_shutdown:
+            self.controlled_shutdown = True
+            log.info("controlled_shutdown_requested", broker=self.broker_id)
 
     def reports(self, now_ms: int) -> dict[str, PartitionReport]:
         """Every hosted partition's report as it stands: what a full heartbeat would say."""
@@ -909,6 +924,8 @@ class BrokerCore:
                 log.warning("broker_fenced", broker=self.broker_id, brokerEpoch=self.broker_epoch)
             self.fenced = True
             return [Restart("fenced by the controller")]
+        if self.controlled_shutdown and response.controlled_shutdown is not None:
+            self.shutdown_progress = response.controlled_shutdown
         effects: list[Effect] = []
         for pa in response.assignments:
             if pa.name in self.partitions or self.broker_id in pa.replicas:

@@ -26,7 +26,9 @@ with the protocol's HTTP status; `leaderAddress` is added when the leader's
 URL is known. The handlers only parse, call `Broker` and render; the broker
 logic is in `broker` and the core.
 
-`serve` runs a broker until SIGTERM or SIGINT, then shuts down gracefully: the
+`serve` runs a broker until SIGTERM or SIGINT, then shuts down gracefully: a
+controlled shutdown first (`Broker.controlled_shutdown`: the controller moves its
+leaderships and ISR places while it keeps serving), then the
 listening socket closes, loops stop, waiting requests are answered, in-flight
 requests finish, and the logs are flushed, checkpointed and closed (clean
 shutdown markers, so the next start skips the full recovery scan).
@@ -513,10 +515,23 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
+        log.info("shutdown_requested", broker=config.broker_id)
+        # Still serving: producers and followers keep going while leadership moves. A
+        # second signal stops waiting for it.
+        again = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, again.set)
+        handover = asyncio.create_task(
+            broker.controlled_shutdown(config.controlled_shutdown_timeout_s)
+        )
+        interrupted = asyncio.create_task(again.wait())
+        await asyncio.wait([handover, interrupted], return_when=asyncio.FIRST_COMPLETED)
+        for task in (handover, interrupted):
+            task.cancel()
+        await asyncio.gather(handover, interrupted, return_exceptions=True)
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
-        log.info("shutdown_requested", broker=config.broker_id)
         reloads.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await reloads

@@ -31,7 +31,8 @@ Checks:
 - isr-healthy-removed: a follower that read to the leader's log end at least
   once every replicaLagTimeMaxMs (less the reporting delay) was removed from
   the ISR for lag; only judged while follower, leader, controller and their
-  links were undisturbed, so that lag is the only possible reason.
+  links were undisturbed, so that lag is the only possible reason, and not for a
+  follower in a controlled shutdown (it asked to leave).
 - isr-stuck-kept: a follower that stopped reading was still in the ISR more
   than replicaLagTimeMaxMs plus the leader's caught-up window, one heartbeat
   and one status write later.
@@ -491,6 +492,8 @@ class Checker:
             for f in set(b.isr) - set(s.isr) - {b.leader}:
                 if b.isr_broker_epochs.get(f) != self._broker_epoch_at(f, w.time):
                     continue  # in the ISR as a process that no longer runs: not about lag
+                if self._shutting_down(f, w.time):
+                    continue  # it asked to leave (controlled shutdown): not about lag
                 if self._healthy(w.partition, b.leader, b.leader_epoch, f, w.time, tol):
                     self._flag(
                         "isr-healthy-removed",
@@ -541,6 +544,13 @@ class Checker:
         points = [start, *beats, end]
         gap = 2 * self.timing.heartbeat_interval_ms
         return all(b - a <= gap for a, b in itertools.pairwise(points))
+
+    def _shutting_down(self, broker: int, t: int) -> bool:
+        """The process of `broker` running at `t` began a controlled shutdown by then."""
+        began = [s for s, _e in self.h.broker_starts.get(broker, []) if s <= t]
+        return bool(began) and any(
+            began[-1] <= c <= t for c in self.h.controlled_shutdowns.get(broker, [])
+        )
 
     def _broker_epoch_at(self, broker: int, t: int) -> int | None:
         running = [e for s, e in self.h.broker_starts.get(broker, []) if s <= t]

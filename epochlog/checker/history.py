@@ -110,6 +110,8 @@ class History:
     broker_starts: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     """Broker id -> (time, brokerEpoch) of every process start."""
     broker_stops: dict[int, list[int]] = field(default_factory=dict)
+    controlled_shutdowns: dict[int, list[int]] = field(default_factory=dict)
+    """Broker id -> times it began a controlled shutdown (it asks to leave every ISR)."""
     pauses: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     """Node id -> [start, end) of every pause."""
     heartbeats_in: dict[int, list[int]] = field(default_factory=dict)

@@ -131,6 +131,9 @@ class DevSettings:
     """Brokers write their replication-offset-checkpoint this often."""
     grace_period_s: float = 10.0
     """`down` and `restart` wait this long after SIGTERM before SIGKILL."""
+    controlled_shutdown_timeout_ms: int | None = None
+    """A broker's SIGTERM waits at most this long for its leaderships to move (default:
+    the grace period less two seconds for flushing and closing; 0: not at all)."""
     startup_timeout_s: float = 60.0
     """How long a process may take to become healthy (imports on a slow machine)."""
 
@@ -144,6 +147,13 @@ class DevSettings:
             status_refresh_interval_ms=500,
             grace_period_s=5.0,
         )
+
+    @property
+    def handover_timeout_ms(self) -> int:
+        """The brokers' controlled shutdown timeout: it must end before the SIGKILL."""
+        if self.controlled_shutdown_timeout_ms is not None:
+            return self.controlled_shutdown_timeout_ms
+        return max(0, int(self.grace_period_s * 1000) - 2000)
 
     def check(self) -> None:
         # The operator refuses a session that does not cover two heartbeats; say so before
@@ -467,6 +477,7 @@ class LocalCluster:
                         checkpoint_interval_ms=s.checkpoint_interval_ms,
                         security=security.broker_flags(b),
                         probe_port=probe,
+                        controlled_shutdown_timeout_ms=s.handover_timeout_ms,
                     ),
                 )
             )

@@ -85,6 +85,7 @@ def broker_argv(
     checkpoint_interval_ms: int | None = None,
     security: Iterable[str],
     probe_port: int | None = None,
+    controlled_shutdown_timeout_ms: int | None = None,
     extra: Iterable[str] = (),
 ) -> list[str]:
     """`epochlog broker`: broker `broker_id` on loopback `port`, heartbeating to
@@ -107,6 +108,7 @@ def broker_argv(
                 ("--heartbeat-interval-ms", heartbeat_interval_ms),
                 ("--checkpoint-interval-ms", checkpoint_interval_ms),
                 ("--probe-listen", None if probe_port is None else f"{LOOPBACK}:{probe_port}"),
+                ("--controlled-shutdown-timeout-ms", controlled_shutdown_timeout_ms),
             ]
         ),
         *security,

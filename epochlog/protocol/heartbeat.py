@@ -45,6 +45,13 @@ Times a broker reports (`timeMs`, `lastCaughtUpTime`) are on the broker's clock.
 `timeMs` is the broker's clock when it built the heartbeat, so the controller
 can read the other times relative to it and never compare two clocks directly.
 
+A broker told to stop sets `controlledShutdown` in its heartbeats and keeps
+serving. The controller moves each leadership it holds to another ISR member in
+good standing, takes it out of every ISR, and answers with
+`controlledShutdown.partitionsRemaining`: the broker stops once that is 0 (or
+its shutdown timeout passes), so that a rolling restart costs no session
+timeout of unavailability per broker.
+
 brokerEpoch must be larger on every start of the broker process than on any
 earlier start (a persisted counter, or the start time in ms): the controller
 takes a smaller one for a late message from a dead process.
@@ -189,6 +196,12 @@ class BrokerHeartbeat(WireModel):
     liveness_only: Annotated[bool, Field(strict=True)] = False
     """A keepalive from a broker whose event loop is late with its heartbeat: it renews the
     session of this brokerEpoch and nothing else (no report, none re-asserted)."""
+    controlled_shutdown: Annotated[bool, Field(strict=True)] = Field(
+        default=False, exclude_if=lambda v: not v
+    )
+    """The broker is stopping (SIGTERM) and asks the controller to move its leaderships to
+    other ISR members and take it out of every ISR first (Kafka's controlled shutdown).
+    Once sent, it holds for the rest of this brokerEpoch."""
 
     @model_validator(mode="after")
     def _one_report_per_partition(self) -> Self:
@@ -227,6 +240,11 @@ class PartitionAssignment(WireModel):
     isr: tuple[BrokerId, ...]
     replicas: tuple[BrokerId, ...]
     isr_storage_ids: dict[BrokerKey, str] = Field(default_factory=dict)
+    isr_broker_epochs: dict[BrokerKey, NonNegativeInt] = Field(
+        default_factory=dict, exclude_if=lambda v: not v
+    )
+    """The brokerEpoch each ISR member was in sync as: a restarted broker is back in sync
+    (ready) only once the ISR names its current brokerEpoch."""
     min_insync_replicas: PositiveInt = DEFAULT_MIN_INSYNC_REPLICAS
     replica_lag_time_max_ms: PositiveInt = DEFAULT_REPLICA_LAG_TIME_MAX_MS
     topic: str | None = Field(default=None, exclude_if=lambda v: v is None)
@@ -247,6 +265,7 @@ class PartitionAssignment(WireModel):
             isr=status.isr,
             replicas=status.replicas,
             isr_storage_ids=status.isr_storage_ids,
+            isr_broker_epochs=status.isr_broker_epochs,
             min_insync_replicas=(
                 DEFAULT_MIN_INSYNC_REPLICAS if spec is None else spec.min_insync_replicas
             ),
@@ -256,6 +275,19 @@ class PartitionAssignment(WireModel):
             topic=None if spec is None else spec.topic,
             partition=None if spec is None else spec.partition,
         )
+
+
+class ControlledShutdownProgress(WireModel):
+    """The controller's answer to a broker in controlled shutdown: what it still waits for."""
+
+    partitions_remaining: NonNegativeInt
+    """Partitions the broker still leads or is in the ISR of while another live ISR member
+    could take its place, or whose new assignment their other ISR members have not applied
+    yet: the broker keeps serving until this is 0."""
+    partitions_without_successor: tuple[str, ...] = ()
+    """Partitions the broker leads with no other live ISR member in good standing: they
+    stay led by it and go offline when it stops (at most 100 names)."""
+    partitions_without_successor_count: NonNegativeInt = 0
 
 
 class RejectedIsrProposal(WireModel):
@@ -283,3 +315,7 @@ class HeartbeatResponse(WireModel):
     rejected_isr_proposals: tuple[RejectedIsrProposal, ...] = ()
     brokers: dict[BrokerKey, str] = Field(default_factory=dict)
     """Address of every live broker, as it advertises itself: where to find a leader."""
+    controlled_shutdown: ControlledShutdownProgress | None = Field(
+        default=None, exclude_if=lambda v: v is None
+    )
+    """Set in answers to a broker in controlled shutdown."""

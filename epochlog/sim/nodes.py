@@ -238,6 +238,33 @@ class SimBroker(Process):
             self.core.close()
         self.kill()
 
+    def controlled_shutdown(self, timeout_ms: int, then: Callable[[], None]) -> None:
+        """SIGTERM as the broker server handles it: ask the controller to move leaderships
+        and ISR places, keep serving until it says it is done or `timeout_ms` passes, then
+        stop cleanly and call `then`."""
+        core = self.core
+        if core is None or not self.alive:
+            return
+        core.begin_controlled_shutdown()
+        self.history.controlled_shutdowns.setdefault(self.broker_id, []).append(self.world.now)
+        self._send_heartbeat()
+        deadline = self.world.now + timeout_ms
+
+        def check() -> None:
+            current = self.core
+            if current is not core or not self.alive:
+                return  # killed or restarted meanwhile: that fault took over
+            progress = core.shutdown_progress
+            if (progress is not None and progress.partitions_remaining == 0) or (
+                self.world.now >= deadline
+            ):
+                self.shutdown()
+                then()
+                return
+            self.after(self.config.heartbeat_interval_ms // 2, check)
+
+        self.after(self.config.heartbeat_interval_ms // 2, check)
+
     def _new_storage_id(self) -> str:
         # Drawn from the run's seeded source, so a seed replays the same ids.
         return str(uuid.UUID(int=self.world.rng.getrandbits(128), version=4))

@@ -45,6 +45,8 @@ FAULTS: Final = {
     "kill-on-isr-change": "kill a follower; moments after it is back in the ISR (at times "
     "cut off from the leader), kill the other members, the leader included",
     "recreate": "delete a Partition and create it again, at times while a broker is down",
+    "rolling-restart": "SIGTERM every broker in turn (a controlled shutdown, then a clean "
+    "stop), restarting each before the next; at times one is SIGKILLed mid-handover",
     "wipe": "lose the disk of a broker outside the ISR of every partition it hosts, each ISR "
     "keeping a member on its recorded disk (killing a follower and waiting for it to leave "
     "first if none is), then restart it",
@@ -196,6 +198,8 @@ class _Nemesis:
                 sim.kill(f)
                 self._later(300, 2000, lambda: self._restart_if_down(f))
                 self._watch_isr(name, f, 2000)
+        elif kind == "rolling-restart":
+            self._roll(rng.sample(sorted(sim.brokers), len(sim.brokers)))
         elif kind == "recreate":
             self._recreate(rng.choice(sim.specs).name)
         elif kind == "wipe":
@@ -209,6 +213,35 @@ class _Nemesis:
                 t += rng.randint(300, 3000)
                 self._at(t, functools.partial(self._restart_if_down, x))
         self._next()
+
+    def _roll(self, order: list[int]) -> None:
+        """Restart `order` one by one as a StatefulSet roll does: SIGTERM (a controlled
+        shutdown with a timeout), a restart, and the next once the restarted broker is back
+        in every ISR it left (or after a while: the fault phase goes on regardless)."""
+        sim, rng = self.sim, self.rng
+        if not order:
+            return
+        b, rest = order[0], order[1:]
+        if not sim.brokers[b].alive:
+            self._later(100, 500, lambda: self._roll(rest))
+            return
+
+        def restarted() -> None:
+            # Started again even after the fault phase: a run ends with every broker up.
+            sim.world.after(rng.randint(0, 300), lambda: self._restart_if_down(b))
+            self._later(1000, 4000, lambda: self._roll(rest))
+
+        timeout = rng.choice([500, 3000, 10_000])
+        sim.controlled_shutdown(b, timeout, restarted)
+        if rng.random() < 0.15:
+            # The handover is cut short: the broker dies while leadership moves.
+            victim = b if rng.random() < 0.5 else rng.choice(sorted(sim.brokers))
+            self._later(0, 600, lambda: self._kill_mid_handover(victim))
+
+    def _kill_mid_handover(self, b: int) -> None:
+        if self.sim.brokers[b].alive:
+            self.sim.kill(b)
+            self._later(300, 3000, lambda: self._restart_if_down(b))
 
     def _double_kill(self, b: int) -> None:
         sim = self.sim

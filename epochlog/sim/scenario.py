@@ -220,6 +220,16 @@ class Sim:
         self._fault(f"clean shutdown of broker {broker}")
         self.brokers[broker].shutdown()
 
+    def controlled_shutdown(self, broker: int, timeout_ms: int, then: Callable[[], None]) -> None:
+        """SIGTERM: a controlled shutdown, then a clean stop, then `then`."""
+        self._fault(f"controlled shutdown of broker {broker}")
+
+        def stopped() -> None:
+            self._fault(f"broker {broker} stopped after its controlled shutdown")
+            then()
+
+        self.brokers[broker].controlled_shutdown(timeout_ms, stopped)
+
     def kill_controller(self) -> None:
         self._fault("kill controller")
         self.controller.kill()

@@ -40,6 +40,7 @@ from epochlog_operator.liveness import (
 )
 from epochlog_operator.observations import ReceivedHeartbeat
 from epochlog_operator.report_sessions import Intake, ReportSessions
+from epochlog_operator.shutdown import shutdown_progress
 
 _PROGRESS: Final = frozenset({"log_end_offset", "high_watermark"})
 """Report fields that move with every write (with each follower's log end)."""
@@ -93,6 +94,9 @@ class ControllerCore:
     progressed: set[str] = field(default_factory=set)
     """Partitions whose reports changed in offsets alone since `take_progressed`
     (`progress_only`): deciding them again changes only what a status refresh writes."""
+    kept_while_stopping: dict[str, frozenset[int]] = field(default_factory=dict)
+    """Per partition, the ISR members in controlled shutdown its latest decision kept in
+    place (`Decision.kept_while_stopping`): their shutdown does not wait for it."""
     reports: ReportSessions = field(default_factory=lambda: ReportSessions(0))
     """The brokers' report sessions: what each heartbeat carries and each answer needs."""
     _assignments: dict[str, tuple[PartitionStatus, object, PartitionAssignment]] = field(
@@ -128,7 +132,10 @@ class ControllerCore:
         if intake is Intake.OUT_OF_ORDER or received is None:
             ignored = HeartbeatResult(HeartbeatOutcome.OUT_OF_ORDER, None)
             return HeartbeatResponse(session_id=heartbeat.session_id), ignored
-        self.liveness, result = self.liveness.heartbeat(broker, heartbeat.broker_epoch, now_ms)
+        was_stopping = self.liveness.view(now_ms).is_shutting_down(broker)
+        self.liveness, result = self.liveness.heartbeat(
+            broker, heartbeat.broker_epoch, now_ms, shutting_down=heartbeat.controlled_shutdown
+        )
         if result.outcome in (HeartbeatOutcome.STILL_FENCED, HeartbeatOutcome.STALE):
             self.reports.drop(broker)
             return HeartbeatResponse(fenced=True), result
@@ -136,9 +143,10 @@ class ControllerCore:
         self.heartbeats[broker] = received
         self.reports.confirm(heartbeat)
         self._note_changes(previous, received)
-        if result.outcome in (HeartbeatOutcome.REGISTERED, HeartbeatOutcome.RESTARTED):
-            # A new process: every partition it is a replica of may change (its ISR place,
-            # its leadership), not only those whose reports did.
+        stopping = heartbeat.controlled_shutdown and not was_stopping
+        if stopping or result.outcome in (HeartbeatOutcome.REGISTERED, HeartbeatOutcome.RESTARTED):
+            # A new process, or one that now stops: every partition it is a replica of may
+            # change (its ISR place, its leadership), not only those whose reports did.
             self.changed.update(
                 name
                 for name, p in partitions.items()
@@ -170,12 +178,18 @@ class ControllerCore:
             for b, got in sorted(self.heartbeats.items())
             if view.is_live(b) and view.broker_epoch(b) == got.heartbeat.broker_epoch
         }
+        progress = None
+        if heartbeat.controlled_shutdown:
+            progress = shutdown_progress(
+                broker, partitions, self.heartbeats, view, self.kept_while_stopping
+            )
         return (
             HeartbeatResponse(
                 session_id=self.reports.session_id(broker),
                 assignments=tuple(assignments.values()),
                 rejected_isr_proposals=rejected,
                 brokers=brokers,
+                controlled_shutdown=progress,
             ),
             result,
         )
@@ -308,6 +322,10 @@ class ControllerCore:
         )
         if decision.status is not None:
             self.published[name] = _higher(floor, decision.status)
+        if decision.kept_while_stopping:
+            self.kept_while_stopping[name] = decision.kept_while_stopping
+        else:
+            self.kept_while_stopping.pop(name, None)
         if decision.rejected_proposals and partition.status and partition.status.leader:
             leader = partition.status.leader
             got = self.heartbeats.get(leader)

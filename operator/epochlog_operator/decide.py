@@ -22,6 +22,9 @@ In order, a decision
    proposed replicas join; a fenced or restarted leader, no leader, or brokers
    reporting a leaderEpoch above the recorded one lead to an election
    (`election`),
+   A broker in a controlled shutdown loses its leaderships to ISR members in
+   good standing and leaves the ISRs first, unless that leaves no leader or an
+   ISR below minInsyncReplicas (`Decision.kept_while_stopping`),
 4. bumps partitionEpoch once if leader, ISR or replicas changed (going offline
    changes no epoch), and derives conditions and lag.
 
@@ -96,6 +99,11 @@ class Decision:
     resource_version: str | None
     """The resourceVersion the decision was made from: the precondition of the write."""
     rejected_proposals: tuple[RejectedProposal, ...] = ()
+    kept_while_stopping: frozenset[int] = frozenset()
+    """ISR members in a controlled shutdown that keep their place until they stop
+    (`shutdown` does not wait for them): a leader that no member in good standing can
+    succeed, and followers whose leaving would take the ISR below minInsyncReplicas or
+    whose leader stays for that reason."""
 
 
 @dataclass
@@ -117,6 +125,7 @@ class _Draft:
     offline: PartitionOffline | None = None
     events: list[Event] = field(default_factory=list)
     rejected: tuple[RejectedProposal, ...] = ()
+    kept_while_stopping: frozenset[int] = frozenset()
 
     @classmethod
     def of(cls, status: PartitionStatus) -> _Draft:
@@ -186,7 +195,7 @@ def _assign(
     obs: PartitionObservation,
     load: Mapping[int, BrokerLoad],
 ) -> tuple[int, ...] | None:
-    live = view.live_brokers()
+    live = tuple(b for b in view.live_brokers() if not view.is_shutting_down(b))
     holders = sorted(
         (b for b in obs.reports if b in live),
         key=lambda b: (-obs.reports[b].last_epoch, -obs.reports[b].log_end_offset, b),
@@ -264,6 +273,10 @@ def _judge(
         storage_ids=obs.storage_ids,
         storage_errors=obs.storage_errors(),
     )
+    kept = _kept_while_stopping(leader, old.isr, assessment, view, obs, spec.min_insync_replicas)
+    if kept:
+        assessment = {m: r for m, r in assessment.items() if m not in kept}
+        d.kept_while_stopping = kept
     behind = obs.max_leader_epoch > old.leader_epoch
     if leader is None or leader in assessment:
         _elect(d, old, spec, view, obs, assessment)
@@ -280,6 +293,40 @@ def _judge(
         _shrink(d, old, assessment)
         if report is not None:
             _expand(d, old, spec, view, obs, report)
+
+
+def _kept_while_stopping(
+    leader: int | None,
+    isr: tuple[int, ...],
+    assessment: Mapping[int, IsrRemoval],
+    view: LivenessView,
+    obs: PartitionObservation,
+    min_insync_replicas: int,
+) -> frozenset[int]:
+    """ISR members in a controlled shutdown that keep their place for now.
+
+    A stopping leader stays when no live member in good standing can take over: moving
+    would leave the partition to a lagging or restarted member, or to none. Its stopping
+    followers then stay too, and so do they when their leaving would take the ISR below
+    minInsyncReplicas: writes could not be acknowledged either way, and every member
+    kept is one more that holds everything committed."""
+    if leader is None:
+        return frozenset()
+    stopping = {
+        m for m, r in assessment.items() if m in isr and r.reason is RemovalReason.SHUTTING_DOWN
+    }
+    if not stopping:
+        return frozenset()
+    errors = obs.storage_errors()
+    successor = any(
+        m != leader and m not in assessment and view.is_live(m) and m not in errors for m in isr
+    )
+    if leader in stopping and not successor:
+        return frozenset(stopping)
+    staying = [m for m in isr if m not in assessment]
+    if len(staying) < min_insync_replicas:
+        return frozenset(m for m in stopping if m != leader)
+    return frozenset()
 
 
 def _elect(
@@ -563,13 +610,19 @@ def _finish(
     events = tuple(d.events)
     written = partition.status
     if written is not None and (status == written or _clocks_only(status, written)):
-        return Decision(None, False, events, partition.resource_version, d.rejected)
+        return Decision(
+            None, False, events, partition.resource_version, d.rejected, d.kept_while_stopping
+        )
     if not d.isr and _unheard(view, obs, d.replicas, old.replicas):
         # Never elected, and a broker not heard from yet may report a higher epoch than
         # the ones at hand: publishing them could show a lower epoch than before.
-        return Decision(None, False, events, partition.resource_version, d.rejected)
+        return Decision(
+            None, False, events, partition.resource_version, d.rejected, d.kept_while_stopping
+        )
     material = written is None or _state(status) != _state(written)
-    return Decision(status, material, events, partition.resource_version, d.rejected)
+    return Decision(
+        status, material, events, partition.resource_version, d.rejected, d.kept_while_stopping
+    )
 
 
 def _unheard(view: LivenessView, obs: PartitionObservation, *replica_sets: tuple[int, ...]) -> bool:

@@ -1,6 +1,7 @@
 """Leader election: who leads a partition next, and with which leaderEpoch.
 
-Clean election picks a live ISR member. Every ISR member holds everything
+Clean election picks a live ISR member that is not in a controlled shutdown.
+Every ISR member holds everything
 committed: the leader counts only the recorded ISR towards the high watermark,
 and a replica counts only what is on its disk. A member that runs on another
 data directory than the one it was in sync on (a new storageId: its disk was
@@ -113,7 +114,9 @@ def elect_leader(
 
     def eligible(m: int) -> bool:
         removal = assessment.get(m)
-        return removal is None or removal.reason not in INELIGIBLE
+        return removal is None or (
+            removal.reason not in INELIGIBLE and removal.reason is not RemovalReason.SHUTTING_DOWN
+        )
 
     candidates = [m for m in isr if liveness.is_live(m) and eligible(m) and m not in unavailable]
     if candidates:

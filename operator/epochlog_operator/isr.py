@@ -6,9 +6,11 @@ lastCaughtUpTime in its heartbeat; a follower not caught up for longer than
 that leaves the ISR, as does a member whose broker is fenced or restarted (a
 new brokerEpoch: what it had not flushed may be gone), a member whose data
 directory changed (another storageId: the disk it was in sync on is gone, so
-it is a new, empty replica), and a member that reports its replica offline
-after a storage error. The leader is judged on the same grounds except lag;
-whether it keeps its place is the election's call (`election`).
+it is a new, empty replica), a member that reports its replica offline
+after a storage error, and a member whose broker is in a controlled shutdown
+(it is about to stop; taking it out first spares the leader's acks=all writes
+a session timeout of waiting for it). The leader is judged on the same grounds
+except lag; whether it keeps its place is the election's call (`election`).
 
 A lag clock never starts before the controller did: a controller that has
 just started has not been watching, and must not hold the time it was away
@@ -16,7 +18,7 @@ against a follower.
 
 Replicas join only when the current leader proposes them (the leader counts a
 proposed replica towards its high watermark from then on, KIP-497), and only
-if the replica is live, was caught up with the brokerEpoch it runs now, and
+if the replica is live and not shutting down, was caught up with the brokerEpoch it runs now, and
 its log end is at or above both the high watermark and the offset where the
 leader's epoch started (so that it holds everything committed, KIP-101).
 
@@ -39,6 +41,7 @@ class RemovalReason(enum.StrEnum):
     STORAGE_ERROR = "storage-error"
     RESTARTED = "restarted"
     LAGGING = "lagging"
+    SHUTTING_DOWN = "controlled-shutdown"
 
 
 INELIGIBLE: frozenset[RemovalReason] = frozenset(
@@ -127,6 +130,12 @@ def assess_isr(
                 member,
                 RemovalReason.RESTARTED,
                 f"broker {member} restarted (brokerEpoch {recorded} -> {current})",
+            )
+        elif liveness.is_shutting_down(member):
+            out[member] = IsrRemoval(
+                member,
+                RemovalReason.SHUTTING_DOWN,
+                f"broker {member} is shutting down (controlled shutdown)",
             )
         elif member != leader and lag_as_of_ms is not None:
             lag = lag_ms(member, last_caught_up, lag_as_of_ms, liveness.started_ms)
@@ -234,6 +243,8 @@ def _ineligible(
     state = liveness.state(p.replica)
     if state is not BrokerState.LIVE:
         return f"broker {p.replica} is {state}"
+    if liveness.is_shutting_down(p.replica):
+        return f"broker {p.replica} is shutting down (controlled shutdown)"
     current = liveness.broker_epoch(p.replica)
     if p.broker_epoch != current:
         return f"caught up as brokerEpoch {p.broker_epoch}, broker now runs brokerEpoch {current}"

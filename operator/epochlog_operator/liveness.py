@@ -13,6 +13,9 @@ Rules:
 - A heartbeat with a new brokerEpoch is a restart: the broker is live again,
   and anything it had not flushed may be gone. The decision layer compares the
   brokerEpoch the view reports with the one recorded for each ISR member.
+- A heartbeat that asks for a controlled shutdown marks the session as stopping
+  for the rest of its brokerEpoch: the broker is live but leads nothing new
+  and leaves the ISRs (`isr`, `election`).
 - A controller that has just started knows nothing about the past, so it
   treats every broker as if it had heartbeated at the start: nobody is fenced
   until one session timeout has passed. Until then, a broker it has not heard
@@ -64,6 +67,8 @@ class BrokerSession:
     broker_epoch: int
     last_heartbeat_ms: int
     expired: bool = False
+    shutting_down: bool = False
+    """The broker asked for a controlled shutdown in this brokerEpoch."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,11 +88,11 @@ class Liveness:
         return cls(started_ms=now_ms, session_timeout_ms=session_timeout_ms)
 
     def heartbeat(
-        self, broker_id: int, broker_epoch: int, now_ms: int
+        self, broker_id: int, broker_epoch: int, now_ms: int, *, shutting_down: bool = False
     ) -> tuple[Liveness, HeartbeatResult]:
         known = self.sessions.get(broker_id)
         if known is None:
-            session = BrokerSession(broker_epoch, now_ms)
+            session = BrokerSession(broker_epoch, now_ms, shutting_down=shutting_down)
             return self._with(broker_id, session), HeartbeatResult(
                 HeartbeatOutcome.REGISTERED, None
             )
@@ -95,7 +100,7 @@ class Liveness:
         if broker_epoch < previous:
             return self, HeartbeatResult(HeartbeatOutcome.STALE, previous)
         if broker_epoch > previous:
-            session = BrokerSession(broker_epoch, now_ms)
+            session = BrokerSession(broker_epoch, now_ms, shutting_down=shutting_down)
             return self._with(broker_id, session), HeartbeatResult(
                 HeartbeatOutcome.RESTARTED, previous
             )
@@ -106,7 +111,9 @@ class Liveness:
             return self._with(broker_id, session), HeartbeatResult(
                 HeartbeatOutcome.STILL_FENCED, previous
             )
-        session = replace(known, last_heartbeat_ms=last)
+        session = replace(
+            known, last_heartbeat_ms=last, shutting_down=known.shutting_down or shutting_down
+        )
         return self._with(broker_id, session), HeartbeatResult(HeartbeatOutcome.RENEWED, previous)
 
     def in_grace(self, now_ms: int) -> bool:
@@ -159,6 +166,11 @@ class LivenessView:
 
     def is_fenced(self, broker_id: int) -> bool:
         return self.state(broker_id) is BrokerState.FENCED
+
+    def is_shutting_down(self, broker_id: int) -> bool:
+        """Live, and in a controlled shutdown: not to be given leadership or ISR places."""
+        session = self.liveness.sessions.get(broker_id)
+        return session is not None and session.shutting_down and self.is_live(broker_id)
 
     def broker_epoch(self, broker_id: int) -> int | None:
         session = self.liveness.sessions.get(broker_id)

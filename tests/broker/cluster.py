@@ -110,6 +110,7 @@ class Cluster:
     broker_ids: Sequence[int] = (1, 2, 3)
     heartbeat_interval_ms: int = 100
     session_timeout_ms: int = 1500
+    reconcile_interval_ms: int = 100
     extra_args: Sequence[str] = ()
     static_peers: bool = True
     """False: brokers learn each other's addresses only from the controller's answers."""
@@ -127,7 +128,10 @@ class Cluster:
         if self.tls:
             self.security = Security.tls(self.root / "pki", self.broker_ids)
         self.controller = await Controller(
-            self.specs, session_timeout_ms=self.session_timeout_ms, security=self.security
+            self.specs,
+            session_timeout_ms=self.session_timeout_ms,
+            reconcile_interval_ms=self.reconcile_interval_ms,
+            security=self.security,
         ).start()
         ports = dict(zip(self.broker_ids, free_ports(len(self.broker_ids)), strict=True))
         scheme = self.security.scheme

@@ -1,0 +1,140 @@
+"""A rolling restart of the embedded cluster's brokers, as `kubectl rollout restart` does it.
+
+One broker at a time: SIGTERM (its controlled shutdown hands leaderships and
+ISR places over first), wait for it to exit, start it again, and go on to the
+next only once its /readyz says it is back in every ISR, as a StatefulSet's
+rolling update waits for the pod's readiness. `IsrWatch` follows every
+Partition's status through the API server's watch meanwhile, so that a caller
+can tell whether any partition fell below minInsyncReplicas because of the
+roll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from epochlog.devcluster.local import LocalCluster
+from epochlog.devcluster.partitions import Partition
+from epochlog.resources import GROUP, PLURAL, VERSION
+
+
+@dataclass(frozen=True)
+class RollStep:
+    broker: int
+    restarted_s: float
+    """SIGTERM until the new process was healthy (mostly the controlled shutdown)."""
+    ready_s: float
+    """Healthy again until /readyz answered 200 (back in every ISR)."""
+
+
+@dataclass(frozen=True)
+class IsrLow:
+    """A status with fewer ISR members than the Partition's minInsyncReplicas."""
+
+    name: str
+    isr: tuple[int, ...]
+    min_insync_replicas: int
+    at: float
+
+
+async def wait_ready(cluster: LocalCluster, broker: int, timeout_s: float = 120) -> None:
+    """Until broker `broker`'s /readyz answers 200 (its probe listener, no credentials)."""
+    url = cluster.probe_url(f"broker-{broker}") + "/readyz"
+    deadline = time.monotonic() + timeout_s
+    last = ""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+        while True:
+            with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+                async with http.get(url) as rsp:
+                    if rsp.status == 200:
+                        return
+                    last = await rsp.text()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"broker {broker} not ready within {timeout_s} s: {last}")
+            await asyncio.sleep(0.05)
+
+
+async def rolling_restart(
+    cluster: LocalCluster,
+    brokers: Sequence[int],
+    *,
+    say: Callable[[str], None] = lambda _: None,
+) -> list[RollStep]:
+    """Restart `brokers` one by one, each once the previous one is ready again."""
+    steps = []
+    for b in brokers:
+        name = f"broker-{b}"
+        began = time.monotonic()
+        say(f"SIGTERM {name}")
+        await cluster.restart(name)
+        healthy = time.monotonic()
+        await wait_ready(cluster, b)
+        ready = time.monotonic()
+        steps.append(RollStep(b, healthy - began, ready - healthy))
+        say(f"{name} ready again after {ready - began:.1f} s")
+    return steps
+
+
+@dataclass
+class IsrWatch:
+    """Every Partition status the API server publishes while the watch runs."""
+
+    cluster: LocalCluster
+    namespace: str | None = None
+    low: list[IsrLow] = field(default_factory=list)
+    seen: int = 0
+    _task: asyncio.Task[None] | None = None
+    _started: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def start(self) -> IsrWatch:
+        self._task = asyncio.create_task(self._run())
+        await self._started.wait()
+        return self
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def _path(self) -> str:
+        ns = f"/namespaces/{self.namespace}" if self.namespace else ""
+        return f"/apis/{GROUP}/{VERSION}{ns}/{PLURAL}"
+
+    def _note(self, raw: dict[str, object]) -> None:
+        partition = Partition.model_validate(raw)
+        status = partition.status
+        self.seen += 1
+        if status is None or status.leader is None:
+            return
+        need = partition.spec.min_insync_replicas
+        if len(status.isr) < need:
+            self.low.append(IsrLow(partition.name, status.isr, need, time.monotonic()))
+
+    async def _run(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
+        async with aiohttp.ClientSession(base_url=self.cluster.api_url, timeout=timeout) as http:
+            while True:
+                async with http.get(self._path()) as rsp:
+                    listing = await rsp.json()
+                for item in listing.get("items", []):
+                    self._note(item)
+                version = listing["metadata"]["resourceVersion"]
+                self._started.set()
+                params = {"watch": "1", "resourceVersion": version}
+                async with http.get(self._path(), params=params) as rsp:
+                    async for line in rsp.content:
+                        if not line.strip():
+                            continue
+                        event = json.loads(line)
+                        if event.get("type") == "ERROR":
+                            break  # expired: list again
+                        if event.get("type") in ("ADDED", "MODIFIED"):
+                            self._note(event["object"])
