@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
+from pydantic import ValidationError
 
 from epochlog.checker.checks import ReplicaLog, Violation, check_observations
 from epochlog.checker.history import Ack, History, OffsetSeen, Read, StatusWrite
@@ -499,7 +500,13 @@ class Workload:
                         async for line in rsp.content:
                             if not line.strip():
                                 continue
-                            event = PartitionEvent.model_validate_json(line)
+                            try:
+                                event = PartitionEvent.model_validate_json(line)
+                            except ValidationError:
+                                # An ERROR event (410 Expired: the version is older than
+                                # the server keeps): start over from the current state.
+                                rv = ""
+                                break
                             meta = event.object.metadata
                             rv = meta.resource_version or rv
                             status = event.status

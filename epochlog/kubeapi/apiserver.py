@@ -31,6 +31,7 @@ from kmock import Server
 from epochlog.kubeapi.emulator import KubernetesApi
 from epochlog.kubeapi.errors import ApiError
 from epochlog.kubeapi.registry import CRDS
+from epochlog.kubeapi.store import WATCH_WINDOW
 
 HOST = "127.0.0.1"
 CONTEXT = "epochlog-dev"
@@ -80,8 +81,10 @@ def kubeconfig(server_url: str, namespace: str = "default") -> dict[str, Any]:
 class ApiServer:
     """The emulator on a loopback port; `async with` starts and stops it."""
 
-    def __init__(self, *, port: int = 0, crds: Path | None = None) -> None:
-        self.handler = KubernetesApi()
+    def __init__(
+        self, *, port: int = 0, crds: Path | None = None, watch_window: int = WATCH_WINDOW
+    ) -> None:
+        self.handler = KubernetesApi(watch_window=watch_window)
         self._port = port
         self._crds = crds
         self._server: Server | None = None
@@ -130,12 +133,14 @@ class ApiServer:
         await self.stop()
 
 
-async def _serve(port: int, crds: Path | None, kubeconfig_path: Path | None) -> None:
+async def _serve(
+    port: int, crds: Path | None, kubeconfig_path: Path | None, watch_window: int
+) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with ApiServer(port=port, crds=crds) as api:
+    async with ApiServer(port=port, crds=crds, watch_window=watch_window) as api:
         if kubeconfig_path is not None:
             api.write_kubeconfig(kubeconfig_path)
         crd_names = [o["metadata"]["name"] for o in api.handler.store.items(CRDS, None)]
@@ -156,9 +161,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free)")
     parser.add_argument("--crds", type=Path, help="folder of CRD YAML files to load")
     parser.add_argument("--kubeconfig", type=Path, help="write a kubeconfig for the server here")
+    parser.add_argument(
+        "--watch-window",
+        type=int,
+        default=WATCH_WINDOW,
+        help="changes kept per resource type for resuming watches; older ones are 410 Expired",
+    )
     args = parser.parse_args(argv)
     try:
-        asyncio.run(_serve(args.port, args.crds, args.kubeconfig))
+        asyncio.run(_serve(args.port, args.crds, args.kubeconfig, args.watch_window))
     except CrdLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

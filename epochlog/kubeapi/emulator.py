@@ -9,8 +9,10 @@ object; this class replaces it, for resource paths, with what a real API
 server does (see `objects`, `store`): resourceVersion on every write and 409 on
 a stale one, the status subresource, `metadata.generation`, finalizers and
 deletion timestamps, schema validation with CEL rules, namespaces, Events with
-field selectors, watches that resume from a resourceVersion, `Table` output
-for `kubectl get`, and CRDs as objects (creating one serves its resource).
+field selectors, watches that resume from a resourceVersion within the window
+the store keeps, server-side apply (`apply`), what a DELETE answers (a `Status`
+once the object is gone), `Table` output for `kubectl get`, and CRDs as objects
+(creating one serves its resource).
 """
 
 from __future__ import annotations
@@ -32,9 +34,16 @@ from kmock._internal import enums, parsing, rendering
 from typing_extensions import override
 
 from epochlog.kubeapi import errors, objects
+from epochlog.kubeapi.apply import ApplyConflicts, apply
 from epochlog.kubeapi.errors import ApiError, ErrorKind, FieldError
 from epochlog.kubeapi.openapi import openapi_group_version, openapi_index
-from epochlog.kubeapi.patches import apply_patch
+from epochlog.kubeapi.patches import (
+    APPLY,
+    STRATEGIC,
+    accepted_patch_types,
+    apply_patch,
+    patch_type,
+)
 from epochlog.kubeapi.registry import (
     BUILTINS,
     CRDS,
@@ -46,7 +55,7 @@ from epochlog.kubeapi.registry import (
     types_of_crd,
 )
 from epochlog.kubeapi.selectors import field_matcher, label_matcher
-from epochlog.kubeapi.store import Change, Store
+from epochlog.kubeapi.store import WATCH_WINDOW, Change, Store
 from epochlog.kubeapi.tables import NAME_COLUMN, table
 
 DEFAULT_NAMESPACES: Final = ("default", "kube-system", "kube-public", "kube-node-lease")
@@ -133,15 +142,19 @@ def _json_body(request: Request) -> Any:
 
 @attrs.define(kw_only=True)
 class KubernetesApi(KubernetesEmulator):
-    """The emulated API server's request handler; serve it with `kmock.Server` (see `apiserver`)."""
+    """The emulated API server's request handler; serve it with `kmock.Server` (see `apiserver`).
 
+    `watch_window`: changes kept per resource type for watches that resume (see `store`).
+    """
+
+    watch_window: int = attrs.field(default=WATCH_WINDOW)
     _types: dict[tuple[str, str, str], ResourceType] = attrs.field(factory=dict, init=False)
     _store: Store | None = attrs.field(default=None, init=False)
     _listeners: list[Callable[[Request], None]] = attrs.field(factory=list, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
-        self._store = Store(self._objects)
+        self._store = Store(self._objects, window=self.watch_window)
         for rt in BUILTINS:
             self._register(rt)
         for ns in DEFAULT_NAMESPACES:
@@ -564,23 +577,97 @@ class KubernetesApi(KubernetesEmulator):
                     )
                 ],
             )
+        # The uid is a precondition, checked before the resourceVersion (as etcd3's store does).
+        objects.check_uid_precondition(rt, old, body)
         if sent_rv and sent_rv != old["metadata"]["resourceVersion"]:
             raise errors.conflict(rt, name)
         return self._commit(rt, old, body, route.subresource, request)
 
     def _patch(self, rt: ResourceType, route: Route, request: Request) -> rendering.Response:
+        content_type = _header(request, "Content-Type")
+        strategic = rt in BUILTINS
+        # The patch type is checked before the object is looked up: an apply of an object
+        # that does not exist is a 415 here, never a 404.
+        kind = patch_type(content_type)
+        if kind == APPLY:
+            return self._apply(rt, route, request)
+        if kind == STRATEGIC and not strategic:
+            raise errors.unsupported_patch_type(accepted_patch_types(strategic=False))
         old = self._existing(rt, route)
-        patched = apply_patch(old, _header(request, "Content-Type"), _json_body(request))
+        patched = apply_patch(old, content_type, _json_body(request), strategic=strategic)
         name = route.name or ""
         meta = patched.get("metadata")
         if not isinstance(meta, dict):
             raise errors.unprocessable("the patch removed metadata")
+        objects.check_patched_uid(rt, old, patched)
         sent_rv = meta.get("resourceVersion")
         if sent_rv and sent_rv != old["metadata"]["resourceVersion"]:
             raise errors.conflict(rt, name)
         if meta.get("name") != name:
             raise errors.bad_request("the name of the object cannot be changed by a patch")
         return self._commit(rt, old, patched, route.subresource, request)
+
+    def _apply(self, rt: ResourceType, route: Route, request: Request) -> rendering.Response:
+        """Server-side apply (see `apply`): create or merge, owned fields, conflicts."""
+        manager = request.params.get("fieldManager") or ""
+        if not manager:
+            raise errors.field_manager_required()
+        config = objects.check_identity(rt, _json_body(request), route.namespace)
+        name = route.name or ""
+        if config["metadata"].get("name") not in (None, name):
+            raise errors.bad_request(
+                f"the name of the object ({config['metadata'].get('name')}) does not match the "
+                f"name on the URL ({name})"
+            )
+        config["metadata"]["name"] = name
+        current = self.store.get(rt, route.namespace, name)
+        if current is None and route.subresource is not None:
+            raise errors.not_found(rt, name)
+        if route.subresource == "status":
+            top: tuple[str, ...] = ("status",)
+        else:
+            skip = {"apiVersion", "kind"} | ({"status"} if rt.has_status else set())
+            top = tuple(k for k in config if k not in skip)
+        try:
+            applied = apply(
+                current,
+                config,
+                manager=manager,
+                api_version=rt.api_version,
+                top=top,
+                subresource=route.subresource,
+                force=request.params.get("force") == "true",
+                now=objects.now_rfc3339(),
+            )
+        except ApplyConflicts as exc:
+            causes = [
+                (c.field, f'conflict with "{c.manager}" using {c.api_version}')
+                for c in exc.conflicts
+            ]
+            raise errors.apply_conflict(str(exc), causes) from exc
+        field_validation = request.params.get("fieldValidation", "Warn")
+        dry_run = request.params.get("dryRun") == "All"
+        if current is None:
+            obj, warnings = self.create_object(
+                rt,
+                {"apiVersion": rt.api_version, "kind": rt.kind, **applied},
+                route.namespace,
+                field_validation=field_validation,
+                dry_run=dry_run,
+            )
+            return _ok(obj, status=201, warnings=warnings)
+        sent_rv = config["metadata"].get("resourceVersion")
+        if sent_rv and sent_rv != current["metadata"]["resourceVersion"]:
+            raise errors.conflict(rt, name)
+        result, warnings = self.update_object(
+            rt,
+            current,
+            applied,
+            route.subresource,
+            field_validation=field_validation,
+            dry_run=dry_run,
+        )
+        return _ok(result, warnings=warnings)
 
     def _commit(
         self,
@@ -614,7 +701,9 @@ class KubernetesApi(KubernetesEmulator):
         obj = objects.merge_update(
             rt, old, objects.check_identity(rt, body, old["metadata"].get("namespace")), subresource
         )
+        objects.check_no_new_finalizers(rt, old, obj)
         warnings = objects.validate(rt, obj, field_validation)
+        objects.bump_generation(rt, old, obj)
         new_types: list[ResourceType] | None = None
         if rt is CRDS:
             new_types = self._crd_types(obj)
@@ -661,23 +750,29 @@ class KubernetesApi(KubernetesEmulator):
         if rt is NAMESPACES and name in _UNDELETABLE:
             raise errors.forbidden(rt, name, "this namespace may not be deleted")
         if request.params.get("dryRun") == "All":
-            return _ok(old)
-        return _ok(self.delete_object(rt, old))
+            held = bool(old["metadata"].get("finalizers"))
+            marking = held and not old["metadata"].get("deletionTimestamp")
+            return _ok(_delete_answer(rt, objects.mark_deleted(rt, old) if marking else old, held))
+        obj, held = self.delete_object(rt, old)
+        return _ok(_delete_answer(rt, obj, held))
 
-    def delete_object(self, rt: ResourceType, old: dict[str, Any]) -> dict[str, Any]:
-        """Delete `old`, or only mark it deleted while it has finalizers."""
+    def delete_object(self, rt: ResourceType, old: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Delete `old`, or only mark it deleted while it has finalizers.
+
+        Returns the object as last stored and whether finalizers hold it.
+        """
         meta = old["metadata"]
         if meta.get("finalizers"):
             if meta.get("deletionTimestamp"):
-                return old
+                return old, True
             obj = objects.mark_deleted(rt, old)
             obj["metadata"]["resourceVersion"] = self.store.next_rv()
             self.store.write(rt, obj, old)
-            return obj
+            return obj, True
         obj = copy.deepcopy(old)
         obj["metadata"]["resourceVersion"] = self.store.next_rv()
         self._remove(rt, obj)
-        return obj
+        return obj, False
 
     def _remove(self, rt: ResourceType, obj: dict[str, Any]) -> None:
         if rt is NAMESPACES:
@@ -724,6 +819,57 @@ def _crd_status(crd: dict[str, Any]) -> dict[str, Any]:
             },
         ],
         "storedVersions": [v.get("name") for v in spec.get("versions") or [] if v.get("storage")],
+    }
+
+
+def _delete_answer(rt: ResourceType, obj: dict[str, Any], held: bool) -> dict[str, Any]:
+    """What a real server answers to a DELETE of one object.
+
+    The generic registry answers the object while finalizers hold it, and a `Status`
+    of success naming it (`details.kind` is the plural, as the registry sets it) once
+    it is gone; pods and a few other built-ins return the deleted object instead, none
+    of which the emulator serves. Namespaces and CRDs have finalizers of their own
+    controllers (the namespace and CRD cleanup controllers): the server answers them as
+    Terminating. The emulator finishes those at once, as if the controllers had run.
+    """
+    if held:
+        return obj
+    meta = obj["metadata"]
+    if rt is NAMESPACES:
+        shown = objects.mark_deleted(rt, obj)
+        shown["status"] = {**(shown.get("status") or {}), "phase": "Terminating"}
+        return shown
+    if rt is CRDS:
+        shown = objects.mark_deleted(rt, obj)
+        shown["metadata"]["finalizers"] = ["customresourcecleanup.apiextensions.k8s.io"]
+        conditions = [
+            c
+            for c in (shown.get("status") or {}).get("conditions") or []
+            if c.get("type") != "Terminating"
+        ]
+        conditions.append(
+            {
+                "type": "Terminating",
+                "status": "True",
+                "reason": "InstanceDeletionPending",
+                "message": "CustomResourceDefinition marked for deletion; CustomResource "
+                "deletion will begin soon",
+                "lastTransitionTime": objects.now_rfc3339(),
+            }
+        )
+        shown["status"] = {**(shown.get("status") or {}), "conditions": conditions}
+        return shown
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": {
+            "name": meta["name"],
+            "group": rt.group,
+            "kind": rt.plural,
+            "uid": meta.get("uid", ""),
+        },
     }
 
 

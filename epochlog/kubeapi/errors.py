@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -21,6 +22,7 @@ class ErrorKind(enum.Enum):
     """Kinds of field errors, as Kubernetes names them in messages and in causes."""
 
     INVALID = ("Invalid value", "FieldValueInvalid")
+    TYPE_INVALID = ("Invalid value", "FieldValueTypeInvalid")
     REQUIRED = ("Required value", "FieldValueRequired")
     NOT_SUPPORTED = ("Unsupported value", "FieldValueNotSupported")
     DUPLICATE = ("Duplicate value", "FieldValueDuplicate")
@@ -171,6 +173,51 @@ def unsupported_media_type(content_type: str) -> ApiError:
         415,
         "UnsupportedMediaType",
         f"the body of the request was in an unknown format: {content_type}",
+    )
+
+
+def unsupported_patch_type(accepted: Sequence[str]) -> ApiError:
+    """A PATCH in a format this resource does not take (strategic merge on a custom resource)."""
+    return ApiError(
+        415,
+        "UnsupportedMediaType",
+        "the body of the request was in an unknown format - accepted media types include: "
+        + ", ".join(accepted),
+    )
+
+
+def apply_conflict(message: str, causes: list[tuple[str, str]]) -> ApiError:
+    """Server-side apply of fields other managers own: `causes` are (field, manager note)."""
+    return ApiError(
+        409,
+        "Conflict",
+        message,
+        {
+            "causes": [
+                {"reason": "FieldManagerConflict", "message": note, "field": field}
+                for field, note in causes
+            ]
+        },
+    )
+
+
+def field_manager_required() -> ApiError:
+    return ApiError(
+        422,
+        "Invalid",
+        'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required '
+        "for apply patch",
+        {
+            "group": "meta.k8s.io",
+            "kind": "PatchOptions",
+            "causes": [
+                {
+                    "reason": "FieldValueRequired",
+                    "message": "Required value: is required for apply patch",
+                    "field": "fieldManager",
+                }
+            ],
+        },
     )
 
 

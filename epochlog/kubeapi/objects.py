@@ -7,7 +7,11 @@
   keeps everything but the status. Server-set metadata (uid, creation time,
   generation, deletion timestamp) cannot be changed by clients.
 - `metadata.generation` goes up when anything but metadata and status changes
-  (for types without a status subresource: anything but metadata).
+  (for types without a status subresource: anything but metadata), judged
+  after pruning: fields the schema drops are no change.
+- The uid of an update's body is a precondition (409 when it is another
+  object's); a patch cannot change it (422, immutable). An object being
+  deleted takes no new finalizers (422).
 - Custom objects are pruned, defaulted and validated against their schema;
   unknown fields fail with strict field validation (kubectl's default) and
   come back as warnings otherwise (kopf's case).
@@ -207,6 +211,9 @@ def merge_update(
             result["status"] = copy.deepcopy(new["status"])
         else:
             result.pop("status", None)
+        # Field ownership of the status is recorded through the status subresource too.
+        if "managedFields" in new["metadata"]:
+            result["metadata"]["managedFields"] = copy.deepcopy(new["metadata"]["managedFields"])
         return result
     result = copy.deepcopy(new)
     meta = result.setdefault("metadata", {})
@@ -222,9 +229,57 @@ def merge_update(
             result.pop("status", None)
     if rt.plural == "events":
         normalize_event(result)
-    if rt.tracks_generation and _content(rt, result) != _content(rt, old):
-        meta["generation"] = int(old["metadata"].get("generation", 1)) + 1
     return result
+
+
+def bump_generation(rt: ResourceType, old: dict[str, Any], obj: dict[str, Any]) -> None:
+    """Count a change of the content in `obj`'s generation (after pruning and defaulting)."""
+    if rt.tracks_generation and _content(rt, obj) != _content(rt, old):
+        obj["metadata"]["generation"] = int(old["metadata"].get("generation", 1)) + 1
+
+
+def check_uid_precondition(rt: ResourceType, old: dict[str, Any], body: dict[str, Any]) -> None:
+    """An update's body that names a uid must name the stored object's (409 otherwise)."""
+    sent, stored = body["metadata"].get("uid"), old["metadata"].get("uid")
+    if sent and sent != stored:
+        raise errors.conflict(
+            rt,
+            str(old["metadata"].get("name", "")),
+            f"Precondition failed: UID in precondition: {sent}, UID in object meta: {stored}",
+        )
+
+
+def check_patched_uid(rt: ResourceType, old: dict[str, Any], patched: dict[str, Any]) -> None:
+    """A patch cannot change the uid: ValidateObjectMetaUpdate finds it immutable."""
+    sent, stored = patched["metadata"].get("uid"), old["metadata"].get("uid")
+    if sent != stored:
+        name = str(old["metadata"].get("name", ""))
+        value = sent if sent is not None else ""
+        raise errors.invalid(
+            rt, name, [FieldError("metadata.uid", ErrorKind.INVALID, value, "field is immutable")]
+        )
+
+
+def check_no_new_finalizers(rt: ResourceType, old: dict[str, Any], obj: dict[str, Any]) -> None:
+    """An object being deleted may lose finalizers but gain none (422 Forbidden)."""
+    if not old["metadata"].get("deletionTimestamp"):
+        return
+    before = set(old["metadata"].get("finalizers") or [])
+    added = sorted(set(obj["metadata"].get("finalizers") or []) - before)
+    if added:
+        listed = ", ".join(f'"{f}"' for f in added)
+        raise errors.invalid(
+            rt,
+            str(old["metadata"].get("name", "")),
+            [
+                FieldError(
+                    "metadata.finalizers",
+                    ErrorKind.FORBIDDEN,
+                    detail="no new finalizers can be added if the object is being deleted, "
+                    f"found new finalizers []string{{{listed}}}",
+                )
+            ],
+        )
 
 
 def same_object(a: dict[str, Any], b: dict[str, Any]) -> bool:

@@ -1,17 +1,26 @@
-"""PATCH bodies: JSON merge patch (RFC 7386) and JSON patch (RFC 6902).
+"""PATCH bodies: JSON merge patch (RFC 7386), JSON patch (RFC 6902), strategic merge patch.
 
 kopf merge-patches objects and their status and JSON-patches finalizers with a
 `test` of `metadata.resourceVersion`; kubectl apply merge-patches custom
-resources. A strategic merge patch is applied as a merge patch, which is what
-the API server does for custom resources (they have no patch strategies).
+resources. A real API server refuses a strategic merge patch of a custom
+resource (415: custom resources have no patch strategies); for the built-in
+kinds the emulator serves, a strategic merge patch is a merge patch in which the
+lists of `metadata` that have a patch strategy (finalizers, ownerReferences)
+are merged, with the `$deleteFromPrimitiveList` directive for finalizers.
+Server-side apply is not a patch of this kind: see `apply`.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Final
 
-from epochlog.kubeapi.errors import bad_request, unprocessable, unsupported_media_type
+from epochlog.kubeapi.errors import (
+    bad_request,
+    unprocessable,
+    unsupported_media_type,
+    unsupported_patch_type,
+)
 
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
@@ -29,6 +38,56 @@ def merge_patch(target: Any, patch: Any) -> Any:
             result.pop(key, None)
         else:
             result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+# Lists of ObjectMeta with patchStrategy "merge": primitive lists (None) or by a merge key.
+_MERGED_META_LISTS: Final[dict[str, str | None]] = {"finalizers": None, "ownerReferences": "uid"}
+_DELETE_FROM = "$deleteFromPrimitiveList/"
+
+
+def _merge_list(old: Any, new: list[Any], key: str | None) -> list[Any]:
+    merged = list(old) if isinstance(old, list) else []
+    for item in new:
+        if key is None:
+            if item not in merged:
+                merged.append(copy.deepcopy(item))
+            continue
+        ident = item.get(key) if isinstance(item, dict) else None
+        at = [i for i, o in enumerate(merged) if isinstance(o, dict) and o.get(key) == ident]
+        if at:
+            merged[at[0]] = merge_patch(merged[at[0]], item)
+        else:
+            merged.append(copy.deepcopy(item))
+    return merged
+
+
+def strategic_merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch, but the patch-strategy lists of `metadata` are merged, not replaced."""
+    meta_patch = patch.get("metadata")
+    plain = {k: v for k, v in patch.items() if not k.startswith("$") and k != "metadata"}
+    result: dict[str, Any] = merge_patch(target, plain)
+    if not isinstance(meta_patch, dict):
+        if "metadata" in patch:
+            result = merge_patch(result, {"metadata": meta_patch})
+        return result
+    stored = result.get("metadata")
+    meta: dict[str, Any] = copy.deepcopy(stored) if isinstance(stored, dict) else {}
+    for key, value in meta_patch.items():
+        if key.startswith(_DELETE_FROM):
+            field = key[len(_DELETE_FROM) :]
+            drop = value if isinstance(value, list) else []
+            if isinstance(meta.get(field), list):
+                meta[field] = [v for v in meta[field] if v not in drop]
+        elif key.startswith("$"):
+            continue  # $setElementOrder and other ordering directives: order is kept as is
+        elif key in _MERGED_META_LISTS and isinstance(value, list):
+            meta[key] = _merge_list(meta.get(key), value, _MERGED_META_LISTS[key])
+        elif value is None:
+            meta.pop(key, None)
+        else:
+            meta[key] = merge_patch(meta.get(key), value)
+    result["metadata"] = meta
     return result
 
 
@@ -133,12 +192,28 @@ def json_patch(target: Any, ops: Any) -> Any:
     return doc
 
 
-def apply_patch(target: dict[str, Any], content_type: str, body: Any) -> dict[str, Any]:
-    kind = content_type.split(";")[0].strip().lower()
+def patch_type(content_type: str) -> str:
+    return content_type.split(";")[0].strip().lower()
+
+
+def accepted_patch_types(*, strategic: bool) -> tuple[str, ...]:
+    """The patch types a real server lists in its 415 (custom resources: no strategic)."""
+    return (JSON_PATCH, MERGE, *((STRATEGIC,) if strategic else ()), APPLY)
+
+
+def apply_patch(
+    target: dict[str, Any], content_type: str, body: Any, *, strategic: bool
+) -> dict[str, Any]:
+    """`target` patched by `body`; `strategic`: the kind takes strategic merge patches."""
+    kind = patch_type(content_type)
+    if kind == STRATEGIC and not strategic:
+        raise unsupported_patch_type(accepted_patch_types(strategic=False))
     if kind in (MERGE, STRATEGIC):
         if not isinstance(body, dict):
             raise bad_request("a merge patch must be a JSON object")
-        result = merge_patch(target, body)
+        result = (
+            strategic_merge_patch(target, body) if kind == STRATEGIC else merge_patch(target, body)
+        )
     elif kind == JSON_PATCH:
         result = json_patch(target, body)
     else:

@@ -4,7 +4,11 @@ The API server processes a custom object in this order, and so does this module:
 null values of non-nullable fields are dropped, unknown fields are pruned (and
 reported, so that strict field validation can reject them), defaults are
 applied, then the object is validated against types, ranges, lengths, enums,
-patterns, required fields, list types (`set`, `map`) and the CEL rules.
+patterns, required fields, list types (`set`, `map`) and the CEL rules. As on
+the API server, every field error is reported at once: the schema's and the
+CEL rules' together, except that a "blocking" schema error (a wrong type, a
+missing required field, an unsupported enum value, too long, too many) keeps
+the CEL rules from running, which one more error without a field says.
 Messages and paths follow the API server's (`spec.partition: Invalid value: -1:
 spec.partition in body should be greater than or equal to 0`).
 """
@@ -18,6 +22,21 @@ from typing import Any
 
 from epochlog.kubeapi.cel import CelCompileError, CelRule, compile_rule
 from epochlog.kubeapi.errors import ErrorKind, FieldError
+
+# Schema errors that keep the CEL rules from running (apiextensions' hasBlockingErr).
+_BLOCKING = frozenset(
+    {
+        ErrorKind.NOT_SUPPORTED,
+        ErrorKind.REQUIRED,
+        ErrorKind.TOO_LONG,
+        ErrorKind.TOO_MANY,
+        ErrorKind.TYPE_INVALID,
+    }
+)
+_RULES_NOT_CHECKED = (
+    "some validation rules were not checked because the object was invalid; correct the "
+    "existing errors to complete validation"
+)
 
 # Fields of every object that the schema of a custom resource does not describe.
 _OBJECT_ROOT_FIELDS = frozenset({"apiVersion", "kind", "metadata"})
@@ -147,20 +166,43 @@ class StructuralSchema:
         for key, value in obj.items():
             if key in props and key not in ("metadata",):
                 self._validate(value, props[key], key, errors)
-        if not errors:
-            self._check_rules(dict(obj), self.raw, "", errors)
+        if any(e.kind in _BLOCKING for e in errors):
+            errors.append(FieldError("<nil>", ErrorKind.INVALID, None, _RULES_NOT_CHECKED))
+            return errors
+        self._check_rules(dict(obj), self.raw, "", errors)
+        for key, value in obj.items():
+            if key in props and key != "metadata":
+                self._walk_rules(value, props[key], key, errors)
         return errors
+
+    def _walk_rules(
+        self, value: Any, node: Mapping[str, Any], path: str, errors: list[FieldError]
+    ) -> None:
+        """The CEL rules at `node` on `value`, then those below it (the CEL validator's order)."""
+        if value is None:
+            return
+        self._check_rules(value, node, path, errors)
+        if isinstance(value, dict):
+            props = node.get("properties") or {}
+            extra = node.get("additionalProperties")
+            for key, item in value.items():
+                if key in props:
+                    self._walk_rules(item, props[key], _child(path, key), errors)
+                elif isinstance(extra, Mapping):
+                    self._walk_rules(item, extra, f"{path}[{key}]", errors)
+        elif isinstance(value, list) and isinstance(node.get("items"), Mapping):
+            for i, item in enumerate(value):
+                self._walk_rules(item, node["items"], f"{path}[{i}]", errors)
 
     def _validate(
         self, value: Any, node: Mapping[str, Any], path: str, errors: list[FieldError]
     ) -> None:
-        before = len(errors)
         if value is None:
             if not node.get("nullable"):
                 errors.append(
                     FieldError(
                         path,
-                        ErrorKind.INVALID,
+                        ErrorKind.TYPE_INVALID,
                         "null",
                         f'{path} in body must be of type {node.get("type", "object")}: "null"',
                     )
@@ -169,13 +211,15 @@ class StructuralSchema:
         type_ = node.get("type")
         if node.get("x-kubernetes-int-or-string"):
             if not (_is_type(value, "integer") or isinstance(value, str)):
-                errors.append(FieldError(path, ErrorKind.INVALID, value, "must be int or string"))
+                errors.append(
+                    FieldError(path, ErrorKind.TYPE_INVALID, value, "must be int or string")
+                )
                 return
         elif type_ and not _is_type(value, type_):
             errors.append(
                 FieldError(
                     path,
-                    ErrorKind.INVALID,
+                    ErrorKind.TYPE_INVALID,
                     _json_type(value),
                     f'{path} in body must be of type {type_}: "{_json_type(value)}"',
                 )
@@ -194,8 +238,6 @@ class StructuralSchema:
             self._check_list(value, node, path, errors)
         elif isinstance(value, dict):
             self._check_object(value, node, path, errors)
-        if len(errors) == before:
-            self._check_rules(value, node, path, errors)
 
     def _check_number(
         self, value: float, node: Mapping[str, Any], path: str, errors: list[FieldError]

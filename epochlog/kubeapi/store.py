@@ -3,9 +3,15 @@
 Objects live in kmock's `ObjectsArray` (so in-process tests can inspect
 `api.objects[resource, namespace, name]` and its history). On top of it this
 module keeps what a real API server has and kmock does not: one cluster-wide
-resourceVersion counter stamped on every write, a bounded log of changes so
-that a watch can resume from a resourceVersion (older ones get 410 Gone), and
-subscriptions that receive every later change.
+resourceVersion counter stamped on every write, a bounded window of recent
+changes per resource type so that a watch can resume from a resourceVersion,
+and subscriptions that receive every later change.
+
+The window is what a real server's watch cache (and etcd's compaction) keeps: a
+watch from a resourceVersion older than the changes still kept is answered with
+one `410 Expired` ERROR event ("too old resource version: N (M)"), and the client
+lists again for a fresh resourceVersion. It is counted in changes, not time, so
+that tests can reach it without waiting.
 
 All methods are synchronous: the emulator runs on one event loop, so each
 write, and each "replay then subscribe" of a new watch, is atomic.
@@ -25,7 +31,8 @@ from kmock import ObjectsArray, resource
 from epochlog.kubeapi.errors import expired
 from epochlog.kubeapi.registry import ResourceType
 
-LOG_SIZE: Final = 10_000
+WATCH_WINDOW: Final = 1_000
+"""Changes kept per resource type for watches that resume (the watch cache's window)."""
 HISTORY_KEPT: Final = 8
 
 
@@ -59,10 +66,15 @@ def rt_key(rt: ResourceType) -> tuple[str, str]:
 
 
 class Store:
-    def __init__(self, objects: ObjectsArray) -> None:
+    def __init__(self, objects: ObjectsArray, *, window: int = WATCH_WINDOW) -> None:
+        if window < 1:
+            raise ValueError(f"the watch window must keep at least one change, not {window}")
         self.objects = objects
         self.rv = 0
-        self._log: deque[Change] = deque(maxlen=LOG_SIZE)
+        self.window = window
+        self._logs: dict[tuple[str, str], deque[Change]] = {}
+        # Per resource type: the newest resourceVersion whose change is no longer kept.
+        self._compacted: dict[tuple[str, str], int] = {}
         self._subscriptions: set[Subscription] = set()
 
     @staticmethod
@@ -93,7 +105,10 @@ class Store:
         return [copy.deepcopy(obj.raw) for _, obj in found]
 
     def _emit(self, change: Change) -> None:
-        self._log.append(change)
+        log = self._logs.setdefault(change.rt_key, deque())
+        log.append(change)
+        while len(log) > self.window:
+            self._compacted[change.rt_key] = log.popleft().rv
         for sub in list(self._subscriptions):
             if sub.wants(change):
                 sub.queue.put_nowait(change)
@@ -144,15 +159,18 @@ class Store:
     def subscribe(
         self, rt: ResourceType, namespace: str | None, since: int | None
     ) -> tuple[list[Change], Subscription]:
-        """Changes after `since` that are still logged, and a subscription to the later ones."""
+        """Changes after `since` still in the window, and a subscription to the later ones.
+
+        ApiError 410 Expired when changes after `since` are no longer kept.
+        """
         replay: list[Change] = []
-        if since is not None and since < self.rv:
-            oldest = self._log[0].rv if self._log else self.rv + 1
-            if since < oldest - 1:
-                raise expired(f"too old resource version: {since} ({oldest - 1})")
-            sub_probe = Subscription(rt_key(rt), namespace)
-            replay = [c for c in self._log if c.rv > since and sub_probe.wants(c)]
         sub = Subscription(rt_key(rt), namespace)
+        if since is not None and since < self.rv:
+            compacted = self._compacted.get(sub.rt_key, 0)
+            if since < compacted:
+                raise expired(f"too old resource version: {since} ({compacted})")
+            log = self._logs.get(sub.rt_key, ())
+            replay = [c for c in log if c.rv > since and sub.wants(c)]
         self._subscriptions.add(sub)
         return replay, sub
 

@@ -226,7 +226,7 @@ async def test_finalizers_delay_deletion(http: Http) -> None:
 async def test_delete_and_not_found(http: Http) -> None:
     await http.ok("POST", PARTITIONS, partition())
     deleted = await http.ok("DELETE", ORDERS_0)
-    assert deleted["metadata"]["name"] == "orders-0"
+    assert (deleted["status"], deleted["details"]["name"]) == ("Success", "orders-0")
     status, body = await http.call("DELETE", ORDERS_0)
     assert status == 404
     assert body["message"] == 'partitions.epochlog.dev "orders-0" not found'

@@ -165,9 +165,11 @@ STATUSES: list[tuple[str, dict[str, Any], bool]] = [
             "highWatermark": 10,
             "logEndOffsets": {"1": 12, "2": 10},
             "lagMs": {"2": 5},
-            "lastCaughtUpTime": {"2": 1_700_000_000_000},
+            "lastCaughtUpTime": {"2": "2023-11-14T22:13:20.000Z"},
             "isrBrokerEpochs": {"1": 7, "2": 9},
-            "epochHistory": [{"epoch": 3, "leader": 1, "startOffset": 8, "time": 1}],
+            "epochHistory": [
+                {"epoch": 3, "leader": 1, "startOffset": 8, "time": "1970-01-01T00:00:00.001Z"}
+            ],
             "conditions": [
                 {
                     "type": "Ready",
@@ -186,7 +188,11 @@ STATUSES: list[tuple[str, dict[str, Any], bool]] = [
     ("negative epoch", {"leaderEpoch": -1}, False),
     (
         "epoch 0 in history",
-        {"epochHistory": [{"epoch": 0, "leader": 1, "startOffset": 0, "time": 0}]},
+        {
+            "epochHistory": [
+                {"epoch": 0, "leader": 1, "startOffset": 0, "time": "1970-01-01T00:00:00Z"}
+            ]
+        },
         False,
     ),
     (
@@ -212,7 +218,10 @@ def test_crd_and_model_agree_on_statuses(status: dict[str, Any], valid: bool) ->
 
 
 def test_validation_names_the_field() -> None:
-    obj = {"spec": {"topic": "orders", "partition": 0, "minInsyncReplicas": 5}}
+    obj = {
+        "metadata": {"name": "orders-0"},
+        "spec": {"topic": "orders", "partition": 0, "minInsyncReplicas": 5},
+    }
     schema = _schema()
     schema.default(obj)
     (error,) = schema.validate(obj)

@@ -1,15 +1,28 @@
-"""Watches over real HTTP: initial state, resuming from a resourceVersion, selectors, bookmarks."""
+"""Watches over real HTTP: initial state, resuming from a resourceVersion, selectors, bookmarks.
+
+And the window of changes a watch can resume from: older resourceVersions are
+`410 Expired`, and kopf and kubectl, the clients the project runs against the
+emulator, cope with that as they do on a real server.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import aiohttp
+import kopf
+import pytest
+from kmock import Request
 
-from tests.devcluster.conftest import PARTITIONS, Http, partition
+from epochlog.kubeapi.apiserver import ApiServer
+from tests.devcluster.conftest import CRDS, PARTITIONS, Http, Kubectl, kubectl_binary, partition
+from tests.waiting import until_true
 
 MERGE = "application/merge-patch+json"
 
@@ -113,17 +126,6 @@ async def test_watch_ends_after_timeout_seconds(http: Http) -> None:
         assert await watch.ended()
 
 
-async def test_too_old_resource_version_is_410_gone(http: Http, api: Any) -> None:
-    store = api.handler.store
-    store._log.clear()  # as if the change log had moved on
-    for i in range(3):
-        await http.ok("POST", PARTITIONS, partition(f"orders-{i}"))
-    async with watching(http, "resourceVersion=1") as watch:
-        event = await watch.next()
-        assert event["type"] == "ERROR"
-        assert (event["object"]["code"], event["object"]["reason"]) == (410, "Expired")
-
-
 async def test_watch_as_table(http: Http) -> None:
     accept = {"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"}
     async with watching(http, "", headers=accept) as watch:
@@ -132,3 +134,147 @@ async def test_watch_as_table(http: Http) -> None:
         assert event["type"] == "ADDED"
         assert event["object"]["kind"] == "Table"
         assert event["object"]["rows"][0]["cells"][:3] == ["orders-0", "orders", 0]
+
+
+# -- the window of changes a watch can resume from ----------------------------------------------
+
+WINDOW = 3
+
+
+@pytest.fixture
+async def small() -> AsyncIterator[tuple[ApiServer, Http]]:
+    """An emulator that keeps only WINDOW changes per resource type for resuming watches."""
+    async with (
+        ApiServer(crds=CRDS, watch_window=WINDOW) as api,
+        aiohttp.ClientSession(base_url=api.url) as session,
+    ):
+        yield api, Http(session)
+
+
+async def _status_writes(http: Http, count: int) -> None:
+    for i in range(count):
+        body = {"status": {"highWatermark": i + 1}}
+        await http.ok("PATCH", f"{PARTITIONS}/orders-0/status", body, content_type=MERGE)
+
+
+async def test_watch_from_a_compacted_version_is_410_expired_and_ends(
+    small: tuple[ApiServer, Http],
+) -> None:
+    _, http = small
+    created = await http.ok("POST", PARTITIONS, partition("orders-0"))
+    since = created["metadata"]["resourceVersion"]
+    await _status_writes(http, WINDOW + 1)
+    async with watching(http, f"resourceVersion={since}") as watch:
+        event = await watch.next()
+        assert event["type"] == "ERROR"
+        error = event["object"]
+        assert (error["kind"], error["code"], error["reason"]) == ("Status", 410, "Expired")
+        assert re.fullmatch(rf"too old resource version: {since} \(\d+\)", error["message"])
+        assert await watch.ended()
+    # A list gives a resourceVersion a watch can start from.
+    fresh = (await http.ok("GET", PARTITIONS))["metadata"]["resourceVersion"]
+    async with watching(http, f"resourceVersion={fresh}") as watch:
+        await _status_writes(http, 1)
+        assert (await watch.next())["type"] == "MODIFIED"
+
+
+async def test_a_watch_resumes_from_within_the_window(small: tuple[ApiServer, Http]) -> None:
+    _, http = small
+    await http.ok("POST", PARTITIONS, partition("orders-0"))
+    await _status_writes(http, WINDOW)
+    listed = await http.ok("GET", PARTITIONS)
+    kept_from = int(listed["metadata"]["resourceVersion"]) - WINDOW
+    async with watching(http, f"resourceVersion={kept_from}") as watch:
+        replayed = [await watch.next() for _ in range(WINDOW)]
+    assert [e["object"]["status"]["highWatermark"] for e in replayed] == [1, 2, 3]
+
+
+async def test_the_window_is_per_resource_type(small: tuple[ApiServer, Http]) -> None:
+    _, http = small
+    created = await http.ok("POST", PARTITIONS, partition("orders-0"))
+    since = created["metadata"]["resourceVersion"]
+    for i in range(WINDOW * 3):  # other kinds' changes do not push partitions' out
+        await http.ok("POST", "/api/v1/namespaces", {"metadata": {"name": f"team-{i}"}})
+    async with watching(http, f"resourceVersion={since}") as watch:
+        await http.ok("POST", PARTITIONS, partition("orders-1"))
+        event = await watch.next()
+        assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "orders-1")
+
+
+def _on_first_partitions_watch(api: ApiServer, writes: int) -> list[Request]:
+    """Make `writes` Partitions as the first watch of them arrives, before it is served.
+
+    A client's watch then starts from a resourceVersion the window no longer covers:
+    deterministically what a watch that reconnects after a busy while meets. Returns the
+    list of requests for Partitions heard so far (lists and watches).
+    """
+    heard: list[Request] = []
+    rt = api.handler.type_of("epochlog.dev", "v1alpha1", "partitions")
+
+    def listener(request: Request) -> None:
+        if request.url.path != PARTITIONS or str(request.method.value).upper() != "GET":
+            return
+        heard.append(request)
+        is_watch = request.params.get("watch") in ("true", "1")
+        if is_watch and sum(1 for r in heard if r.params.get("watch")) == 1:
+            for i in range(writes):
+                api.handler.create_object(rt, partition(f"orders-{i}"), "default")
+
+    api.handler.listen(listener)
+    return heard
+
+
+async def test_kopf_lists_again_after_410(small: tuple[ApiServer, Http]) -> None:
+    api, _ = small
+    heard = _on_first_partitions_watch(api, WINDOW + 1)
+    registry = kopf.OperatorRegistry()
+    seen: set[str] = set()
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return kopf.ConnectionInfo(server=api.url, default_namespace="default")
+
+    @kopf.on.event("epochlog.dev", "v1alpha1", "partitions", registry=registry)
+    def record(name: str, **_: Any) -> None:
+        seen.add(name)
+
+    settings = kopf.OperatorSettings()
+    settings.posting.enabled = False
+    stop = asyncio.Event()
+    operator = asyncio.create_task(
+        kopf.operator(
+            registry=registry,
+            settings=settings,
+            standalone=True,
+            namespaces=["default"],
+            stop_flag=stop,
+        )
+    )
+    try:
+        expected = {f"orders-{i}" for i in range(WINDOW + 1)}
+        await until_true(lambda: seen == expected, "kopf sees the Partitions after a re-list", 20)
+        # The first watch was answered 410; kopf listed again and watched from the new version.
+        assert sum(1 for r in heard if not r.params.get("watch")) >= 2
+        await until_true(
+            lambda: sum(1 for r in heard if r.params.get("watch")) >= 2, "kopf watches again", 20
+        )
+        second = [r for r in heard if r.params.get("watch")][1]
+        rt = api.handler.type_of("epochlog.dev", "v1alpha1", "partitions")
+        last = api.handler.store.get(rt, "default", f"orders-{WINDOW}")
+        assert last is not None
+        # It resumed from the fresh list's version, not from the expired one.
+        assert int(second.params["resourceVersion"]) >= int(last["metadata"]["resourceVersion"])
+    finally:
+        stop.set()
+        await asyncio.wait_for(operator, 30)
+
+
+async def test_kubectl_get_watch_reports_an_expired_version(
+    small: tuple[ApiServer, Http], tmp_path: Path
+) -> None:
+    api, _ = small
+    _on_first_partitions_watch(api, WINDOW + 1)
+    kubectl = Kubectl(kubectl_binary(), api.write_kubeconfig(tmp_path / "kubeconfig"), tmp_path)
+    # kubectl shows the ERROR event's Status and ends the watch, as against a real server.
+    _, out, err = await kubectl.run("get", "partitions", "--watch")
+    assert re.search(r"Failure\s+Expired\s+too old resource version: \d+ \(\d+\)", out), (out, err)

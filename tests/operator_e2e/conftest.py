@@ -182,6 +182,9 @@ class StatusWatch:
                         continue
                     event = json.loads(line)
                     obj = event["object"]
+                    if event["type"] == "ERROR":
+                        rv = ""  # 410 Expired: start over from the current state
+                        break
                     rv = obj["metadata"]["resourceVersion"]
                     if event["type"] in ("ADDED", "MODIFIED") and obj.get("status"):
                         status = PartitionStatus.model_validate(obj["status"])
