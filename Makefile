@@ -8,7 +8,7 @@ EXTRAS ?= dev,operator,spark
 WORKERS ?= auto
 PYTEST := $(BIN)/pytest -q -p no:cacheprovider -n $(WORKERS)
 
-.PHONY: venv lock test lint typecheck unit demo bench soak sim clean
+.PHONY: venv lock test lint typecheck unit demo bench soak sim clean images e2e
 
 venv:
 	@scripts/bootstrap.sh $(EXTRAS)
@@ -20,9 +20,13 @@ venv:
 LOCK := $(BIN)/uv pip compile -q pyproject.toml requirements/tools.in --generate-hashes \
 	--python-version 3.11 --python-platform x86_64-manylinux_2_28 \
 	--custom-compile-command "make lock" $(UPGRADE)
+# The images' locks (scripts/images.sh) hold only what runs in them, at the versions of
+# dev.txt (a constraint), so that the images run what the tests ran.
 lock:
 	$(LOCK) --extra dev --extra operator -o requirements/dev.txt
 	$(LOCK) --extra dev --extra operator --extra spark -o requirements/spark.txt
+	$(LOCK) -c requirements/dev.txt -o requirements/broker-image.txt
+	$(LOCK) --extra operator -c requirements/dev.txt -o requirements/image.txt
 
 lint: venv
 	$(BIN)/ruff check .
@@ -50,6 +54,7 @@ bench: venv
 	$(BIN)/python -m benchmarks.broker_bench
 	$(BIN)/python -m benchmarks.operator_bench
 	$(BIN)/python -m benchmarks.failover_bench
+	$(BIN)/python -m benchmarks.rolling_restart_bench
 	$(BIN)/python -m benchmarks.spark_bench
 	$(BIN)/python -m benchmarks.scale_bench --partitions 10,100,300
 
@@ -58,6 +63,14 @@ soak: venv
 	$(BIN)/epochlog --log-level critical sim --seeds 20000
 	EPOCHLOG_NEMESIS_SECONDS=600 $(BIN)/pytest -q -p no:cacheprovider --timeout 3600 \
 		tests/e2e/test_nemesis.py
+
+# The broker and operator images, built with buildah (scripts/images.sh says how).
+images:
+	@scripts/images.sh
+
+# Slow scenarios on real images and whole clusters; builds the images when missing.
+e2e: venv
+	$(BIN)/pytest -q -p no:cacheprovider e2e
 
 sim: venv
 	$(BIN)/epochlog --log-level critical sim --seeds $(or $(SEEDS),1000)

@@ -19,6 +19,8 @@ PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", re.MULTILINE)
 LOCKS = {
     "dev.txt": ("dev", "operator"),
     "spark.txt": ("dev", "operator", "spark"),
+    "broker-image.txt": (),
+    "image.txt": ("operator",),
 }
 
 

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 
 from epochlog.devcluster.local import LocalCluster
 from epochlog.devcluster.partitions import Partition
+from epochlog.protocol.wire import WireModel
 from epochlog.resources import GROUP, PLURAL, VERSION
 
 
@@ -108,8 +109,7 @@ class IsrWatch:
         ns = f"/namespaces/{self.namespace}" if self.namespace else ""
         return f"/apis/{GROUP}/{VERSION}{ns}/{PLURAL}"
 
-    def _note(self, raw: dict[str, object]) -> None:
-        partition = Partition.model_validate(raw)
+    def _note(self, partition: Partition) -> None:
         status = partition.status
         self.seen += 1
         if status is None or status.leader is None:
@@ -123,18 +123,31 @@ class IsrWatch:
         async with aiohttp.ClientSession(base_url=self.cluster.api_url, timeout=timeout) as http:
             while True:
                 async with http.get(self._path()) as rsp:
-                    listing = await rsp.json()
-                for item in listing.get("items", []):
+                    listing = _Listing.model_validate_json(await rsp.read())
+                for item in listing.items:
                     self._note(item)
-                version = listing["metadata"]["resourceVersion"]
                 self._started.set()
-                params = {"watch": "1", "resourceVersion": version}
-                async with http.get(self._path(), params=params) as rsp:
+                query = f"?watch=true&resourceVersion={listing.metadata.resource_version}"
+                async with http.get(self._path() + query) as rsp:
                     async for line in rsp.content:
                         if not line.strip():
                             continue
-                        event = json.loads(line)
-                        if event.get("type") == "ERROR":
-                            break  # expired: list again
-                        if event.get("type") in ("ADDED", "MODIFIED"):
-                            self._note(event["object"])
+                        event = _WatchEvent.model_validate_json(line)
+                        if event.type == "ERROR":
+                            break  # 410 Expired: list again
+                        if event.type in ("ADDED", "MODIFIED"):
+                            self._note(Partition.model_validate(event.object))
+
+
+class _ListMeta(WireModel):
+    resource_version: str
+
+
+class _Listing(WireModel):
+    metadata: _ListMeta
+    items: tuple[Partition, ...] = ()
+
+
+class _WatchEvent(WireModel):
+    type: str
+    object: dict[str, Any]

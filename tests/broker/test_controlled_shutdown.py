@@ -10,6 +10,7 @@ partition out of sync at once.
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import time
 from dataclasses import dataclass
@@ -82,7 +83,7 @@ async def test_sigterm_hands_leadership_over_before_the_broker_exits(tmp_path: P
             await cluster.wait_ready([stopping], timeout_s=60)
             for name in NAMES:
                 await cluster.controller.wait_for(
-                    lambda name=name: stopping in _isr(cluster, name), 60, f"{stopping} in {name}"
+                    functools.partial(_holds, cluster, name, stopping), 60, f"{stopping} in {name}"
                 )
             await producer.wait_ack("cs-0", min_epoch=1, after=time.monotonic(), timeout=60)
         finally:
@@ -107,7 +108,7 @@ async def test_a_restarted_broker_is_ready_only_once_back_in_every_isr(tmp_path:
             await cluster.brokers[follower].kill()
             for name in NAMES:
                 await cluster.controller.wait_for(
-                    lambda name=name: follower not in _isr(cluster, name),
+                    functools.partial(_lacks, cluster, name, follower),
                     60,
                     f"{follower} out of {name}",
                 )
@@ -133,6 +134,14 @@ async def test_a_restarted_broker_is_ready_only_once_back_in_every_isr(tmp_path:
 def _isr(cluster: Cluster, name: str) -> tuple[int, ...]:
     status = cluster.controller.status(name)
     return status.isr if status is not None else ()
+
+
+def _holds(cluster: Cluster, name: str, broker: int) -> bool:
+    return broker in _isr(cluster, name)
+
+
+def _lacks(cluster: Cluster, name: str, broker: int) -> bool:
+    return broker not in _isr(cluster, name)
 
 
 def _in_sync_as_now(cluster: Cluster, name: str, broker: int) -> bool:

@@ -8,6 +8,8 @@ serving until the controller says nothing waits on it any more.
 
 from __future__ import annotations
 
+import functools
+
 from epochlog.sim.scenario import Sim, spec
 from epochlog_broker.replication.messages import Acks
 from tests.sim.helpers import leads
@@ -112,7 +114,7 @@ def test_brokers_stopping_together_neither_wait_nor_shrink_an_isr_below_its_mini
     stopped: list[int] = []
     began = sim.now
     for b in (1, 2, 3):
-        sim.controlled_shutdown(b, timeout_ms=60_000, then=lambda b=b: stopped.append(b))
+        sim.controlled_shutdown(b, timeout_ms=60_000, then=functools.partial(stopped.append, b))
     assert sim.wait_for(lambda: len(stopped) == 3, 30_000)
     assert sim.now - began < 5_000, "nobody could take over: nothing to wait for"
     for p in PARTITIONS:

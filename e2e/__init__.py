@@ -1,0 +1,5 @@
+"""Slow end-to-end scenarios: the built images under podman, whole clusters (`make e2e`).
+
+They take minutes (an image build on a cold machine), so they are outside tests/ and
+`make test`; each builds or starts what it needs itself.
+"""
