@@ -10,7 +10,8 @@ precondition it needs:
   and the caller re-reads and decides again. A PUT replaces the whole status,
   so nothing decided earlier can survive by being merged in;
 - core/v1 Events on a Partition, as `kubectl describe` shows them;
-- reads: one Partition, all Partitions in scope, the peering objects.
+- reads: one Partition, all Partitions in scope, the peering objects (read before one
+  is created, so a role without `create` suffices where the object exists).
 
 Credentials are kopf's `ConnectionInfo` (kubeconfig or service account), the
 same that kopf itself uses.
@@ -229,7 +230,13 @@ class KubeClient:
         return obj
 
     async def ensure_peering(self, name: str, namespace: str | None) -> None:
-        """Create the peering object if it is missing (the CRD must be installed)."""
+        """Create the peering object if it is missing (the CRD must be installed).
+
+        It is read first: where the object is made beforehand (the Helm chart makes it),
+        the operator's role needs no `create` on peering objects.
+        """
+        if await self.get_peering(name, namespace) is not None:
+            return
         kind = "KopfPeering" if namespace else "ClusterKopfPeering"
         peering = PeeringObject(kind=kind, metadata=ObjectMeta(name=name, namespace=namespace))
         collection = peering_path(name, namespace).rsplit("/", 1)[0]

@@ -84,6 +84,19 @@ def login(settings: OperatorSettings) -> kopf.ConnectionInfo:
     return info
 
 
+def _kopf_settings(settings: OperatorSettings) -> kopf.OperatorSettings:
+    """kopf's settings for this process, without kopf's start-up scan of the cluster.
+
+    kopf lists and watches namespaces and CustomResourceDefinitions to find what it
+    serves; this operator names the Partition resource exactly and its namespaces
+    explicitly (or serves all of them), so the scan finds nothing new. Turned off, a
+    namespaced operator needs no cluster-wide permission at all (the chart's Role).
+    """
+    ks = kopf_settings(peering_lifetime_s=settings.peering_lifetime_s)
+    ks.scanning.disabled = True
+    return ks
+
+
 async def serve(settings: OperatorSettings) -> None:
     connection = login(settings)
     failures: list[BaseException] = []
@@ -190,7 +203,7 @@ async def serve(settings: OperatorSettings) -> None:
             kopf_task = asyncio.create_task(
                 kopf.operator(
                     registry=build_registry(reconciler, connection, close),
-                    settings=kopf_settings(peering_lifetime_s=settings.peering_lifetime_s),
+                    settings=_kopf_settings(settings),
                     # kopf's Identity is a NewType of str that kopf does not export.
                     identity=settings.identity,  # type: ignore[arg-type]
                     standalone=settings.standalone,
