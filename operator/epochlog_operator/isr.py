@@ -131,22 +131,42 @@ def assess_isr(
                 RemovalReason.RESTARTED,
                 f"broker {member} restarted (brokerEpoch {recorded} -> {current})",
             )
+        elif (
+            lagging := _lagging(
+                member, leader, last_caught_up, lag_as_of_ms, liveness, replica_lag_time_max_ms
+            )
+        ) is not None:
+            # Before a controlled shutdown: a stopping follower that also lags leaves for
+            # lag, whatever keeps stopping members in place.
+            out[member] = lagging
         elif liveness.is_shutting_down(member):
             out[member] = IsrRemoval(
                 member,
                 RemovalReason.SHUTTING_DOWN,
                 f"broker {member} is shutting down (controlled shutdown)",
             )
-        elif member != leader and lag_as_of_ms is not None:
-            lag = lag_ms(member, last_caught_up, lag_as_of_ms, liveness.started_ms)
-            if lag > replica_lag_time_max_ms:
-                out[member] = IsrRemoval(
-                    member,
-                    RemovalReason.LAGGING,
-                    f"replica {member} not caught up for {lag} ms "
-                    f"(replicaLagTimeMaxMs {replica_lag_time_max_ms})",
-                )
     return out
+
+
+def _lagging(
+    member: int,
+    leader: int | None,
+    last_caught_up: Mapping[int, int],
+    lag_as_of_ms: int | None,
+    liveness: LivenessView,
+    replica_lag_time_max_ms: int,
+) -> IsrRemoval | None:
+    if member == leader or lag_as_of_ms is None:
+        return None
+    lag = lag_ms(member, last_caught_up, lag_as_of_ms, liveness.started_ms)
+    if lag <= replica_lag_time_max_ms:
+        return None
+    return IsrRemoval(
+        member,
+        RemovalReason.LAGGING,
+        f"replica {member} not caught up for {lag} ms "
+        f"(replicaLagTimeMaxMs {replica_lag_time_max_ms})",
+    )
 
 
 def _storage_removal(
