@@ -6,13 +6,24 @@ Ready means acks=all writes can succeed: a leader and at least
 minInsyncReplicas in sync. A replica offline after a storage error is named in
 UnderReplicated (reason ReplicaStorageError). lastTransitionTime changes only
 when a condition's status flips, as Kubernetes tools expect.
+
+A Partition whose name another namespace's Partition holds (brokers know a
+partition by its name alone; see `indexed.NameClaims`) is not assigned to
+brokers, and its status says so and nothing else: Ready False with reason
+NameConflict, naming that namespace (`name_conflict_status`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from epochlog.resources import Condition, ConditionStatus, ConditionType, rfc3339
+from epochlog.resources import (
+    Condition,
+    ConditionStatus,
+    ConditionType,
+    PartitionStatus,
+    rfc3339,
+)
 from epochlog_operator.election import PartitionOffline
 
 
@@ -110,3 +121,54 @@ def partition_conditions(
             )
         )
     return tuple(out)
+
+
+NAME_CONFLICT = "NameConflict"
+"""Reason of the Ready condition of a Partition not served because of its name."""
+
+
+def name_conflict_message(name: str, serving_namespace: str) -> str:
+    return (
+        f"a Partition named {name} in namespace {serving_namespace} holds the name: brokers "
+        "know a partition by its name alone, so this one is not assigned to brokers while "
+        "that one exists"
+    )
+
+
+def name_conflict_status(
+    status: PartitionStatus | None,
+    *,
+    name: str,
+    serving_namespace: str,
+    generation: int,
+    now_ms: int,
+) -> PartitionStatus | None:
+    """The status of a Partition not served because `serving_namespace` holds its name;
+    None when `status` already is that.
+
+    Nothing of an earlier status stays: leader, ISR and replicas of this name are
+    those of the other Partition now, and showing them here would say this one is
+    served. Should it take over the name later, its status is restored from what
+    the brokers hold, as for a Partition created again.
+    """
+    message = name_conflict_message(name, serving_namespace)
+    ready = status.condition(ConditionType.READY) if status is not None else None
+    since = (
+        ready.last_transition_time
+        if ready is not None and ready.status is ConditionStatus.FALSE
+        else rfc3339(now_ms)
+    )
+    conflict = PartitionStatus(
+        conditions=(
+            Condition(
+                type=ConditionType.READY,
+                status=ConditionStatus.FALSE,
+                reason=NAME_CONFLICT,
+                message=message,
+                last_transition_time=since,
+                observed_generation=generation,
+            ),
+        ),
+        observed_generation=generation,
+    )
+    return None if conflict == status else conflict

@@ -20,6 +20,7 @@ class EventReason(enum.StrEnum):
     UNCLEAN_LEADER_ELECTION = "UncleanLeaderElection"
     REPLICA_OFFLINE = "ReplicaOffline"
     STATUS_RESTORED = "StatusRestored"
+    NAME_CONFLICT = "NameConflict"
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,14 @@ A replica that stops acting (peering) drops its `ControllerCore`; when it acts
 again it starts a new one, which waits one session timeout before fencing
 anyone, and re-reads every Partition: it rebuilds from the persisted statuses
 and the heartbeats that arrive, as a restarted operator does.
+
+One name, one Partition: brokers know a partition by its name alone, so when
+the operator serves several namespaces and two of them hold a Partition of the
+same name, the one that claimed the name first (at start: the one served
+before, else the oldest) is served and the other is neither decided nor
+assigned (`indexed.NameClaims`). Its status says why (Ready False, reason
+NameConflict, naming the namespace that holds the name) and a Warning Event
+too, once; it takes over the name when the one served is deleted.
 """
 
 from __future__ import annotations
@@ -65,9 +73,15 @@ from epochlog.protocol.heartbeat import BrokerHeartbeat, HeartbeatResponse
 from epochlog.resources import ConditionType, PartitionSpec, PartitionStatus
 from epochlog_operator.admission import heartbeat_problem
 from epochlog_operator.budget import WriteBudget, WriteKind
+from epochlog_operator.conditions import (
+    NAME_CONFLICT,
+    name_conflict_message,
+    name_conflict_status,
+)
 from epochlog_operator.controller import ControllerCore
 from epochlog_operator.decide import Decision, PartitionInput
 from epochlog_operator.events import Event, EventReason
+from epochlog_operator.indexed import NameClaims
 from epochlog_operator.kube import ConflictError, KubeApiError, KubeClient, NotFoundError, Obj
 from epochlog_operator.liveness import HeartbeatOutcome
 from epochlog_operator.metrics import Metrics
@@ -162,6 +176,36 @@ def parse_partition(body: Mapping[str, Any]) -> tuple[PartitionInput | None, str
     )
 
 
+def _created(body: Mapping[str, Any]) -> str:
+    """The object's creationTimestamp (RFC 3339, so it sorts as text); "" when it has none."""
+    meta = body.get("metadata")
+    return str(meta.get("creationTimestamp") or "") if isinstance(meta, Mapping) else ""
+
+
+def _claim_order(body: Mapping[str, Any]) -> tuple[bool, bool, str, str]:
+    """The order in which Partitions read at start claim their names: those whose status
+    does not say they waited for the name (the ones served before, so a restart moves no
+    name), then the oldest, then by namespace; objects without a creation time last."""
+    status = _status_of(body)
+    ready = status.condition(ConditionType.READY) if status is not None else None
+    waited = ready is not None and ready.reason == NAME_CONFLICT
+    created = _created(body)
+    meta = body.get("metadata")
+    namespace = str(meta.get("namespace") or "") if isinstance(meta, Mapping) else ""
+    return waited, created == "", created, namespace
+
+
+def _status_of(body: Mapping[str, Any]) -> PartitionStatus | None:
+    """The object's status, None when it has none or none that is valid."""
+    raw = body.get("status")
+    if not raw:
+        return None
+    try:
+        return PartitionStatus.model_validate(raw)
+    except ValidationError:
+        return None
+
+
 def _same_state(a: PartitionInput, b: PartitionInput) -> bool:
     """Whether two reads of a Partition give `decide` the same input but for resourceVersion."""
     return (a.spec, a.status, a.generation) == (b.spec, b.status, b.generation)
@@ -214,7 +258,12 @@ class Reconciler:
         """The decidable Partitions by name: what heartbeat answers and assignment read."""
         self.dirty: set[str] = set()
         self.in_flight: set[str] = set()
-        self._duplicates: set[tuple[str, str]] = set()
+        self.claims = NameClaims()
+        """Which namespace serves each Partition name (brokers know partitions by name)."""
+        self.unserved: dict[tuple[str, str], Obj] = {}
+        """(namespace, name) -> the latest read of a Partition whose name another holds."""
+        self._unserved_queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        self._unserved_queued: set[tuple[str, str]] = set()
         self._planned: dict[str, PartitionInput] = {}
         """Assignments decided and being written (see `_tick`)."""
         self._wake = asyncio.Event()
@@ -282,7 +331,10 @@ class Reconciler:
         self.entries.clear()
         self.inputs.clear()
         self.dirty.clear()
-        for obj in objs:
+        self.claims.clear()
+        self.unserved.clear()
+        # Of two Partitions with one name, the one served before keeps it, else the older.
+        for obj in sorted(objs, key=_claim_order):
             self.observe(obj)
         self._term += 1
         self.core = ControllerCore.start(self.now_ms(), self.settings.broker_session_timeout_ms)
@@ -320,21 +372,18 @@ class Reconciler:
         rv = meta.resource_version or ""
         if not name:
             return
+        serving = self.claims.claim(name, namespace, _created(body))
+        if serving != namespace:
+            # Brokers know partitions by name alone: one name, one Partition.
+            self._hold(namespace, name, body, serving, check=mark)
+            return
         old = self.entries.get(name)
-        if old is not None:
-            if old.namespace != namespace:
-                # Brokers know partitions by name alone: one name, one Partition.
-                if (namespace, name) not in self._duplicates:
-                    self._duplicates.add((namespace, name))
-                    log.error(
-                        "partition name in use in another namespace; ignoring this one",
-                        partition=name,
-                        namespace=namespace,
-                        servedNamespace=old.namespace,
-                    )
-                return
-            if old.uid == uid and (old.resource_version == rv or _older(rv, old.resource_version)):
-                return
+        if (
+            old is not None
+            and old.uid == uid
+            and (old.resource_version == rv or _older(rv, old.resource_version))
+        ):
+            return
         decided, problem = parse_partition(body)
         if problem is not None and (old is None or old.problem != problem):
             log.error(
@@ -369,7 +418,40 @@ class Reconciler:
         if mark:
             self._mark(name)
 
+    def _hold(
+        self, namespace: str, name: str, body: Mapping[str, Any], serving: str, *, check: bool
+    ) -> None:
+        """Keep the latest read of a Partition not served because `serving` holds its name;
+        `check`: see that its status says so."""
+        key = (namespace, name)
+        meta = metadata_of(dict(body))
+        held = self.unserved.get(key)
+        if held is None:
+            log.error(
+                "partition name served from another namespace; this one is not assigned",
+                partition=name,
+                namespace=namespace,
+                servedNamespace=serving,
+            )
+        else:
+            was = metadata_of(held)
+            rv, held_rv = meta.resource_version or "", was.resource_version or ""
+            if was.uid == meta.uid and (rv == held_rv or _older(rv, held_rv)):
+                return
+        self.unserved[key] = copy.deepcopy(dict(body))
+        if check and key not in self._unserved_queued:
+            self._unserved_queued.add(key)
+            self._unserved_queue.put_nowait(key)
+
     def forget(self, namespace: str, name: str, uid: str | None = None) -> None:
+        held = self.unserved.get((namespace, name))
+        if held is not None:
+            if uid and metadata_of(held).uid != uid:
+                return
+            del self.unserved[(namespace, name)]
+            self.claims.release(name, namespace)
+            log.info("partition forgotten", partition=name, namespace=namespace)
+            return
         old = self.entries.get(name)
         if old is None or old.namespace != namespace or (uid and old.uid != uid):
             return
@@ -380,6 +462,16 @@ class Reconciler:
         self._refresh_at.pop(name, None)
         self.metrics.partitions.set(len(self.entries))
         log.info("partition forgotten", partition=name, namespace=namespace)
+        heir = self.claims.release(name, namespace)
+        body = self.unserved.pop((heir, name), None) if heir is not None else None
+        if body is not None:
+            log.warning(
+                "partition name now served from another namespace",
+                partition=name,
+                namespace=heir,
+                releasedBy=namespace,
+            )
+            self.observe(body)
 
     def _mark(self, name: str) -> None:
         self.dirty.add(name)
@@ -451,6 +543,9 @@ class Reconciler:
             asyncio.create_task(self._event_poster(), name=f"event poster {i}")
             for i in range(EVENT_POSTERS)
         ]
+        self._workers.append(
+            asyncio.create_task(self._unserved_writer(), name="name conflict writer")
+        )
         try:
             while not self._closed:
                 try:
@@ -754,6 +849,78 @@ class Reconciler:
             return
         # Still conflicting: the next sweep decides it again.
         self.dirty.add(name)
+
+    async def _unserved_writer(self) -> None:
+        while True:
+            key = await self._unserved_queue.get()
+            self._unserved_queued.discard(key)
+            try:
+                await self._write_name_conflict(*key)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                self.metrics.write_errors.inc(status="network")
+                log.warning(
+                    "status write failed", partition=key[1], namespace=key[0], error=repr(exc)
+                )
+
+    async def _write_name_conflict(self, namespace: str, name: str) -> None:
+        """Write the NameConflict status of a Partition not served, unless it has it, and
+        post the Warning Event once it is written."""
+        for _ in range(MAX_CONFLICT_RETRIES + 1):
+            body = self.unserved.get((namespace, name))
+            serving = self.claims.serving(name)
+            if self.core is None or body is None or serving is None or serving == namespace:
+                return
+            meta = metadata_of(body)
+            status = name_conflict_status(
+                _status_of(body),
+                name=name,
+                serving_namespace=serving,
+                generation=meta.generation if meta.generation is not None else 1,
+                now_ms=self.now_ms(),
+            )
+            if status is None:
+                return
+            term = self._term
+            await self._take(WriteKind.STATE)
+            if term != self._term:
+                return
+            try:
+                written = await self.kube.replace_status(
+                    body, status.model_dump(mode="json", by_alias=True), meta.resource_version or ""
+                )
+            except ConflictError:
+                self.metrics.conflicts.inc()
+                fresh = await self.kube.get_partition(namespace, name)
+                if fresh is None:
+                    self.forget(namespace, name, meta.uid)
+                    return
+                self.observe(fresh, mark=False)
+                continue
+            except NotFoundError:
+                self.forget(namespace, name, meta.uid)
+                return
+            except KubeApiError as exc:
+                self.metrics.write_errors.inc(status=str(exc.status))
+                log.error(
+                    "status write refused",
+                    partition=name,
+                    namespace=namespace,
+                    status=exc.status,
+                    reason=exc.reason,
+                    message=exc.message,
+                )
+                return
+            self.observe(written, mark=False)
+            self.metrics.status_writes.inc(kind="material")
+            event = Event.warning(EventReason.NAME_CONFLICT, name_conflict_message(name, serving))
+            log.warning(
+                str(event.reason), partition=name, namespace=namespace, message=event.message
+            )
+            try:
+                self._events.put_nowait((written, event))
+            except asyncio.QueueFull:
+                log.warning("event dropped: too many queued", reason=str(event.reason))
+            return
 
     def _written(self, entry: Entry, decision: Decision, written: Obj) -> None:
         status = decision.status

@@ -124,7 +124,10 @@ def test_status_round_trips_through_json_with_string_broker_keys() -> None:
     )
     wire = json.loads(json.dumps(status.model_dump(mode="json")))
     assert wire["logEndOffsets"] == {"1": 100, "2": 130, "3": 125}
-    assert wire["epochHistory"] == [{"epoch": 4, "leader": 2, "startOffset": 100, "time": 900}]
+    assert wire["epochHistory"] == [
+        {"epoch": 4, "leader": 2, "startOffset": 100, "time": "1970-01-01T00:00:00.900Z"}
+    ]
+    assert wire["lastCaughtUpTime"] == {"3": "1970-01-01T00:00:01.000Z"}
     assert wire["conditions"][0]["lastTransitionTime"] == "1970-01-01T00:00:00Z"
     assert wire["isrBrokerEpochs"] == {"2": 11, "3": 12}
     assert PartitionStatus.model_validate(wire) == status

@@ -158,6 +158,12 @@ async def test_kubectl_describe_shows_leader_epoch_isr_lag_and_events(env: Env) 
     assert re.search(r"^\s+Isr:\s*\n\s+2\s*$", out, re.M), out
     lag = out[out.index("Lag Ms:") :]
     assert re.search(r"^\s+3:\s+\d+$", lag, re.M), lag
+    # Times as kubectl users read them: RFC 3339, UTC, with milliseconds.
+    at = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
+    caught_up = out[out.index("Last Caught Up Time:") :]
+    assert re.search(rf"^\s+3:\s+{at}$", caught_up, re.M), caught_up
+    history = out[out.index("Epoch History:") :]
+    assert re.search(rf"^\s+Time:\s+{at}$", history, re.M), history
     events = out[out.index("Events:") :]
     for reason in ("LeaderElected", "IsrShrunk", "BrokerFenced"):
         assert reason in events, events
