@@ -326,7 +326,7 @@ class ControllerCore:
             self.kept_while_stopping[name] = decision.kept_while_stopping
         else:
             self.kept_while_stopping.pop(name, None)
-        if decision.rejected_proposals and partition.status and partition.status.leader:
+        if decision.rejected_proposals and partition.status and partition.status.leader is not None:
             leader = partition.status.leader
             got = self.heartbeats.get(leader)
             report = got.partition(name) if got else None

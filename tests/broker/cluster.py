@@ -311,11 +311,17 @@ class Cluster:
     ) -> int:
         excluded = tuple(exclude)
 
-        async def probe() -> int | None:
-            return await self.leader_of(name, excluded)
+        found: list[int] = []
 
-        leader: int = await self.wait_until(probe, timeout_s, f"a leader of {name}")
-        return leader
+        async def probe() -> bool:
+            # A bool, not the id: broker 0 leading is found too.
+            leader = await self.leader_of(name, excluded)
+            if leader is not None:
+                found.append(leader)
+            return leader is not None
+
+        await self.wait_until(probe, timeout_s, f"a leader of {name}")
+        return found[-1]
 
     async def wait_ready(self, brokers: Iterable[int] | None = None, timeout_s: float = 20) -> None:
         for b in brokers if brokers is not None else self.brokers:

@@ -153,3 +153,21 @@ def _in_sync_as_now(cluster: Cluster, name: str, broker: int) -> bool:
         and broker in status.isr
         and status.isr_broker_epochs.get(broker) == epoch.broker_epoch
     )
+
+
+async def test_brokers_numbered_from_zero_roll_back_into_every_isr(tmp_path: Path) -> None:
+    # Broker ids are pod ordinals in the Helm chart: 0, 1, 2. Broker 0 leading used to
+    # stop its followers from ever rejoining once the controller had refused one of its
+    # proposals: a refusal for leader 0 was never sent to it (0 read as "no leader").
+    specs = [spec("z", 0, (0, 1, 2)), spec("z", 1, (1, 2, 0)), spec("z", 2, (2, 0, 1))]
+    names = ("z-0", "z-1", "z-2")
+    async with Cluster(tmp_path, specs, broker_ids=(0, 1, 2)).serving(*names) as cluster:
+        for b in (2, 1, 0):
+            await cluster.brokers[b].signal(signal.SIGTERM)
+            assert await cluster.brokers[b].wait() == 0
+            await cluster.brokers[b].start()
+            await cluster.wait_ready([b], timeout_s=60)
+        for name in names:
+            status = cluster.controller.status(name)
+            assert status is not None
+            assert sorted(status.isr) == [0, 1, 2], (name, status)
