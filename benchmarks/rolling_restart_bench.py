@@ -100,7 +100,7 @@ async def run(mode: str, args: argparse.Namespace) -> RollResult:
             credentials=cluster.credentials,
         )
         producer = await SteadyProducer(client, names, rate=args.rate, prefix=mode).start()
-        watch = await IsrWatch(cluster).start()
+        watch = await IsrWatch(cluster.api_url).start()
         try:
             await asyncio.sleep(args.steady_s)
             start = time.monotonic()

@@ -24,28 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from epochlog import __version__
+from epochlog.devcluster import podman as pm
+from epochlog.devcluster.podman import BROKER_IMAGE, IMAGE_UID, OPERATOR_IMAGE, podman
 from epochlog.harness import ManagedProcess
 
 REPO: Final = Path(__file__).resolve().parents[1]
-BROKER_IMAGE: Final = f"localhost/epochlog-broker:{__version__}"
-OPERATOR_IMAGE: Final = f"localhost/epochlog-operator:{__version__}"
-IMAGE_UID: Final = 10001
-"""The images' unprivileged user and group: mounted files must be readable by it."""
 TLS_DIR: Final = "/etc/epochlog/tls"
 """Where the tests mount the certificates in a container."""
 
 PODMAN_RUN: Final = (
-    "podman",
-    "run",
-    "--rm",
-    "--pull=never",
-    "--runtime",
-    "runc",
-    "--ulimit",
-    "nofile=1024:1024",
-    "--ulimit",
-    "nproc=1024:1024",
+    *pm.RUN,
     "--network",
     "host",
     # As the Helm chart runs them: a read-only root file system (podman puts a tmpfs on
@@ -54,6 +42,7 @@ PODMAN_RUN: Final = (
     "--cap-drop=all",
     "--security-opt=no-new-privileges",
 )
+__all__ = ["BROKER_IMAGE", "IMAGE_UID", "OPERATOR_IMAGE", "PODMAN_RUN", "REPO", "TLS_DIR"]
 
 
 class ImageBuildError(Exception):
@@ -74,14 +63,6 @@ def build_images() -> None:
         raise ImageBuildError(
             f"scripts/images.sh exited with {done.returncode}:\n{done.stdout}{done.stderr}"
         )
-
-
-def podman(*args: str) -> str:
-    """Run `podman ARGS`; its standard output (stripped). Raises CalledProcessError."""
-    done = subprocess.run(
-        ["podman", *args], stdin=subprocess.DEVNULL, capture_output=True, text=True, check=True
-    )
-    return done.stdout.strip()
 
 
 @dataclass

@@ -48,7 +48,7 @@ async def test_a_rolling_restart_under_load_loses_nothing_and_keeps_every_isr_at
         await cluster.wait_serving(name, await cluster.wait_leader(name))
     client = Client(cluster.bootstrap, credentials=cluster.credentials, retry_backoff_ms=20)
     producer = await SteadyProducer(client, names, rate=200).start()
-    watch = await IsrWatch(cluster).start()
+    watch = await IsrWatch(cluster.api_url).start()
     try:
         for name in names:
             await producer.wait_ack(name, min_epoch=1, after=0, timeout=120)

@@ -35,6 +35,7 @@ class ObjectMeta(WireModel):
     uid: str | None = None
     resource_version: str | None = None
     generation: int | None = None
+    creation_timestamp: str | None = None
     deletion_timestamp: str | None = None
     labels: dict[str, str] | None = None
 

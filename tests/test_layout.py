@@ -134,6 +134,7 @@ WIRE_MODULES = (
     "epochlog/objects.py",  # Kubernetes object envelopes
     "epochlog/crd.py",  # generates the CRD from the models
     "epochlog/kubeapi/",  # the Kubernetes API emulator speaks Kubernetes' own field names
+    "epochlog/devcluster/pods.py",  # reads rendered workloads in Kubernetes' own field names
 )
 
 

@@ -132,6 +132,7 @@ class Client:
         metadata_max_wait_ms: int = 5000,
         probe_timeout_ms: int = 2000,
         credentials: Credentials | None = None,
+        resolve: Mapping[str, str] | None = None,
     ) -> None:
         if request_timeout_ms <= 0:
             raise ValueError("request_timeout_ms must be > 0")
@@ -140,7 +141,7 @@ class Client:
         self.bootstrap = parse_bootstrap(bootstrap)
         self.request_timeout_s = request_timeout_ms / 1000
         self.backoff = Backoff(retry_backoff_ms / 1000, retry_backoff_max_ms / 1000)
-        self.transport = Transport(credentials=credentials)
+        self.transport = Transport(credentials=credentials, resolve=resolve)
         self.metadata = Metadata(
             self.transport,
             self.bootstrap,

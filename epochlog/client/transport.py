@@ -8,26 +8,63 @@ The session is created on first use, inside the event loop that uses it.
 
 `Credentials` go with every request: TLS (the CA that verifies brokers, and a
 client certificate if given) for https:// URLs, and a bearer token in the
-Authorization header.
+Authorization header. `resolve` maps host names to addresses for a client outside the
+brokers' network (their advertised names do not resolve there).
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Mapping
 
 import aiohttp
+import aiohttp.abc
 
 from epochlog.client.errors import BrokerUnreachableError, TlsHandshakeError, error_from_response
 from epochlog.security.options import Credentials
 from epochlog.security.tls import client_context
 
 
+class _Resolver(aiohttp.abc.AbstractResolver):
+    """Names in `addresses` to their given address, the rest as usual: how a client outside
+    the brokers' network reaches them by the names they advertise (curl's --resolve)."""
+
+    def __init__(self, addresses: Mapping[str, str]) -> None:
+        self._addresses = addresses  # read at each connection: its owner may update it
+        self._default = aiohttp.DefaultResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[aiohttp.abc.ResolveResult]:
+        address = self._addresses.get(host)
+        if address is None:
+            return await self._default.resolve(host, port, family)
+        return [
+            {
+                "hostname": host,
+                "host": address,
+                "port": port,
+                "family": socket.AF_INET6 if ":" in address else socket.AF_INET,
+                "proto": 0,
+                "flags": socket.AI_NUMERICHOST,
+            }
+        ]
+
+    async def close(self) -> None:
+        await self._default.close()
+
+
 class Transport:
     def __init__(
-        self, *, connect_timeout_s: float = 5.0, credentials: Credentials | None = None
+        self,
+        *,
+        connect_timeout_s: float = 5.0,
+        credentials: Credentials | None = None,
+        resolve: Mapping[str, str] | None = None,
     ) -> None:
         self._connect_timeout_s = connect_timeout_s
+        self._resolve = resolve
         self._session: aiohttp.ClientSession | None = None
         self.credentials = credentials or Credentials()
         self._ssl = client_context(self.credentials.tls) if self.credentials.tls else None
@@ -37,7 +74,10 @@ class Transport:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(
-                    limit=0, enable_cleanup_closed=True, ssl=self._ssl or True
+                    limit=0,
+                    enable_cleanup_closed=True,
+                    ssl=self._ssl or True,
+                    resolver=_Resolver(self._resolve) if self._resolve is not None else None,
                 ),
                 # A fresh session per client; no cookies or proxies from the environment
                 # must change where records go.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -85,9 +86,11 @@ async def rolling_restart(
 
 @dataclass
 class IsrWatch:
-    """Every Partition status the API server publishes while the watch runs."""
+    """Every Partition status the API server at `api_url` publishes while the watch runs
+    (`ssl`: the context for an https server)."""
 
-    cluster: LocalCluster
+    api_url: str
+    ssl: ssl.SSLContext | None = None
     namespace: str | None = None
     low: list[IsrLow] = field(default_factory=list)
     seen: int = 0
@@ -120,7 +123,10 @@ class IsrWatch:
 
     async def _run(self) -> None:
         timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
-        async with aiohttp.ClientSession(base_url=self.cluster.api_url, timeout=timeout) as http:
+        connector = aiohttp.TCPConnector(ssl=self.ssl if self.ssl is not None else True)
+        async with aiohttp.ClientSession(
+            base_url=self.api_url, timeout=timeout, connector=connector
+        ) as http:
             while True:
                 async with http.get(self._path()) as rsp:
                     listing = _Listing.model_validate_json(await rsp.read())

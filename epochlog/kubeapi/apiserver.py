@@ -1,7 +1,9 @@
 """Run the Kubernetes API emulator on a loopback port: in-process (`ApiServer`) or as a command.
 
 This is an emulator for development and tests; production runs on a real
-Kubernetes cluster. It serves plain HTTP on 127.0.0.1 without authentication,
+Kubernetes cluster. It serves plain HTTP on 127.0.0.1 without authentication
+(or https on a given address, for clients in containers that log in as a pod's
+service account does; any bearer token is taken),
 loads the CRDs from a folder (`crds/`), and writes a kubeconfig so that the
 real `kubectl`, kopf and the kubernetes client can talk to it:
 
@@ -18,14 +20,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import signal
+import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+import aiohttp
 import yaml
+from aiohttp.test_utils import RawTestServer
 from kmock import Server
 
 from epochlog.kubeapi.emulator import KubernetesApi
@@ -60,13 +66,24 @@ def load_crds(api: KubernetesApi, folder: Path) -> list[str]:
     return names
 
 
-def kubeconfig(server_url: str, namespace: str = "default") -> dict[str, Any]:
-    """A kubeconfig for the emulator: one cluster, one user without credentials, one context."""
+def kubeconfig(
+    server_url: str,
+    namespace: str = "default",
+    *,
+    ca_pem: bytes | None = None,
+    token: str | None = None,
+) -> dict[str, Any]:
+    """A kubeconfig for the emulator: one cluster, one user, one context. `ca_pem`: the CA
+    of an https server; `token`: a bearer token (the emulator takes any)."""
+    cluster: dict[str, Any] = {"server": server_url}
+    if ca_pem is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
+    user = {"token": token} if token else {}
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": CONTEXT, "cluster": {"server": server_url}}],
-        "users": [{"name": CONTEXT, "user": {}}],
+        "clusters": [{"name": CONTEXT, "cluster": cluster}],
+        "users": [{"name": CONTEXT, "user": user}],
         "contexts": [
             {
                 "name": CONTEXT,
@@ -78,15 +95,36 @@ def kubeconfig(server_url: str, namespace: str = "default") -> dict[str, Any]:
     }
 
 
+class _TlsTestServer(RawTestServer):
+    """kmock's server with TLS: aiohttp's test server takes the context at start."""
+
+    ssl_context: ssl.SSLContext | None = None
+
+    async def start_server(self, loop: Any = None, **kwargs: Any) -> None:
+        await super().start_server(loop=loop, ssl=self.ssl_context, **kwargs)
+
+
 class ApiServer:
-    """The emulator on a loopback port; `async with` starts and stops it."""
+    """The emulator on a loopback port; `async with` starts and stops it.
+
+    `host`: the address to listen on (an address of a container network's bridge, so
+    that containers reach it and nothing else does); `tls`: a certificate and key to
+    serve https with, as a real API server does (in-cluster clients require it)."""
 
     def __init__(
-        self, *, port: int = 0, crds: Path | None = None, watch_window: int = WATCH_WINDOW
+        self,
+        *,
+        port: int = 0,
+        crds: Path | None = None,
+        watch_window: int = WATCH_WINDOW,
+        host: str = HOST,
+        tls: tuple[Path, Path] | None = None,
     ) -> None:
         self.handler = KubernetesApi(watch_window=watch_window)
         self._port = port
         self._crds = crds
+        self._host = host
+        self._tls = tls
         self._server: Server | None = None
 
     @property
@@ -97,13 +135,26 @@ class ApiServer:
 
     @property
     def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
+        scheme = "https" if self._tls else "http"
+        return f"{scheme}://{self._host}:{self.port}"
 
     async def start(self) -> None:
         if self._crds is not None:
             load_crds(self.handler, self._crds)
         await self.handler.__aenter__()
-        self._server = Server(self.handler, host=HOST, port=self._port or None)
+        server_cls: type[RawTestServer] = RawTestServer
+        if self._tls is not None:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(*self._tls)
+            server_cls = type("TlsServer", (_TlsTestServer,), {"ssl_context": context})
+        self._server = Server(
+            self.handler,
+            host=self._host,
+            port=self._port or None,
+            server_cls=server_cls,
+            # kmock's own client (unused here) must not fail on the server's own CA.
+            client_fct=_unverified_session,
+        )
         await self._server.__aenter__()
 
     async def stop(self) -> None:
@@ -133,16 +184,27 @@ class ApiServer:
         await self.stop()
 
 
-async def _serve(
-    port: int, crds: Path | None, kubeconfig_path: Path | None, watch_window: int
-) -> None:
+def _unverified_session(url: Any) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(ssl=False))
+
+
+async def _serve(args: argparse.Namespace) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with ApiServer(port=port, crds=crds, watch_window=watch_window) as api:
+    tls = (args.tls_cert, args.tls_key) if args.tls_cert else None
+    kubeconfig_path = args.kubeconfig
+    async with ApiServer(
+        port=args.port, crds=args.crds, watch_window=args.watch_window, host=args.host, tls=tls
+    ) as api:
         if kubeconfig_path is not None:
-            api.write_kubeconfig(kubeconfig_path)
+            if tls is not None:
+                doc = kubeconfig(api.url, ca_pem=args.tls_ca.read_bytes(), token=args.token)
+                kubeconfig_path.parent.mkdir(parents=True, exist_ok=True)
+                kubeconfig_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+            else:
+                api.write_kubeconfig(kubeconfig_path)
         crd_names = [o["metadata"]["name"] for o in api.handler.store.items(CRDS, None)]
         print(
             f"Kubernetes API emulator (development and tests only) on {api.url}; "
@@ -158,7 +220,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m epochlog.kubeapi.apiserver",
         description="Kubernetes API emulator for development and tests (not for production).",
     )
-    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free)")
+    parser.add_argument("--port", type=int, default=0, help="port to listen on (0: any free)")
+    parser.add_argument("--host", default=HOST, help=f"address to listen on (default {HOST})")
+    parser.add_argument("--tls-cert", type=Path, help="serve https with this certificate")
+    parser.add_argument("--tls-key", type=Path, help="the key of --tls-cert")
+    parser.add_argument("--tls-ca", type=Path, help="the CA of --tls-cert, for the kubeconfig")
+    parser.add_argument("--token", help="the bearer token the kubeconfig names (any is taken)")
     parser.add_argument("--crds", type=Path, help="folder of CRD YAML files to load")
     parser.add_argument("--kubeconfig", type=Path, help="write a kubeconfig for the server here")
     parser.add_argument(
@@ -168,8 +235,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="changes kept per resource type for resuming watches; older ones are 410 Expired",
     )
     args = parser.parse_args(argv)
+    if bool(args.tls_cert) != bool(args.tls_key) or (args.tls_cert and not args.tls_ca):
+        parser.error("--tls-cert, --tls-key and --tls-ca go together")
     try:
-        asyncio.run(_serve(args.port, args.crds, args.kubeconfig, args.watch_window))
+        asyncio.run(_serve(args))
     except CrdLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -49,6 +49,7 @@ from epochlog.kubeapi.registry import (
     CRDS,
     EVENTS,
     NAMESPACES,
+    SECRETS,
     VERBS,
     CrdError,
     ResourceType,
@@ -505,6 +506,8 @@ class KubernetesApi(KubernetesEmulator):
     ) -> tuple[dict[str, Any], list[str]]:
         """Create an object as a POST would; returns it and the warnings. Raises ApiError."""
         obj = objects.check_identity(rt, copy.deepcopy(body), namespace)
+        if rt is SECRETS:
+            obj = objects.secret_data(obj)
         if rt.namespaced:
             if not namespace:
                 raise errors.method_not_allowed("create needs a namespace")
@@ -698,9 +701,10 @@ class KubernetesApi(KubernetesEmulator):
         dry_run: bool = False,
     ) -> tuple[dict[str, Any], list[str]]:
         """Replace `old` by `body` (main resource or status), as an accepted PUT does."""
-        obj = objects.merge_update(
-            rt, old, objects.check_identity(rt, body, old["metadata"].get("namespace")), subresource
-        )
+        identified = objects.check_identity(rt, body, old["metadata"].get("namespace"))
+        if rt is SECRETS:
+            identified = objects.secret_data(identified)
+        obj = objects.merge_update(rt, old, identified, subresource)
         objects.check_no_new_finalizers(rt, old, obj)
         warnings = objects.validate(rt, obj, field_validation)
         objects.bump_generation(rt, old, obj)

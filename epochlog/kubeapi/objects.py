@@ -19,6 +19,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
 import re
 import secrets
@@ -29,7 +31,7 @@ from typing import Any, Final
 
 from epochlog.kubeapi import errors
 from epochlog.kubeapi.errors import ErrorKind, FieldError
-from epochlog.kubeapi.registry import ResourceType
+from epochlog.kubeapi.registry import SECRETS, ResourceType
 
 _SERVER_META: Final = (
     "uid",
@@ -100,6 +102,33 @@ def check_identity(rt: ResourceType, obj: Any, namespace: str | None) -> dict[st
     # The order a real server answers with: apiVersion, kind, metadata, the rest.
     rest = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
     return {"apiVersion": rt.api_version, "kind": rt.kind, "metadata": meta, **rest}
+
+
+def secret_data(obj: dict[str, Any]) -> dict[str, Any]:
+    """A core/v1 Secret as the API server stores it: `stringData` merged into `data`
+    (base64; a key in both takes the stringData value) and dropped, every `data` value
+    base64 (422 Invalid otherwise)."""
+    data = obj.get("data") or {}
+    string_data = obj.pop("stringData", None) or {}
+    name = str(obj.get("metadata", {}).get("name", ""))
+    problems = []
+    if not isinstance(data, dict) or not isinstance(string_data, dict):
+        problems.append(FieldError("data", ErrorKind.INVALID, data, "must map keys to values"))
+    else:
+        for key, value in data.items():
+            try:
+                base64.b64decode(str(value), validate=True)
+            except (binascii.Error, ValueError):
+                problems.append(
+                    FieldError(f"data[{key}]", ErrorKind.INVALID, "<value omitted>", "not base64")
+                )
+        for key, value in string_data.items():
+            data[key] = base64.b64encode(str(value).encode()).decode()
+    if problems:
+        raise errors.invalid(SECRETS, name, problems)
+    if data:
+        obj["data"] = data
+    return obj
 
 
 def _check_metadata(rt: ResourceType, obj: dict[str, Any]) -> list[FieldError]:

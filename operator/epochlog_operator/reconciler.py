@@ -67,7 +67,7 @@ import aiohttp
 import structlog
 from pydantic import ValidationError
 
-from epochlog.objects import metadata_of
+from epochlog.objects import ObjectMeta, metadata_of
 from epochlog.protocol.errors import InvalidRequestError, LeaderNotAvailableError
 from epochlog.protocol.heartbeat import BrokerHeartbeat, HeartbeatResponse
 from epochlog.resources import ConditionType, PartitionSpec, PartitionStatus
@@ -179,7 +179,9 @@ def parse_partition(body: Mapping[str, Any]) -> tuple[PartitionInput | None, str
 def _created(body: Mapping[str, Any]) -> str:
     """The object's creationTimestamp (RFC 3339, so it sorts as text); "" when it has none."""
     meta = body.get("metadata")
-    return str(meta.get("creationTimestamp") or "") if isinstance(meta, Mapping) else ""
+    if not isinstance(meta, Mapping):
+        return ""
+    return ObjectMeta.model_validate(meta).creation_timestamp or ""
 
 
 def _claim_order(body: Mapping[str, Any]) -> tuple[bool, bool, str, str]:

@@ -360,3 +360,25 @@ async def test_kubectl_apply_server_side(kubectl: Kubectl, tmp_path: Any, http: 
     assert stored["spec"]["replicaLagTimeMaxMs"] == 500
     assert "labels" not in stored["metadata"]
     assert [e["manager"] for e in stored["metadata"]["managedFields"]] == ["kubectl"]
+
+
+# -- Secrets: stringData is merged into data --------------------------------------------------
+
+
+async def test_a_secret_keeps_string_data_as_base64_data_and_refuses_bad_base64(
+    http: Http,
+) -> None:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "policy"},
+        "data": {"a": "YQ==", "b": "Yg=="},
+        "stringData": {"b": "bee", "policy.yaml": "acls: []\n"},
+    }
+    created = await http.ok("POST", SECRETS, body)
+    assert "stringData" not in created
+    assert created["data"] == {"a": "YQ==", "b": "YmVl", "policy.yaml": "YWNsczogW10K"}
+    bad = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "bad"}, "data": {"k": "*"}}
+    status, answer = await http.call("POST", SECRETS, bad)
+    assert (status, answer["reason"]) == (422, "Invalid"), answer
+    assert answer["details"]["causes"][0]["field"] == "data[k]"
