@@ -61,8 +61,7 @@ async def test_the_chart_installs_serves_clients_and_passes_its_helm_test(
     client = await chart.client()
     try:
         producer = await SteadyProducer(client, names, rate=100).start()
-        for name in names:
-            await producer.wait_ack(name, min_epoch=1, after=0, timeout=120)
+        await producer.wait_each(names)
         await producer.stop()
         logs = {name: await read_back(client, name) for name in names}
     finally:
@@ -108,11 +107,9 @@ async def test_a_rolling_restart_under_load_loses_nothing_and_keeps_every_isr(
     watch = await IsrWatch(chart.api_url, ssl=chart.api_ssl()).start()
     try:
         producer = await SteadyProducer(client, names, rate=150).start()
-        for name in names:
-            await producer.wait_ack(name, min_epoch=1, after=0, timeout=120)
+        await producer.wait_each(names)
         await chart.rollout_restart(BROKERS)
-        for name in names:
-            await producer.wait_ack(name, min_epoch=1, after=time.monotonic(), timeout=120)
+        await producer.wait_each(names, after=time.monotonic())
         await producer.stop()
         await watch.stop()
         logs = {name: await read_back(client, name) for name in names}
@@ -152,8 +149,7 @@ async def test_uninstall_leaves_the_data_and_a_new_install_serves_it(
         client = await first.client()
         try:
             producer = await SteadyProducer(client, names, rate=100).start()
-            for name in names:
-                await producer.wait_ack(name, min_epoch=1, after=0, timeout=120)
+            await producer.wait_each(names)
             await producer.stop()
         finally:
             await client.close()

@@ -50,11 +50,9 @@ async def test_a_rolling_restart_under_load_loses_nothing_and_keeps_every_isr_at
     producer = await SteadyProducer(client, names, rate=200).start()
     watch = await IsrWatch(cluster.api_url).start()
     try:
-        for name in names:
-            await producer.wait_ack(name, min_epoch=1, after=0, timeout=120)
+        await producer.wait_each(names)
         await rolling_restart(cluster, [1, 2, 3])
-        for name in names:
-            await producer.wait_ack(name, min_epoch=1, after=time.monotonic(), timeout=120)
+        await producer.wait_each(names, after=time.monotonic())
         await producer.stop()
         await watch.stop()
         logs = {name: await read_back(client, name) for name in names}

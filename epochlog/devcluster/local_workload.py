@@ -133,6 +133,13 @@ class SteadyProducer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._acked.wait(), min(left, 0.5))
 
+    async def wait_each(
+        self, partitions: Sequence[str], *, after: float = 0.0, timeout: float = 120.0
+    ) -> None:
+        """Until a write on each of `partitions` was acknowledged after `after`."""
+        for partition in partitions:
+            await self.wait_ack(partition, min_epoch=1, after=after, timeout=timeout)
+
 
 async def read_back(client: Client, partition: str) -> list[tuple[int, str]]:
     """Every committed record of `partition` as (offset, value), from the earliest offset."""
