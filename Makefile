@@ -3,9 +3,11 @@ SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
 EXTRAS ?= dev,operator,spark
-# Test processes (pytest-xdist): `auto` is one per core. Tests that share a module- or
+# Test processes (pytest-xdist). Most of the suite's time is spent waiting on real
+# processes (heartbeats, session timeouts, fsyncs), not computing, so one more worker than
+# this machine's 2 cores overlaps that waiting. Tests that share a module- or
 # package-scoped fixture stay on one worker (tests/sharing.py).
-WORKERS ?= auto
+WORKERS ?= 3
 PYTEST := $(BIN)/pytest -q -p no:cacheprovider -n $(WORKERS)
 
 .PHONY: venv lock test lint typecheck unit demo bench soak sim clean images e2e
@@ -55,6 +57,7 @@ bench: venv
 	$(BIN)/python -m benchmarks.operator_bench
 	$(BIN)/python -m benchmarks.failover_bench
 	$(BIN)/python -m benchmarks.rolling_restart_bench
+	$(BIN)/python -m benchmarks.reassign_bench
 	$(BIN)/python -m benchmarks.spark_bench
 	$(BIN)/python -m benchmarks.scale_bench --partitions 10,100,300
 

@@ -1,15 +1,17 @@
-"""Fixtures of the e2e suite: the images, built once per run, and containers that are
-always removed, with their logs printed when a test fails."""
+"""Fixtures of the e2e suite: the images, built once per run, containers that are
+always removed, with their logs printed when a test fails, and the cluster target of
+the chart scenarios (e2e/targets.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from e2e.containers import Container, build_images
+from e2e.targets import ClusterTarget, EmbeddedTarget, target_from_env
 
 LOG_TAIL_CHARS = 12_000
 
@@ -56,3 +58,22 @@ def containers(
             text = Path(container.log).read_text(errors="replace") if container.log.exists() else ""
             print(f"\n===== {container.name} ({container.image}): {container.log} =====")
             print(text[-LOG_TAIL_CHARS:])
+
+
+@pytest.fixture
+async def target(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ClusterTarget]:
+    """Where a chart scenario runs: a real cluster when EPOCHLOG_E2E_KUBECONFIG is set (the
+    images are the cluster's to have), else the embedded one (the images built here).
+    Whatever the scenario made is removed after it; when it failed, the pods' logs are
+    printed."""
+    chosen = target_from_env(tmp_path / "cluster")
+    if isinstance(chosen, EmbeddedTarget):
+        request.getfixturevalue("images")
+    try:
+        yield chosen
+    finally:
+        try:
+            if _failed(request):
+                print(chosen.diagnostics())
+        finally:
+            await chosen.destroy()

@@ -1,61 +1,46 @@
-"""Scenarios on the Helm chart as installed: its own pods, from the built images.
+"""Scenarios on the Helm chart as installed, written once for every cluster target.
 
-`ChartCluster` renders helm/epochlog with Helm's engine and runs every pod of
-it as a podman container with exactly the command, arguments, environment,
-mounts and restrictions of the rendered pod templates; Kubernetes' API is the
-emulator (see epochlog/devcluster/chart_cluster.py for what stands in for
-what). Each scenario installs the chart afresh. Clients run on the host and
-reach the pods by their cluster names.
+The `target` fixture is the embedded cluster (`ChartCluster`: the chart rendered
+with Helm's engine, its pods run from the built images under podman, on the API
+emulator) unless `EPOCHLOG_E2E_KUBECONFIG` names a real cluster's kubeconfig
+(`KubeTarget`: installed with Helm's SDK into a fresh namespace, pods through
+the kubernetes client). Each scenario installs the chart afresh. Clients run on
+this host and reach the brokers by the names they advertise.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Final
 
 import pytest
 
-from epochlog.devcluster.chart_cluster import ChartCluster
+from e2e.targets import BROKERS, ClusterTarget, registered_brokers, wait_for
 from epochlog.devcluster.local_workload import SteadyProducer, read_back, verify
 from epochlog.devcluster.partitions import partition_manifest
-from epochlog.devcluster.rolling import IsrWatch
 from epochlog.objects import to_body
-
-REPO: Final = Path(__file__).resolve().parents[1]
-CHART: Final = REPO / "helm" / "epochlog"
-NAMESPACE: Final = "streams"
-BROKERS: Final = "StatefulSet/epochlog-broker"
 
 
 @pytest.fixture
-async def chart(tmp_path: Path, images: None) -> AsyncIterator[ChartCluster]:
-    cluster = ChartCluster(tmp_path / "cluster", CHART, namespace=NAMESPACE)
-    try:
-        await cluster.up()
-        yield cluster
-    finally:
-        await cluster.down()
-        _print_logs_on_failure(cluster)
+async def chart(target: ClusterTarget) -> ClusterTarget:
+    """The chart installed with its default values."""
+    await target.install()
+    return target
 
 
-def _print_logs_on_failure(cluster: ChartCluster) -> None:
-    for log in sorted((cluster.state_dir / "logs").glob("*.log")):
-        print(f"\n===== {log.name} =====\n{log.read_text(errors='replace')[-6000:]}")
-
-
-async def _partitions(cluster: ChartCluster, topic: str, count: int) -> list[str]:
+async def _partitions(
+    target: ClusterTarget, topic: str, count: int, replicas: tuple[int, ...] = ()
+) -> list[str]:
     for i in range(count):
-        await cluster.apply(to_body(partition_manifest(topic, i, namespace=NAMESPACE)))
+        manifest = partition_manifest(topic, i, replicas=replicas, namespace=target.namespace)
+        await target.apply(to_body(manifest))
     names = [f"{topic}-{i}" for i in range(count)]
     for name in names:
-        await cluster.wait_leader(name)
+        await target.wait_leader(name)
     return names
 
 
 async def test_the_chart_installs_serves_clients_and_passes_its_helm_test(
-    chart: ChartCluster,
+    chart: ClusterTarget,
 ) -> None:
     names = await _partitions(chart, "orders", 2)
     client = await chart.client()
@@ -69,10 +54,10 @@ async def test_the_chart_installs_serves_clients_and_passes_its_helm_test(
     verdict = verify(producer.acks, logs)
     assert verdict.ok, verdict
     assert verdict.acknowledged > 0
-    assert await chart.run_tests() == {"epochlog-test-produce-consume": 0}
+    assert await chart.run_helm_tests() == {f"{chart.release}-test-produce-consume": 0}
 
 
-async def test_a_leader_pod_killed_under_load_loses_nothing(chart: ChartCluster) -> None:
+async def test_a_leader_pod_killed_under_load_loses_nothing(chart: ClusterTarget) -> None:
     (name,) = await _partitions(chart, "kill", 1)
     client = await chart.client()
     try:
@@ -80,16 +65,14 @@ async def test_a_leader_pod_killed_under_load_loses_nothing(chart: ChartCluster)
         await producer.wait_ack(name, min_epoch=1, after=0, timeout=120)
         status = await chart.wait_leader(name)
         assert status.leader is not None
-        victim = f"epochlog-broker-{status.leader}"
-        await chart.kill_pod(victim)  # deleted with grace period 0
+        await chart.kill_pod(f"{chart.release}-broker-{status.leader}")  # grace period 0
         await chart.wait_leader(
             name, not_in=[status.leader], min_leader_epoch=status.leader_epoch + 1
         )
         await producer.wait_ack(
             name, min_epoch=status.leader_epoch + 1, after=time.monotonic(), timeout=120
         )
-        await chart.start_pod(chart.pod_plan(victim))  # the StatefulSet makes it again
-        await chart.wait_ready(victim)
+        await chart.wait_ready()  # the StatefulSet made the pod again; it caught up
         await producer.stop()
         logs = {name: await read_back(client, name)}
     finally:
@@ -99,77 +82,108 @@ async def test_a_leader_pod_killed_under_load_loses_nothing(chart: ChartCluster)
     assert not producer.failed, producer.failed[:5]
 
 
-async def test_a_rolling_restart_under_load_loses_nothing_and_keeps_every_isr(
-    chart: ChartCluster,
+async def test_a_rolling_restart_under_load_loses_nothing_keeps_every_isr_and_hands_over(
+    chart: ClusterTarget,
 ) -> None:
     names = await _partitions(chart, "roll", 3)
     client = await chart.client()
-    watch = await IsrWatch(chart.api_url, ssl=chart.api_ssl()).start()
+    watch = await chart.isr_watch()
     try:
         producer = await SteadyProducer(client, names, rate=150).start()
         await producer.wait_each(names)
         await chart.rollout_restart(BROKERS)
         await producer.wait_each(names, after=time.monotonic())
         await producer.stop()
-        await watch.stop()
         logs = {name: await read_back(client, name) for name in names}
     finally:
+        await watch.stop()
         await client.close()
     verdict = verify(producer.acks, logs)
     assert verdict.ok, verdict
     assert not producer.failed, producer.failed[:5]
     assert not watch.low, watch.low[:5]
     for b in range(3):
-        text = (chart.state_dir / "logs" / f"epochlog-broker-{b}.log").read_text()
+        text = await chart.pod_log(f"{chart.release}-broker-{b}")
         assert "controlled_shutdown_completed" in text, f"broker {b} did not hand over"
 
 
-async def test_elections_go_on_after_the_operator_pod_is_killed(chart: ChartCluster) -> None:
+async def test_elections_go_on_after_the_operator_pod_is_killed(chart: ClusterTarget) -> None:
     (name,) = await _partitions(chart, "op", 1)
     first = await chart.wait_leader(name)
     assert first.leader is not None
-    await chart.kill_pod("epochlog-operator-0")
-    await chart.start_pod(chart.pod_plan("epochlog-operator-0"))
-    await chart.wait_ready("epochlog-operator-0")
-    await chart.kill_pod(f"epochlog-broker-{first.leader}")
+    await chart.kill_pod(await chart.acting_operator())
+    await chart.wait_ready()  # a replica acts again: the one made again, or one standing by
+    await chart.kill_pod(f"{chart.release}-broker-{first.leader}")
     moved = await chart.wait_leader(
         name, not_in=[first.leader], min_leader_epoch=first.leader_epoch + 1
     )
     assert moved.leader_epoch > first.leader_epoch
 
 
-async def test_uninstall_leaves_the_data_and_a_new_install_serves_it(
-    tmp_path: Path, images: None
+async def test_a_broker_added_under_load_registers_leads_a_new_partition_and_loses_nothing(
+    chart: ClusterTarget,
 ) -> None:
-    state = tmp_path / "cluster"
-    first = ChartCluster(state, CHART, namespace=NAMESPACE)
+    names = await _partitions(chart, "grow", 2)
+    client = await chart.client()
     try:
-        await first.up()
-        names = await _partitions(first, "kept", 2)
-        client = await first.client()
-        try:
-            producer = await SteadyProducer(client, names, rate=100).start()
-            await producer.wait_each(names)
-            await producer.stop()
-        finally:
-            await client.close()
-    finally:
-        await first.down()
-    assert all((state / "volumes" / f"data-epochlog-broker-{b}").is_dir() for b in range(3))
+        producer = await SteadyProducer(client, names, rate=100).start()
+        await producer.wait_each(names)
+        # helm upgrade --set broker.replicas=4: broker 3 starts, and as the pod template
+        # changed (broker 3's certificate is mounted too) brokers 2, 1, 0 roll.
+        await chart.scale_brokers(4)
 
-    # Installed again over the same volumes; the Partitions are applied again (the API
-    # emulator kept nothing) and their status comes back from what the brokers hold.
-    second = ChartCluster(state, CHART, namespace=NAMESPACE)
-    try:
-        await second.up()
-        await _partitions(second, "kept", 2)
-        client = await second.client()
-        try:
-            logs = {name: await read_back(client, name) for name in names}
-        finally:
-            await client.close()
+        async def registered() -> bool:
+            return 3 in registered_brokers(await chart.operator_metrics())
+
+        await wait_for(registered, "broker 3 to heartbeat to the operator")
+        # Moving existing partitions onto broker 3 is a reassignment; a new Partition may
+        # name it, preferred leader first.
+        (grown,) = await _partitions(chart, "grown", 1, replicas=(3, 0, 1))
+        status = await chart.wait_leader(grown)
+        assert status.leader == 3, status
+        writer = await SteadyProducer(client, [grown], rate=50).start()
+        await writer.wait_each([grown])
+        await producer.wait_each(names, after=time.monotonic())
+        await writer.stop()
+        await producer.stop()
+        logs = {name: await read_back(client, name) for name in [*names, grown]}
     finally:
-        await second.down()
+        await client.close()
+    verdict = verify(producer.acks, {name: logs[name] for name in names})
+    assert verdict.ok, verdict
+    assert not producer.failed, producer.failed[:5]
+    on_new = verify(writer.acks, {grown: logs[grown]})
+    assert on_new.ok, on_new
+    assert on_new.acknowledged > 0
+    assert not writer.failed, writer.failed[:5]
+
+
+async def test_uninstall_leaves_the_data_and_a_new_install_serves_it(
+    target: ClusterTarget,
+) -> None:
+    await target.install()
+    names = await _partitions(target, "kept", 2)
+    client = await target.client()
+    try:
+        producer = await SteadyProducer(client, names, rate=100).start()
+        await producer.wait_each(names)
+        await producer.stop()
+    finally:
+        await client.close()
+    await target.uninstall()
+    volumes = await target.data_volumes()
+    assert all(f"data-{target.release}-broker-{b}" in volumes for b in range(3)), volumes
+
+    # Installed again over the same volumes. The Partitions are applied again (the API
+    # emulator kept nothing; on a real cluster they are still there) and their status
+    # comes back from what the brokers hold.
+    await target.install()
+    await _partitions(target, "kept", 2)
+    client = await target.client()
+    try:
+        logs = {name: await read_back(client, name) for name in names}
+    finally:
+        await client.close()
     verdict = verify(producer.acks, logs)
     assert verdict.ok, verdict
     assert verdict.acknowledged > 0

@@ -165,6 +165,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         duration_s=args.duration,
         keep=args.keep,
         spark=args.spark,
+        images=args.images,
     )
 
 
@@ -276,7 +277,8 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     if args.id is None:
         print("error: --id (or EPOCHLOG_BROKER_ID) is required", file=sys.stderr)
         return 2
-    if not args.controller:
+    controller = ",".join(args.controller or [os.environ.get("EPOCHLOG_CONTROLLER_URL", "")])
+    if not controller.strip(", "):
         print("error: --controller (or EPOCHLOG_CONTROLLER_URL) is required", file=sys.stderr)
         return 2
     try:
@@ -285,7 +287,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
         config = BrokerConfig(
             broker_id=_broker_id(str(args.id)),
             data_dir=args.data_dir,
-            controller_url=args.controller,
+            controller_url=controller,
             host=host,
             port=port,
             advertised_address=args.advertised_address,
@@ -293,6 +295,8 @@ def _cmd_broker(args: argparse.Namespace) -> int:
             peer_address_template=args.peer_address_template,
             heartbeat_interval_ms=args.heartbeat_interval_ms,
             checkpoint_interval_ms=args.checkpoint_interval_ms,
+            retention_check_interval_ms=args.retention_check_interval_ms,
+            reassignment_throttle_bytes=args.reassignment_throttle_bytes,
             max_record_bytes=args.max_record_bytes,
             max_request_bytes=args.max_request_bytes,
             http=_http_limits(args),
@@ -301,6 +305,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
             access_policy_file=args.access_policy,
             tls_reload_interval_s=args.cert_reload_interval_ms / 1000,
             controlled_shutdown_timeout_s=max(0, args.controlled_shutdown_timeout_ms) / 1000,
+            rack=args.rack or None,
             **_probe_listen(args.probe_listen),
         )
         if args.segment_bytes is not None:
@@ -362,6 +367,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
             binary=args.binary,
             quiet=args.quiet,
             credentials=_credentials(args),
+            resolve=args.resolve,
         )
     )
 
@@ -384,6 +390,7 @@ def _cmd_consume(args: argparse.Namespace) -> int:
             retry_timeout_ms=args.timeout_ms,
             quiet=args.quiet,
             credentials=_credentials(args),
+            resolve=args.resolve,
         )
     )
 
@@ -400,6 +407,7 @@ def _cmd_offsets(args: argparse.Namespace) -> int:
             err=sys.stderr,
             timeout_ms=args.timeout_ms,
             credentials=_credentials(args),
+            resolve=args.resolve,
         )
     )
 
@@ -421,6 +429,13 @@ def _add_client_commands(sub: Any) -> None:
         )
         p.add_argument(
             "--partition", type=c.partition_arg, required=True, help="partition name, e.g. orders-0"
+        )
+        p.add_argument(
+            "--resolve",
+            type=c.resolve_arg,
+            default=os.environ.get("EPOCHLOG_RESOLVE") or None,
+            metavar="HOST=ADDR[,...]",
+            help="connect to ADDR for broker name HOST, as curl's --resolve (env EPOCHLOG_RESOLVE)",
         )
         p.add_argument(
             "--timeout-ms", type=c.positive_int, default=30_000, metavar="MS", help=timeout_help
@@ -546,6 +561,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--keep", action="store_true", help="keep the state directory (logs, data) afterwards"
     )
     demo.add_argument(
+        "--images",
+        action="store_true",
+        help="run the brokers from the built broker image (`make images`) under podman",
+    )
+    demo.add_argument(
         "--no-spark",
         dest="spark",
         action="store_false",
@@ -630,8 +650,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     broker.add_argument(
         "--controller",
-        default=env("EPOCHLOG_CONTROLLER_URL"),
-        help="base URL of the controller's heartbeat endpoint (env EPOCHLOG_CONTROLLER_URL)",
+        "--controller-url",
+        dest="controller",
+        action="append",
+        default=None,
+        help="base URL of the controller's heartbeat endpoint; repeat or comma-separate for "
+        "the operator's replicas, a host name may resolve to several (a headless Service): "
+        "heartbeats find the acting one (env EPOCHLOG_CONTROLLER_URL)",
     )
     broker.add_argument(
         "--advertised-address",
@@ -654,6 +679,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     broker.add_argument("--heartbeat-interval-ms", type=int, default=500)
     broker.add_argument("--checkpoint-interval-ms", type=int, default=5000)
+    broker.add_argument(
+        "--retention-check-interval-ms",
+        type=int,
+        default=300_000,
+        help="how often retention looks for segments to delete (default 300000)",
+    )
+    broker.add_argument(
+        "--reassignment-throttle-bytes",
+        type=int,
+        default=int(env("EPOCHLOG_REASSIGNMENT_THROTTLE_BYTES") or 0),
+        metavar="BYTES_PER_S",
+        help="as a leader, serve replicas that a reassignment adds at most this many bytes "
+        "per second in all (0: no limit)",
+    )
     broker.add_argument(
         "--max-record-bytes", type=int, default=1 << 20, help="largest record accepted"
     )
@@ -686,6 +725,12 @@ def build_parser() -> argparse.ArgumentParser:
         "broker's leaderships to other ISR members and takes it out of every ISR; keep it "
         "below the pod's termination grace period (0: stop at once; default 20000; env "
         "EPOCHLOG_CONTROLLED_SHUTDOWN_TIMEOUT_MS)",
+    )
+    broker.add_argument(
+        "--rack",
+        default=env("EPOCHLOG_RACK", ""),
+        help="this broker's rack or zone; the operator puts a partition's replicas on as many "
+        "racks as there are (Kafka's broker.rack; env EPOCHLOG_RACK; default none)",
     )
     add_tls_arguments(broker, server=True)
     broker.add_argument(

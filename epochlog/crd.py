@@ -182,6 +182,27 @@ PRINTER_COLUMNS: Final = (
         "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
     },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {
+        "name": "Log-Start",
+        "type": "integer",
+        "priority": 1,
+        "description": "The leader's log start offset (kubectl get -o wide)",
+        "jsonPath": ".status.logStartOffset",
+    },
+    {
+        "name": "Adding",
+        "type": "string",
+        "priority": 1,
+        "description": "Replicas a reassignment adds (kubectl get -o wide)",
+        "jsonPath": ".status.addingReplicas",
+    },
+    {
+        "name": "Removing",
+        "type": "string",
+        "priority": 1,
+        "description": "Replicas a reassignment removes (kubectl get -o wide)",
+        "jsonPath": ".status.removingReplicas",
+    },
 )
 
 

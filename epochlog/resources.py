@@ -65,6 +65,8 @@ SHORT_NAMES: Final = ("part",)
 DEFAULT_REPLICATION_FACTOR: Final = 3
 DEFAULT_MIN_INSYNC_REPLICAS: Final = 2
 DEFAULT_REPLICA_LAG_TIME_MAX_MS: Final = 10_000
+DEFAULT_RETENTION_MS: Final = 7 * 24 * 3600 * 1000
+"""Kafka's retention.ms default: 7 days."""
 
 # A topic must leave room for "-<index>" in a Kubernetes object name (253 chars,
 # DNS-1123 subdomain), because the Partition's name is `<topic>-<index>`.
@@ -151,6 +153,18 @@ class PartitionSpec(WireModel):
     """Broker ids holding the replicas, preferred leader first; empty: the controller assigns."""
     preferred_leader: BrokerId | None = None
     """Leader to pick first in an election; default: the first replica."""
+    retention_ms: Annotated[int, Field(ge=-1)] = DEFAULT_RETENTION_MS
+    """Closed segments whose newest record is older than this are deleted (-1: never)."""
+    retention_bytes: Annotated[int, Field(ge=-1)] = -1
+    """Closed segments are deleted, oldest first, while the rest holds at least this many
+    bytes (-1: unlimited)."""
+    segment_bytes: Annotated[int, Field(ge=1024, le=(1 << 31) - 1)] | None = None
+    """A new segment starts once the active one would grow past this (None: the brokers'
+    --segment-bytes, 128 MiB by default, as Kafka's segment.bytes follows
+    log.segment.bytes)."""
+    segment_ms: PositiveInt | None = None
+    """A new segment starts once a record is this much newer than the active segment's
+    first (None: by size only)."""
 
     @field_validator("topic")
     @classmethod
@@ -203,6 +217,7 @@ class ConditionType(enum.StrEnum):
     UNDER_REPLICATED = "UnderReplicated"
     UNDER_MIN_ISR = "UnderMinIsr"
     OFFLINE = "Offline"
+    REASSIGNING = "Reassigning"
 
 
 class ConditionStatus(enum.StrEnum):
@@ -244,7 +259,15 @@ class PartitionStatus(WireModel):
     """The storageId of each ISR member's data directory when it was last known in sync: a
     member that comes back with another storageId lost its disk and leaves the ISR."""
     replicas: tuple[BrokerId, ...] = ()
+    adding_replicas: tuple[BrokerId, ...] = ()
+    """During a reassignment: replicas of the target that were not replicas before it."""
+    removing_replicas: tuple[BrokerId, ...] = ()
+    """During a reassignment: replicas that leave once the target is in sync (`replicas` is
+    the target followed by these, as Kafka's full replica set)."""
     high_watermark: NonNegativeInt = 0
+    log_start_offset: NonNegativeInt = 0
+    """The leader's log start offset: records below it were removed by retention or
+    DeleteRecords."""
     high_watermark_time: str | None = None
     """When the leader reported the high watermark shown (RFC 3339, the controller's clock,
     whole seconds): how fresh it is. None until a leader has reported one."""
@@ -267,6 +290,15 @@ class PartitionStatus(WireModel):
             raise ValueError(f"isr members {strangers} are not replicas {list(self.replicas)}")
         if self.leader is not None and self.leader not in self.isr:
             raise ValueError(f"leader {self.leader} is not in the isr {list(self.isr)}")
+        moving = [
+            r for r in self.adding_replicas + self.removing_replicas if r not in self.replicas
+        ]
+        if moving or set(self.adding_replicas) & set(self.removing_replicas):
+            raise ValueError(
+                f"addingReplicas {list(self.adding_replicas)} and removingReplicas "
+                f"{list(self.removing_replicas)} must be disjoint subsets of the replicas "
+                f"{list(self.replicas)}"
+            )
         return self
 
     @model_serializer(mode="wrap")

@@ -6,7 +6,10 @@ loops that feed the core its events, as the simulator's `SimBroker` does on a
 simulated world:
 
 - heartbeats to the controller every heartbeatIntervalMs; answers are applied
-  to the core (role changes). When the core answers with `Restart` (the
+  to the core (role changes). Of several controller addresses (the operator's
+  replicas) they go to the one that answered last; a failure or a
+  NOT_CONTROLLER answer sends the next heartbeat to the next address at once
+  (`controller_targets`, `controller_client`). When the core answers with `Restart` (the
   controller fenced this brokerEpoch) the core is restarted in place: logs
   closed cleanly, a new brokerEpoch, logs reopened, so the broker rejoins
   without a process restart;
@@ -48,11 +51,9 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final
 
 import aiohttp
 import structlog
-from pydantic import ValidationError
 
 from epochlog.protocol.batch import Record
 from epochlog.protocol.bodies import HostedPartition, HostedRole, PartitionsListing
@@ -65,6 +66,8 @@ from epochlog.protocol.errors import (
 from epochlog.protocol.heartbeat import HeartbeatResponse
 from epochlog.security.tls import client_context
 from epochlog_broker.config import BrokerConfig
+from epochlog_broker.controller_client import ControllerClient, ControllerUnanswered
+from epochlog_broker.controller_targets import ControllerTargets, Failure
 from epochlog_broker.core import (
     RECOVERY_INTERVAL_MS,
     BatchReadResult,
@@ -93,10 +96,10 @@ from epochlog_broker.replication.messages import (
     FetchRequest,
     OffsetsForLeaderEpochRequest,
 )
+from epochlog_broker.replication.throttle import ByteRate
 
 log = structlog.get_logger("epochlog.broker")
 
-HEARTBEAT_PATH: Final = "/v1/heartbeat"
 _PARTITION_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{0,252}$")
 
 
@@ -172,6 +175,10 @@ class Broker:
         """Wakes `controlled_shutdown` when a heartbeat answer was applied."""
         self._session: aiohttp.ClientSession | None = None
         self._controller_ok: bool | None = None
+        self.controllers = ControllerTargets(config.controller_urls)
+        """Which controller address heartbeats go to (the one that answered last)."""
+        self._controller: ControllerClient | None = None
+        self._answered_by: str | None = None
         self._keepalive: KeepaliveThread | None = None
         self.client_ssl = client_context(config.tls) if config.tls else None
         """TLS with this broker's certificate for requests to peers and the controller."""
@@ -197,8 +204,15 @@ class Broker:
             self._apply_session_answer,
         )
         loop = asyncio.get_running_loop()
+        self._controller = ControllerClient(
+            self._session,
+            self.controllers,
+            timeout_s=self.config.heartbeat_timeout_s,
+            connect_timeout_s=self.config.heartbeat_interval_ms / 1000,
+            now_ms=now_ms,
+        )
         self._keepalive = KeepaliveThread(
-            url=self.config.controller_url.rstrip("/") + HEARTBEAT_PATH,
+            target=lambda: self.controllers.current,
             interval_s=self.config.heartbeat_interval_ms / 1000,
             timeout_s=self.config.heartbeat_timeout_s,
             header=self._keepalive_header,
@@ -211,6 +225,7 @@ class Broker:
             asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
             asyncio.create_task(self._tick_loop(), name="tick"),
             asyncio.create_task(self._checkpoint_loop(), name="checkpoint"),
+            asyncio.create_task(self._retention_loop(), name="retention"),
             asyncio.create_task(self._recovery_loop(), name="recovery"),
         ]
         self._flusher = asyncio.create_task(self._flush_loop(), name="flush")
@@ -224,11 +239,13 @@ class Broker:
             fs=OsFileSystem(),
             data_dir=self._claim.data_dir,
             address=cfg.address,
+            rack=cfg.rack,
             log_config=cfg.log,
             fetch_backoff=cfg.fetch_backoff,
             replica_fetch_max_wait_ms=cfg.replica_fetch_max_wait_ms,
             replica_fetch_max_bytes=cfg.replica_fetch_max_bytes,
             replica_fetch_response_max_bytes=cfg.replica_fetch_response_max_bytes,
+            reassignment_throttle=ByteRate(cfg.reassignment_throttle_bytes),
         )
         reports = await asyncio.to_thread(core.open)
         self.core = core
@@ -520,6 +537,19 @@ class Broker:
     def list_offsets(self, name: str, at: str | int, leader_epoch: int | None) -> tuple[int, int]:
         return self.current_core().list_offsets(name, at, leader_epoch=leader_epoch)
 
+    async def delete_records(
+        self, name: str, before_offset: int, leader_epoch: int | None
+    ) -> tuple[int, int]:
+        """DeleteRecords at the leader: (the new log start offset, its leader epoch)."""
+        async with self._disk:
+            core = self.current_core()
+            try:
+                start = core.delete_records(name, before_offset, leader_epoch=leader_epoch)
+            finally:
+                self.run_deferred()
+            epoch = core.partitions[name].replica.leader_epoch
+        return start, epoch
+
     # -- replication: leader side ----------------------------------------------------------
 
     async def serve_session_fetch(self, request: SessionFetchRequest) -> SessionFetchAnswer:
@@ -657,6 +687,23 @@ class Broker:
             except (EpochlogError, OSError, ValueError) as exc:
                 log.error("hw_checkpoint_failed", broker=self.config.broker_id, error=str(exc))
 
+    async def _retention_loop(self) -> None:
+        interval = self.config.retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            core = self.core
+            if core is None:
+                continue
+            try:
+                # On the loop, with no group commit running: segments leave the list the
+                # readers and the flush walk. Idle, a pass only counts segments.
+                async with self._state, self._disk:
+                    if core is self.core:
+                        core.enforce_retention(now_ms())
+            except (EpochlogError, OSError, ValueError) as exc:
+                log.error("retention_failed", broker=self.config.broker_id, error=str(exc))
+            self.run_deferred()
+
     async def _recovery_loop(self) -> None:
         interval = RECOVERY_INTERVAL_MS / 1000
         while True:
@@ -690,12 +737,15 @@ class Broker:
         loop = asyncio.get_running_loop()
         while True:
             started = loop.time()
+            again = False
             try:
-                await self._heartbeat_once()
+                again = await self._heartbeat_once()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("heartbeat_crashed", broker=self.config.broker_id)
+            if again:
+                continue  # the next controller address, at once
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
                     self._report_now.wait(), max(0.0, started + interval - loop.time())
@@ -720,14 +770,18 @@ class Broker:
             fenced = HeartbeatResponse(fenced=True)
             self._loops.append(asyncio.create_task(self._apply_heartbeat_response(core, fenced, 0)))
 
-    async def _heartbeat_once(self) -> None:
+    async def _heartbeat_once(self) -> bool:
+        """One heartbeat to the current controller address; True when it went unanswered and
+        the next address is to be tried at once."""
         core = self.core
-        session = self._session
-        if core is None or session is None:
-            return
+        controller = self._controller
+        if core is None or controller is None:
+            return False
         cfg = self.config
         self._report_now.clear()
         self._faults_reported = core.storage_faults
+        await controller.resolve()
+        endpoint = self.controllers.current
         heartbeat = core.heartbeat(now_ms())
         data = heartbeat.model_dump_json(by_alias=True)
         self.metrics.heartbeat_bytes.inc(len(data))
@@ -735,47 +789,57 @@ class Broker:
             self._keepalive.loop_sent()
         self.metrics.heartbeat_reports.inc(len(heartbeat.partitions))
         try:
-            async with session.post(
-                cfg.controller_url.rstrip("/") + HEARTBEAT_PATH,
-                data=data,
-                headers={"Content-Type": "application/json"},
-                timeout=aiohttp.ClientTimeout(total=cfg.heartbeat_timeout_s),
-            ) as resp:
-                body = await resp.read()
-                status = resp.status
-            if status != 200:
-                raise ValueError(f"HTTP {status}: {body[:300]!r}")
-            response = HeartbeatResponse.model_validate_json(body)
-        except (aiohttp.ClientError, TimeoutError, OSError, ValueError, ValidationError) as exc:
+            response, size = await controller.send(endpoint, data)
+        except ControllerUnanswered as exc:
             core.heartbeat_failed(heartbeat.seq)
-            self.metrics.heartbeats.labels("error").inc()
-            self._shutdown_answer.notify()
-            if self._controller_ok is not False:
-                log.warning(
-                    "controller_unreachable",
-                    broker=cfg.broker_id,
-                    controller=cfg.controller_url,
-                    error=f"{type(exc).__name__}: {exc}",
-                )
-            self._controller_ok = False
-            return
+            standby = exc.failure is Failure.NOT_CONTROLLER
+            self.metrics.heartbeats.labels("not_controller" if standby else "error").inc()
+            again = self.controllers.failed(endpoint, exc.failure)
+            log.debug(
+                "controller_unanswered",
+                broker=cfg.broker_id,
+                controller=str(endpoint),
+                failure=str(exc.failure),
+                error=exc.detail,
+                next=str(self.controllers.current),
+            )
+            if not again:
+                # A whole round of addresses without an answer.
+                self._shutdown_answer.notify()
+                if self._controller_ok is not False:
+                    log.warning(
+                        "controller_unreachable",
+                        broker=cfg.broker_id,
+                        controller=cfg.controller_url,
+                        last=str(endpoint),
+                        error=str(exc),
+                    )
+                self._controller_ok = False
+            return again
+        self.controllers.answered(endpoint)
         self.metrics.heartbeats.labels("ok").inc()
-        if self._controller_ok is not True:
-            log.info("controller_reachable", broker=cfg.broker_id, controller=cfg.controller_url)
+        if self._controller_ok is not True or self._answered_by != str(endpoint):
+            log.info("controller_reachable", broker=cfg.broker_id, controller=str(endpoint))
         self._controller_ok = True
-        self.metrics.heartbeat_response_bytes.inc(len(body))
+        self._answered_by = str(endpoint)
+        self.metrics.heartbeat_response_bytes.inc(size)
         await self._apply_heartbeat_response(core, response, heartbeat.seq)
         if response.full_report_required:
             self._report_now.set()  # the controller holds nothing of this broker yet
+        return False
 
     async def _apply_heartbeat_response(
         self, core: BrokerCore, response: HeartbeatResponse, seq: int
     ) -> None:
-        bad = [a.name for a in response.assignments if not _PARTITION_NAME.match(a.name)]
+        named = response.assignments + response.stop_replicas
+        bad = [a.name for a in named if not _PARTITION_NAME.match(a.name)]
         if bad:
             log.error("invalid_partition_names", names=bad)
             response = response.model_copy(
-                update={"assignments": tuple(a for a in response.assignments if a.name not in bad)}
+                update={
+                    "assignments": tuple(a for a in response.assignments if a.name not in bad),
+                    "stop_replicas": tuple(a for a in response.stop_replicas if a.name not in bad),
+                }
             )
         async with self._state, self._disk:
             if core is not self.core:

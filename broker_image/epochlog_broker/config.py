@@ -1,7 +1,9 @@
 """Settings of one broker process, and where its peers are.
 
 `BrokerConfig` is everything the server needs besides the data on disk: who
-it is, where it listens and is reached, where the controller is, the timers of
+it is, where it listens and is reached, where the controller is (one or more
+base URLs, comma separated: the operator's replicas, of which the broker finds
+the acting one, see `controller_targets`), the timers of
 its loops, request limits, and how to reach another broker by id. Peers are
 named by id only in the controller's assignments, so the broker needs a way to
 turn an id into a URL: an explicit map (`peers`), the addresses the controller
@@ -18,9 +20,10 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from epochlog.http_limits import HttpLimits
-from epochlog.protocol.heartbeat import DEFAULT_HEARTBEAT_INTERVAL_MS
+from epochlog.protocol.heartbeat import DEFAULT_HEARTBEAT_INTERVAL_MS, MAX_RACK_LENGTH
 from epochlog.security.access import AccessPolicy
 from epochlog.security.tls import DEFAULT_RELOAD_INTERVAL_S, TlsFiles
+from epochlog_broker.controller_targets import split_controller_urls
 from epochlog_broker.log.config import LogConfig, MiB
 from epochlog_broker.replication.fetch_backoff import FetchBackoff
 
@@ -32,6 +35,9 @@ class BrokerConfig:
     broker_id: int
     data_dir: str
     controller_url: str
+    """Base URL(s) of the controller's heartbeat endpoint, comma separated; a host name may
+    resolve to several addresses (a headless Service). Heartbeats stick to the one that
+    answered last and move on when it fails or answers NOT_CONTROLLER."""
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     advertised_address: str | None = None
@@ -61,6 +67,9 @@ class BrokerConfig:
     """Default: twice the interval, at least one second."""
     checkpoint_interval_ms: int = 5000
     """How often the replication-offset-checkpoint (HW per partition) is written."""
+    retention_check_interval_ms: int = 300_000
+    """How often retention looks for segments to delete (Kafka's
+    log.retention.check.interval.ms)."""
     tick_interval_ms: int = 50
     """Granularity of produce timeouts in the purgatory."""
 
@@ -70,6 +79,9 @@ class BrokerConfig:
     """Bytes of one partition in one fetch answer (at least one batch goes)."""
     replica_fetch_response_max_bytes: int = 10 * MiB
     """Bytes of one fetch answer over all its partitions."""
+    reassignment_throttle_bytes: int = 0
+    """Bytes per second this broker serves, as a leader, to replicas that a reassignment
+    adds, over all partitions (Kafka's leader.replication.throttled.rate; 0: no limit)."""
     replica_request_timeout_ms: int = 5000
     """Time allowed to a replica request beyond its wait at the leader."""
     replica_backoff_ms: int = 50
@@ -95,6 +107,8 @@ class BrokerConfig:
     controlled_shutdown_timeout_s: float = 20.0
     """On SIGTERM, wait up to this long for the controller to move this broker's leaderships
     and ISR places (0: stop at once)."""
+    rack: str | None = None
+    """Its rack (zone), told to the controller, which spreads replicas over racks."""
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
@@ -106,10 +120,18 @@ class BrokerConfig:
             raise ValueError(f"probe port {self.probe_port} out of range")
         if self.heartbeat_interval_ms <= 0:
             raise ValueError("heartbeat interval must be positive")
+        if self.rack is not None and not 0 < len(self.rack) <= MAX_RACK_LENGTH:
+            raise ValueError(f"--rack must have 1 to {MAX_RACK_LENGTH} characters")
         if not self.tls_reload_interval_s > 0:
             raise ValueError("the certificate reload interval must be positive")
         if self.max_record_bytes <= 0 or self.max_request_bytes <= 0:
             raise ValueError("request limits must be positive")
+        split_controller_urls([self.controller_url])  # ControllerUrlError (a ValueError)
+
+    @property
+    def controller_urls(self) -> tuple[str, ...]:
+        """The controller's base URLs, in the order given."""
+        return split_controller_urls([self.controller_url])
 
     @property
     def address(self) -> str:

@@ -46,6 +46,14 @@ Protocol with the shell:
   `begin_flush()`, `sync_logs(names)` (in a worker thread, while nothing
   truncates or closes those logs), `end_flush(name, persisted)` for each.
 - `checkpoint_high_watermarks()` periodically and in `close()`.
+- Retention: `enforce_retention(now_ms)` every retention check interval (Kafka's
+  log.retention.check.interval.ms). It looks only at logs with closed segments or a
+  moved log start, moves log starts (`log_retention.decide_retention`), writes the
+  `log-start-offset-checkpoint` once, then deletes the segments below the starts.
+  `delete_records` (a leader, DeleteRecords) moves a log start up to the HW the same
+  way. Leaders carry their log start in fetch answers; followers take it up to their
+  own HW, and a follower whose log ends below the leader's log start starts its log
+  over there.
 - Storage faults stay inside the partition: an I/O error, a full disk or damaged
   data of one log (at open or later) takes only that replica offline
   (`Hosted.fault`; `storage_error_of(name)` for the heartbeat). Its requests
@@ -58,6 +66,10 @@ Protocol with the shell:
   `end_recovery(attempt, outcome, now_ms)` back on the loop; or `recover(now_ms)`
   in one go. A replica back from a fault starts over as a follower of its last
   assignment and never leads again an epoch it led before the fault.
+- Reassignment: a partition the controller reassigned away comes back in the
+  answer's `stopReplicas`; `on_heartbeat_response` stops its replica and deletes
+  its directory's files (`replica_deletion`), only when the assignment this
+  broker holds names it and is older. Nothing else deletes a replica.
 """
 
 from __future__ import annotations
@@ -97,12 +109,14 @@ from epochlog.protocol.heartbeat import (
 )
 from epochlog_broker.held_assignment import read_held, write_held
 from epochlog_broker.log.batch_sync import sync_files
-from epochlog_broker.log.checkpoints import HighWatermarkCheckpoint
+from epochlog_broker.log.checkpoints import HighWatermarkCheckpoint, LogStartCheckpoint
 from epochlog_broker.log.config import LogConfig
 from epochlog_broker.log.fs import FileSystem, ensure_dir
 from epochlog_broker.log.partition_log import PartitionLog, RecoveryReport
 from epochlog_broker.log.repair import RepairPlan, apply_repair, plan_repair, probe_space
+from epochlog_broker.log.retention import RetentionLimits, decide_retention
 from epochlog_broker.log.storage_id import load_or_format, new_storage_id
+from epochlog_broker.replica_deletion import delete_files, is_deleted
 from epochlog_broker.replication.fetch_backoff import FetchBackoff, LeaderFailures
 from epochlog_broker.replication.fetch_session import (
     FollowerSession,
@@ -119,6 +133,7 @@ from epochlog_broker.replication.follower import (
     FollowerState,
     SendFetch,
     SendOffsetsForLeaderEpoch,
+    StartAt,
     Truncate,
 )
 from epochlog_broker.replication.leader import (
@@ -147,6 +162,7 @@ from epochlog_broker.replication.replica import (
     Replica,
     TransitionKind,
 )
+from epochlog_broker.replication.throttle import ByteRate
 from epochlog_broker.report_session import ReportSession
 from epochlog_broker.storage_faults import (
     FaultKind,
@@ -179,14 +195,16 @@ _ReportFacts = tuple[
     int | None,
     tuple[tuple[int, int, bool, int | None], ...],
     tuple[tuple[int, int, int, int], ...],
+    int,
 ]
 """role, leaderEpoch, partitionEpoch, logEndOffset, lastEpoch, highWatermark, assignment,
 storageError, epochStartOffset, followers (replica, logEndOffset, caughtUp,
-lastCaughtUpTime), proposals (replica, brokerEpoch, logEndOffset, proposalId)."""
+lastCaughtUpTime), proposals (replica, brokerEpoch, logEndOffset, proposalId),
+logStartOffset."""
 
 
 def _report(name: str, facts: _ReportFacts) -> PartitionReport:
-    role, epoch, pepoch, end, last, hw, held, error, start, followers, proposals = facts
+    role, epoch, pepoch, end, last, hw, held, error, start, followers, proposals, first = facts
     return PartitionReport(
         name=name,
         role=role,
@@ -198,6 +216,7 @@ def _report(name: str, facts: _ReportFacts) -> PartitionReport:
         assignment=held,
         storage_error=error,
         epoch_start_offset=start,
+        log_start_offset=first,
         followers=tuple(
             FollowerProgress(
                 replica=r, log_end_offset=o, last_caught_up_time=t, caught_up=caught_up
@@ -380,6 +399,10 @@ class Hosted:
     """Follower: the leader whose fetch session holds this partition."""
     session_high_watermark: int = -1
     """Leader: the high watermark its fetch sessions were last told has moved."""
+    retention: RetentionLimits = field(default_factory=RetentionLimits)
+    """The partition's retention settings, as the controller last sent them."""
+    session_log_start: int = -1
+    """Leader: the log start its fetch sessions were last told has moved."""
 
     def rebuild_producers(self) -> None:
         self.producers = producers_of(self.log)
@@ -450,6 +473,7 @@ class BrokerCore:
     fs: FileSystem
     data_dir: str
     address: str = ""
+    rack: str | None = None
     log_config: LogConfig = field(default_factory=LogConfig)
     partitions: dict[str, Hosted] = field(default_factory=dict)
     fenced: bool = False
@@ -477,6 +501,9 @@ class BrokerCore:
     shutdown_progress: ControlledShutdownProgress | None = None
     """The controller's latest answer to the controlled shutdown: what it still waits for."""
 
+    default_retention: RetentionLimits = field(default_factory=RetentionLimits)
+    """Retention of partitions whose assignment does not say (older controllers)."""
+
     storage_retry_ms: int = 1_000
     """First wait before bringing back a replica after a storage fault (then doubling)."""
     storage_retry_max_ms: int = 10_000
@@ -488,6 +515,8 @@ class BrokerCore:
     """Bytes of one partition in one fetch answer (at least one batch goes)."""
     replica_fetch_response_max_bytes: int = 10 << 20
     """Bytes of one fetch answer over all its partitions."""
+    reassignment_throttle: ByteRate = field(default_factory=lambda: ByteRate(0))
+    """Leader side: bytes per second served to replicas a reassignment adds (0: no limit)."""
 
     def __post_init__(self) -> None:
         self.storage_faults = 0
@@ -495,6 +524,9 @@ class BrokerCore:
         self._deferred: list[Effect] = []
         self._pending: dict[int, _Pending] = {}
         self._high_watermark_checkpoint: HighWatermarkCheckpoint | None = None
+        self._log_start_checkpoint: LogStartCheckpoint | None = None
+        self._log_starts_dirty = False
+        """A log start moved since the log-start-offset-checkpoint was last written."""
         self.fetch_sessions: dict[int, FollowerSession[_WantedFetch]] = {}
         """Follower side: the fetch session with each leader broker."""
         self.leader_sessions = LeaderSessions(id_base=self.broker_epoch * 1_000_000)
@@ -522,16 +554,29 @@ class BrokerCore:
                 broker=self.broker_id,
                 error=str(self._high_watermark_checkpoint.load_error),
             )
+        self._log_start_checkpoint = LogStartCheckpoint.load(self.fs, self.data_dir)
+        if self._log_start_checkpoint.load_error is not None:
+            log.warning(
+                "log_start_checkpoint_damaged",
+                broker=self.broker_id,
+                error=str(self._log_start_checkpoint.load_error),
+            )
         reports = []
         for name in sorted(self.fs.listdir(self.data_dir)):
-            if self.fs.is_dir(posixpath.join(self.data_dir, name)):
-                reports.append(self._host(name).log.recovery)
+            directory = posixpath.join(self.data_dir, name)
+            if not self.fs.is_dir(directory):
+                continue
+            if is_deleted(self.fs, directory):
+                delete_files(self.fs, directory)  # a deletion a crash interrupted
+                continue
+            reports.append(self._host(name).log.recovery)
         return reports
 
     def close(self) -> None:
         """Flush, checkpoint and close every log (a clean shutdown)."""
         self.flush()
         self.checkpoint_high_watermarks()
+        self.checkpoint_log_starts()
         for host in self.partitions.values():
             host.log.close()
 
@@ -564,7 +609,10 @@ class BrokerCore:
         """The partition's log opened; a log that fails to open is hosted offline."""
         directory = posixpath.join(self.data_dir, name)
         try:
-            plog = PartitionLog.open(self.fs, directory, self.log_config, name=name)
+            start = self._start_of(name)
+            plog = PartitionLog.open(
+                self.fs, directory, self.log_config, name=name, log_start_offset=start
+            )
         except (StorageError, CorruptRecordError) as exc:
             return self._offline_at_open(name, replica, exc)
         host = Hosted(plog, replica, recovery=plog.recovery)
@@ -714,7 +762,10 @@ class BrokerCore:
                     _log_repair(name, plan, "automatic")
                     apply_repair(self.fs, plan)
             probe_space(self.fs, directory)
-            plog = PartitionLog.open(self.fs, directory, self.log_config, name=name)
+            start = self._start_of(name)
+            plog = PartitionLog.open(
+                self.fs, directory, self.log_config, name=name, log_start_offset=start
+            )
         except OSError as exc:
             error = StorageError(f"{name}: {exc.strerror or exc} ({exc.filename})")
             error.__cause__ = exc
@@ -837,6 +888,7 @@ class BrokerCore:
             partitions=tuple(_report(n, facts[n]) for n in plan.names),
             removed=plan.removed,
             controlled_shutdown=self.controlled_shutdown,
+            rack=self.rack,
         )
 
     def begin_controlled_shutdown(self) -> None:
@@ -894,6 +946,7 @@ class BrokerCore:
                 role.epoch_start_offset,
                 tuple(followers),
                 proposals,
+                plog.log_start_offset,
             )
         assignment = replica.assignment
         return (
@@ -908,6 +961,7 @@ class BrokerCore:
             None,
             (),
             (),
+            plog.log_start_offset,
         )
 
     def on_heartbeat_response(
@@ -930,6 +984,8 @@ class BrokerCore:
         for pa in response.assignments:
             if pa.name in self.partitions or self.broker_id in pa.replicas:
                 effects += self._apply(pa, now_ms)
+        for pa in response.stop_replicas:
+            effects += self._stop_replica(pa, now_ms)
         for rej in response.rejected_isr_proposals:
             host = self.partitions.get(rej.name)
             role = host.replica.role if host else None
@@ -958,10 +1014,13 @@ class BrokerCore:
             return []
         replica, plog = host.replica, host.log
         replica.config = PartitionConfig(pa.min_insync_replicas, pa.replica_lag_time_max_ms)
+        self._configure_log(host, pa)
         facts = LogFacts(
             plog.log_end_offset,
             plog.persisted_log_end_offset,
-            self.high_watermark_checkpoint.get(pa.name) or 0,
+            # Everything below the log start was committed (retention and DeleteRecords
+            # stop at a high watermark): a checkpoint behind it understates.
+            max(self.high_watermark_checkpoint.get(pa.name) or 0, plog.log_start_offset),
             plog.epochs,
         )
         assignment = Assignment(
@@ -993,6 +1052,53 @@ class BrokerCore:
         if isinstance(replica.role, Leader):
             self._check_session_high_watermark(host, replica.role)
         return effects + self._follower_effects(host, follower_actions)
+
+    def _stop_replica(self, pa: PartitionAssignment, now_ms: int) -> list[Effect]:
+        """`pa` left this broker out of the replicas: stop the replica, delete its data."""
+        host = self.partitions.get(pa.name)
+        if host is None or self.broker_id in pa.replicas:
+            return []
+        held = _held(host.replica.assignment) or host.held
+        if (
+            held is None
+            or self.broker_id not in held.replicas
+            or (held.leader_epoch, held.partition_epoch) >= (pa.leader_epoch, pa.partition_epoch)
+        ):
+            # Not a replica this broker knows it was: nothing says the data is not needed.
+            log.warning(
+                "replica_deletion_refused",
+                partition=pa.name,
+                partitionEpoch=pa.partition_epoch,
+                held=None if held is None else held.partition_epoch,
+            )
+            return []
+        effects = self._apply(pa, now_ms)  # a leader resigns, a follower stops fetching
+        self._role_changed(host)
+        try:
+            host.log.close()
+        except _DISK_ERRORS:
+            host.log.release()
+        del self.partitions[pa.name]
+        directory = posixpath.join(self.data_dir, pa.name)
+        try:
+            # The broker's checkpoints forget it first: a replica added here again later
+            # starts afresh, not at this one's high watermark or log start.
+            self.checkpoint_high_watermarks()
+            self._write_log_starts()
+            removed = delete_files(self.fs, directory)
+        except _DISK_ERRORS as exc:
+            # The marker makes the next start finish it; the replica is gone either way.
+            log.warning("replica_deletion_failed", partition=pa.name, error=str(exc))
+            return effects
+        log.info(
+            "replica_deleted",
+            partition=pa.name,
+            broker=self.broker_id,
+            partitionEpoch=pa.partition_epoch,
+            replicas=list(pa.replicas),
+            files=removed,
+        )
+        return effects
 
     def _may_apply(self, host: Hosted, pa: PartitionAssignment) -> bool:
         """Offline replicas only note assignments; none leads an epoch led before a fault."""
@@ -1268,6 +1374,112 @@ class BrokerCore:
             cp.update(name, host.replica.high_watermark)
         return cp.write(self._checkpointed_partitions())
 
+    # -- retention and the log start -------------------------------------------------------
+
+    def _start_of(self, name: str) -> int | None:
+        cp = self._log_start_checkpoint
+        return None if cp is None else cp.get(name)
+
+    def _configure_log(self, host: Hosted, pa: PartitionAssignment) -> None:
+        """Take the partition's retention and segment settings from its assignment."""
+        default = self.default_retention
+        host.retention = RetentionLimits(
+            default.retention_ms if pa.retention_ms is None else pa.retention_ms,
+            default.retention_bytes if pa.retention_bytes is None else pa.retention_bytes,
+        )
+        config = replace(
+            self.log_config,
+            segment_bytes=pa.segment_bytes or self.log_config.segment_bytes,
+            segment_ms=pa.segment_ms or self.log_config.segment_ms,
+        )
+        if config != host.log.config:
+            host.log.config = config
+
+    def _write_log_starts(self, override: dict[str, int] | None = None) -> None:
+        cp = self._log_start_checkpoint
+        if cp is None:
+            return
+        starts = {}
+        for name, host in self.partitions.items():
+            start = cp.get(name) if host.fault is not None else host.log.log_start_offset
+            if start:
+                starts[name] = start
+        starts.update(override or {})
+        cp.write(starts)
+        self._log_starts_dirty = False
+
+    def checkpoint_log_starts(self) -> None:
+        """Write the log-start-offset-checkpoint if a log start moved since the last write."""
+        if self._log_starts_dirty:
+            self._write_log_starts()
+
+    def enforce_retention(self, now_ms: int) -> list[str]:
+        """One retention pass: the partitions whose log start moved.
+
+        Only logs with a closed segment are looked at. Every moved start is
+        checkpointed (one write) before any segment is removed."""
+        moved: list[Hosted] = []
+        for host in self.partitions.values():
+            plog = host.log
+            if host.fault is not None or len(plog.segments) < 2:
+                continue
+            decision = decide_retention(
+                plog.segment_facts(),
+                log_start_offset=plog.log_start_offset,
+                high_watermark=host.replica.high_watermark,
+                limits=host.retention,
+                now_ms=now_ms,
+            )
+            if decision.segments:
+                plog.advance_log_start(decision.log_start_offset)
+                moved.append(host)
+        if moved:
+            self._log_starts_dirty = True
+        self.checkpoint_log_starts()
+        for host in moved:
+            self._delete_below_start(host)
+        return [h.log.name for h in moved]
+
+    def _delete_below_start(self, host: Hosted) -> None:
+        try:
+            host.log.delete_segments_below_start()
+        except _DISK_ERRORS as exc:
+            self._deferred += self._take_offline(host, exc)
+            return
+        role = host.replica.role
+        if isinstance(role, Leader):
+            self._check_session_high_watermark(host, role)
+
+    def delete_records(
+        self, name: str, before_offset: int, *, leader_epoch: int | None = None
+    ) -> int:
+        """DeleteRecords: records below `before_offset` (-1: the high watermark) go; the
+        log start offset after it (Kafka's low watermark). Bounded by the high watermark
+        (OFFSET_OUT_OF_RANGE above it); an offset below the log start changes nothing."""
+        host = self._get(name)
+        role = self._leader(host, leader_epoch)
+        high_watermark = role.high_watermark
+        target = high_watermark if before_offset == -1 else before_offset
+        plog = host.log
+        if not 0 <= target <= high_watermark:
+            raise OffsetOutOfRangeError(
+                f"{name}: cannot delete records before {target}: the high watermark is "
+                f"{high_watermark}",
+                logStartOffset=plog.log_start_offset,
+                highWatermark=high_watermark,
+                leaderEpoch=role.leader_epoch,
+            )
+        try:
+            if plog.advance_log_start(target):
+                self._write_log_starts()
+        except _DISK_ERRORS as exc:
+            raise self._disk_failed(host, exc) from exc
+        self._delete_below_start(host)
+        if host.fault is not None:
+            raise self._offline_error(host)
+        log.info("records_deleted", partition=name, logStartOffset=plog.log_start_offset)
+        return plog.log_start_offset
+
     def _checkpointed_partitions(self) -> list[str]:
         # Every partition on disk keeps its line, whatever its role (KAFKA-1647).
         return sorted(self.partitions)
@@ -1285,6 +1497,9 @@ class BrokerCore:
         if isinstance(answer, DivergingEpoch):
             return answer, effects
         assert isinstance(answer, ReadRange)
+        if answer.start_offset < host.log.log_start_offset:
+            self._deferred += effects
+            raise self._below_log_start(host, answer)
         try:
             batches = host.log.read_batches(answer.start_offset, max_bytes, answer.end_offset)
         except _DISK_ERRORS as exc:
@@ -1295,8 +1510,18 @@ class BrokerCore:
                 answer.leader_epoch,
                 answer.high_watermark,
                 tuple(Batch(b.base_offset, b.last_offset, b.leader_epoch, b) for b in batches),
+                host.log.log_start_offset,
             ),
             effects,
+        )
+
+    def _below_log_start(self, host: Hosted, answer: ReadRange) -> OffsetOutOfRangeError:
+        """A follower fetching below the log start: it starts its log over there."""
+        return OffsetOutOfRangeError(
+            f"{host.log.name}: fetch offset {answer.start_offset} is below the log start "
+            f"{host.log.log_start_offset}",
+            logStartOffset=host.log.log_start_offset,
+            leaderEpoch=answer.leader_epoch,
         )
 
     def handle_offsets_for_leader_epoch(
@@ -1356,23 +1581,35 @@ class BrokerCore:
                 entries.append((name, answer))
                 s.high_watermark_sent[name] = answer.high_watermark
                 continue
+            start = host.log.log_start_offset
+            if answer.start_offset < start:
+                entries.append((name, self._below_log_start(host, answer)))
+                self.leader_sessions.forget(s, name)
+                continue
             if answer.start_offset >= answer.end_offset:
-                if answer.high_watermark != s.high_watermark_sent.get(name):
+                if answer.high_watermark != s.high_watermark_sent.get(
+                    name
+                ) or start != s.log_start_sent.get(name, 0):
                     s.high_watermark_moved.add(name)
                 continue
-            if budget <= 0:
+            limit = min(s.partition_max_bytes, budget)
+            throttled = host.heard is not None and s.replica_id in host.heard.adding_replicas
+            if throttled:
+                limit = min(limit, self.reassignment_throttle.available(now_ms))
+            if limit <= 0:
                 left.append(name)
                 continue
             try:
-                read = host.log.read_batches(
-                    answer.start_offset, min(s.partition_max_bytes, budget), answer.end_offset
-                )
+                read = host.log.read_batches(answer.start_offset, limit, answer.end_offset)
             except _DISK_ERRORS as exc:
                 effects += self._take_offline(host, exc)
                 entries.append((name, self._offline_error(host)))
                 self.leader_sessions.forget(s, name)
                 continue
-            budget -= sum(b.size for b in read)
+            size = sum(b.size for b in read)
+            budget -= size
+            if throttled:
+                self.reassignment_throttle.spend(size, now_ms)
             entries.append(
                 (
                     name,
@@ -1380,10 +1617,12 @@ class BrokerCore:
                         answer.leader_epoch,
                         answer.high_watermark,
                         tuple(Batch(b.base_offset, b.last_offset, b.leader_epoch, b) for b in read),
+                        start,
                     ),
                 )
             )
             s.high_watermark_sent[name] = answer.high_watermark
+            s.log_start_sent[name] = start
             s.last_served = name
         s.pending.update(left)
         if entries or final:
@@ -1399,14 +1638,20 @@ class BrokerCore:
             fetch = s.partitions[name]
             if not isinstance(role, Leader) or role.leader_epoch != fetch.leader_epoch:
                 continue  # its role change is news of its own (`LeaderSessions.changed`)
-            if role.high_watermark != s.high_watermark_sent.get(name):
+            start = host.log.log_start_offset if host is not None else 0
+            if role.high_watermark != s.high_watermark_sent.get(
+                name
+            ) or start != s.log_start_sent.get(name, 0):
                 s.high_watermark_sent[name] = role.high_watermark
-                out.append((name, FetchData(role.leader_epoch, role.high_watermark)))
+                s.log_start_sent[name] = start
+                out.append((name, FetchData(role.leader_epoch, role.high_watermark, (), start)))
         return out
 
     def _check_session_high_watermark(self, host: Hosted, role: Leader) -> None:
-        if role.high_watermark != host.session_high_watermark:
+        start = host.log.log_start_offset
+        if role.high_watermark != host.session_high_watermark or start != host.session_log_start:
             host.session_high_watermark = role.high_watermark
+            host.session_log_start = start
             self.leader_sessions.high_watermark_moved(host.log.name)
 
     def _note_session_fetches(self, host: Hosted, role: Leader, now_ms: int) -> None:
@@ -1544,7 +1789,9 @@ class BrokerCore:
     ) -> LeaderAnswerApplied:
         """What came back for `sent`: the leader's answer, its typed error, or nothing
         (None: no answer in time, no connection; `failure` says why, for the log)."""
-        host = self.partitions[sent.partition]
+        host = self.partitions.get(sent.partition)
+        if host is None:
+            return LeaderAnswerApplied([], "stale")  # deleted since: reassigned away
         if answer is None or isinstance(answer, EpochlogError):
             return self._leader_failed(host, sent, answer, failure)
         if host.session == sent.session and host.leader_failures.succeeded():
@@ -1563,7 +1810,17 @@ class BrokerCore:
             return LeaderAnswerApplied([], str(exc.code))
         if isinstance(answer, FetchData) and host.session == sent.session:
             host.leader_high_watermark = answer.high_watermark
+            self._take_leader_log_start(host, answer.log_start_offset)
         return LeaderAnswerApplied(effects, "ok")
+
+    def _take_leader_log_start(self, host: Hosted, leader_log_start: int) -> None:
+        """A follower moves its log start up to the leader's, as far as its own high
+        watermark (Kafka's log start propagation); the next retention pass
+        checkpoints it and deletes the segments below it."""
+        target = min(leader_log_start, host.replica.high_watermark)
+        if host.fault is None and target > host.log.log_start_offset:
+            host.log.advance_log_start(target)
+            self._log_starts_dirty = True
 
     def _leader_failed(
         self, host: Hosted, sent: SendToLeader, error: EpochlogError | None, failure: str
@@ -1606,8 +1863,17 @@ class BrokerCore:
         out: list[Effect] = []
         for a in actions:
             if isinstance(a, Truncate):
+                start = host.log.log_start_offset
                 if host.log.truncate_to(a.offset):
                     host.rebuild_producers()
+                if host.log.log_start_offset != start:
+                    self._write_log_starts()
+            elif isinstance(a, StartAt):
+                # The new start is durable first: a crash in the middle of dropping the
+                # segments reopens the log there (`PartitionLog.open`).
+                self._write_log_starts({host.log.name: a.offset})
+                host.log.reset_to(a.offset)
+                host.rebuild_producers()
             elif isinstance(a, Append):
                 for b in a.batches:
                     # Batches come as the leader's log read them or as the replica wire
@@ -1706,7 +1972,9 @@ class BrokerCore:
     def list_offsets(
         self, name: str, at: str | int, *, leader_epoch: int | None = None
     ) -> tuple[int, int]:
-        """ListOffsets: (offset, leaderEpoch) for earliest, latest or a timestamp in ms."""
+        """ListOffsets: (offset, leaderEpoch) for earliest, latest or a timestamp in ms (the
+        first offset below the HW stamped at or after it, found through the segments' time
+        indexes; the HW when there is none, as Kafka answers the log end)."""
         host = self._get(name)
         role = self._leader(host, leader_epoch)
         high_watermark = host.replica.client_high_watermark()
@@ -1716,16 +1984,8 @@ class BrokerCore:
             return high_watermark, role.leader_epoch
         if not isinstance(at, int) or at < 0:
             raise InvalidRequestError(f"{name}: at must be earliest, latest or a time in ms")
-        offset = host.log.log_start_offset
-        while offset < high_watermark:
-            try:
-                records = host.log.read_records(offset, upper_bound=high_watermark)
-            except _DISK_ERRORS as exc:
-                raise self._disk_failed(host, exc) from exc
-            for r in records:
-                if r.timestamp >= at:
-                    return r.offset, role.leader_epoch
-            if not records:
-                break
-            offset = records[-1].offset + 1
-        return high_watermark, role.leader_epoch
+        try:
+            found = host.log.offset_for_timestamp(at, high_watermark)
+        except _DISK_ERRORS as exc:
+            raise self._disk_failed(host, exc) from exc
+        return (high_watermark if found is None else found), role.leader_epoch

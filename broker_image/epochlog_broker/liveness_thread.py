@@ -13,23 +13,27 @@ it carries no report and re-asserts none, so the controller keeps judging
 followers' lag by the last heartbeat that had reports.
 
 The thread hands a `fenced` answer to the loop; every other answer is the
-loop's business and comes with its next heartbeat.
+loop's business and comes with its next heartbeat. It sends to the controller
+address the loop's heartbeats last reached (`ControllerTargets.current`), the
+replica that holds the report session; it never moves on by itself.
 """
 
 from __future__ import annotations
 
+import http.client
 import ssl
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import structlog
 from pydantic import ValidationError
 
 from epochlog.protocol.heartbeat import BrokerHeartbeat, HeartbeatResponse
+from epochlog_broker.controller_client import HEARTBEAT_PATH
+from epochlog_broker.controller_targets import ControllerEndpoint
 
 log = structlog.get_logger("epochlog.broker")
 
@@ -49,7 +53,7 @@ class KeepaliveThread:
     def __init__(
         self,
         *,
-        url: str,
+        target: Callable[[], ControllerEndpoint],
         interval_s: float,
         timeout_s: float,
         header: Callable[[], KeepaliveHeader | None],
@@ -58,7 +62,7 @@ class KeepaliveThread:
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._ssl = ssl_context
-        self._url = url
+        self._target = target
         self._interval = interval_s
         self._timeout = timeout_s
         self._header = header
@@ -101,18 +105,13 @@ class KeepaliveThread:
             session_id=header.session_id,
             liveness_only=True,
         ).model_dump_json(by_alias=True)
-        request = urllib.request.Request(
-            self._url,
-            data=body.encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
         self._last_sent = time.monotonic()
         self.sent += 1
         try:
-            with urllib.request.urlopen(request, timeout=self._timeout, context=self._ssl) as rsp:
-                answer = HeartbeatResponse.model_validate_json(rsp.read())
-        except (urllib.error.URLError, OSError, ValidationError, ValueError) as exc:
+            answer = HeartbeatResponse.model_validate_json(
+                post(self._target(), body.encode(), self._timeout, self._ssl)
+            )
+        except (OSError, http.client.HTTPException, ValidationError, ValueError) as exc:
             log.debug("keepalive_failed", broker=header.broker_id, error=str(exc))
             return
         log.info(
@@ -123,3 +122,58 @@ class KeepaliveThread:
         )
         if answer.fenced:
             self._on_fenced()
+
+
+class _TlsConnection(http.client.HTTPSConnection):
+    """HTTPS to an address, verifying the certificate against a host name (the URL's)."""
+
+    def __init__(
+        self,
+        address: str,
+        port: int,
+        *,
+        server_hostname: str,
+        context: ssl.SSLContext,
+        timeout: float,
+    ) -> None:
+        super().__init__(address, port, timeout=timeout, context=context)
+        self._server_hostname = server_hostname
+        self._tls = context
+
+    def connect(self) -> None:
+        http.client.HTTPConnection.connect(self)
+        self.sock = self._tls.wrap_socket(self.sock, server_hostname=self._server_hostname)
+
+
+def post(
+    endpoint: ControllerEndpoint, body: bytes, timeout_s: float, context: ssl.SSLContext | None
+) -> bytes:
+    """POST a heartbeat to `endpoint` with a blocking client: the answer's body; OSError
+    (a TimeoutError too) or http.client.HTTPException without one, ValueError for an
+    error status."""
+    parts = urlsplit(endpoint.url)
+    host = endpoint.address or endpoint.host
+    tls = parts.scheme == "https"
+    port = parts.port or (443 if tls else 80)
+    connection: http.client.HTTPConnection
+    if tls:
+        context = context or ssl.create_default_context()
+        connection = _TlsConnection(
+            host, port, server_hostname=endpoint.host, context=context, timeout=timeout_s
+        )
+    else:
+        connection = http.client.HTTPConnection(host, port, timeout=timeout_s)
+    try:
+        connection.request(
+            "POST",
+            parts.path + HEARTBEAT_PATH,
+            body=body,
+            headers={"Content-Type": "application/json", "Host": parts.netloc},
+        )
+        response = connection.getresponse()
+        answer = response.read()
+    finally:
+        connection.close()
+    if response.status != 200:
+        raise ValueError(f"HTTP {response.status}: {answer[:300]!r}")
+    return answer

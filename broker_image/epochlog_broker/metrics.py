@@ -65,6 +65,14 @@ class PartitionCollector(Collector):
             "start": GaugeMetricFamily(
                 "epochlog_partition_log_start_offset", "Log start offset", labels=labels
             ),
+            "size": GaugeMetricFamily(
+                "epochlog_partition_size_bytes",
+                "Bytes of the partition's log segments on this broker",
+                labels=labels,
+            ),
+            "segments": GaugeMetricFamily(
+                "epochlog_partition_segments", "Log segments on this broker", labels=labels
+            ),
             "epoch": GaugeMetricFamily(
                 "epochlog_partition_leader_epoch", "Leader epoch known", labels=labels
             ),
@@ -89,6 +97,8 @@ class PartitionCollector(Collector):
                 families["persisted"].add_metric([name], plog.persisted_log_end_offset)
                 families["hw"].add_metric([name], replica.high_watermark)
                 families["start"].add_metric([name], plog.log_start_offset)
+                families["size"].add_metric([name], plog.size_bytes)
+                families["segments"].add_metric([name], len(plog.segments))
                 families["epoch"].add_metric([name], reported_epoch(replica.leader_epoch))
                 assignment = replica.assignment
                 families["isr"].add_metric([name], len(assignment.isr) if assignment else 0)

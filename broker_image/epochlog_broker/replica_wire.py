@@ -138,7 +138,11 @@ def encode_session_answer(answer: SessionFetchAnswer) -> bytes:
                 if not isinstance(b.payload, RecordBatch):
                     raise TypeError("fetch answers carry the stored batches")
                 batches.append((b.base_offset, b.last_offset, b.leader_epoch, b.payload.raw))
-            entries.append(data_entry(name, pa.leader_epoch, pa.high_watermark, len(pa.batches)))
+            entries.append(
+                data_entry(
+                    name, pa.leader_epoch, pa.high_watermark, len(pa.batches), pa.log_start_offset
+                )
+            )
     return frame(session_header(answer.session_id, entries), batches)
 
 
@@ -184,6 +188,7 @@ def decode_session_answer(body: bytes) -> SessionFetchAnswer:
                         e.leader_epoch,
                         e.high_watermark,
                         tuple(Batch(b.base_offset, b.last_offset, b.leader_epoch, b) for b in mine),
+                        e.log_start_offset,
                     ),
                 )
             )

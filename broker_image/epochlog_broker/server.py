@@ -53,6 +53,7 @@ from epochlog.http_limits import LimitedSite, read_body
 from epochlog.protocol.batch import Record
 from epochlog.protocol.bodies import (
     MAX_RECORDS_PER_READ,
+    DeleteRecordsAnswer,
     HealthAnswer,
     OffsetsAnswer,
     Params,
@@ -338,6 +339,15 @@ async def list_offsets(request: web.Request) -> web.Response:
     return _answer(OffsetsAnswer(offset=offset, leader_epoch=epoch))
 
 
+async def delete_records(request: web.Request) -> web.Response:
+    broker = request.app[BROKER_KEY]
+    name = request.match_info["name"]
+    _allow(request, Operation.WRITE, name)
+    before = int_param(request.query, Params.BEFORE_OFFSET, minimum=-1)
+    start, epoch = await broker.delete_records(name, before, optional_epoch(request.query))
+    return _answer(DeleteRecordsAnswer(log_start_offset=start, leader_epoch=epoch))
+
+
 async def list_partitions(request: web.Request) -> web.Response:
     broker, gate, who = request.app[BROKER_KEY], request.app[GATE_KEY], _who(request)
     listing = broker.describe()
@@ -426,6 +436,7 @@ def build_app(broker: Broker, gate: Gate | None = None) -> web.Application:
     app.router.add_post("/v1/partitions/{name}/records", produce)
     app.router.add_get("/v1/partitions/{name}/records", read_records)
     app.router.add_get("/v1/partitions/{name}/offsets", list_offsets)
+    app.router.add_post("/v1/partitions/{name}/delete-records", delete_records)
     app.router.add_get("/v1/partitions", list_partitions)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

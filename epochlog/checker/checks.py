@@ -10,6 +10,10 @@ Checks:
   leader's log at its offset.
 - read-lost: a record a consumer read (below the HW) is not at that offset in
   the final log.
+  Records below the final log's start offset were removed by retention or
+  DeleteRecords, not lost: both are told apart by the replicas' log starts
+  (`log_starts`; without them, a log starts at its first record). Everything at
+  or above a log start must be there (`removed_by_retention` counts the others).
 - diverged: two replicas hold different records at an offset below both of
   their high watermarks (audited during the run and at the end).
 - duplicate / phantom: a record appears twice in a replica's log, or a record
@@ -32,7 +36,8 @@ Checks:
   once every replicaLagTimeMaxMs (less the reporting delay) was removed from
   the ISR for lag; only judged while follower, leader, controller and their
   links were undisturbed, so that lag is the only possible reason, and not for a
-  follower in a controlled shutdown (it asked to leave).
+  follower in a controlled shutdown (it asked to leave) or one a reassignment
+  took off the replicas.
 - isr-stuck-kept: a follower that stopped reading was still in the ISR more
   than replicaLagTimeMaxMs plus the leader's caught-up window, one heartbeat
   and one status write later.
@@ -70,7 +75,16 @@ from epochlog.protocol.wire import wire_name
 from epochlog.resources import PartitionStatus
 
 ReplicaLog = tuple[list[tuple[int, int, str]], int]
-"""A replica's records as (offset, leaderEpoch, value) and its high watermark."""
+"""A replica's records as (offset, leaderEpoch, value) from its log start, and its high
+watermark."""
+LogStarts = Mapping[str, Mapping[int, int]]
+"""Partition -> broker -> that replica's log start offset."""
+
+
+def _start_of(records: list[tuple[int, int, str]], starts: Mapping[int, int], broker: int) -> int:
+    if broker in starts:
+        return starts[broker]
+    return records[0][0] if records else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +125,8 @@ class Checker:
         self.violations: list[Violation] = []
         self._reported_stuck: set[tuple[str, int, int]] = set()
         self._restored_at: dict[tuple[str, int], int] = {}
+        self.removed_by_retention: dict[str, int] = {}
+        """Acknowledged or read records found below the final log start, per partition."""
 
     def _flag(self, check: str, time: int, partition: str, message: str) -> None:
         self.violations.append(Violation(check, time, partition, message))
@@ -122,29 +138,37 @@ class Checker:
         now: int,
         logs: Mapping[str, Mapping[int, ReplicaLog]],
         statuses: Mapping[str, PartitionStatus | None],
+        log_starts: LogStarts | None = None,
     ) -> None:
         for partition, replicas in logs.items():
-            self._check_agreement(now, partition, replicas)
+            self._check_agreement(now, partition, replicas, (log_starts or {}).get(partition, {}))
         for partition, status in statuses.items():
             if status is not None and status.leader is not None:
                 self._check_stuck(now, partition, status)
 
     def _check_agreement(
-        self, now: int, partition: str, replicas: Mapping[int, ReplicaLog]
+        self,
+        now: int,
+        partition: str,
+        replicas: Mapping[int, ReplicaLog],
+        starts: Mapping[int, int] | None = None,
     ) -> None:
         items = sorted(replicas.items())
+        first = {b: _start_of(recs, starts or {}, b) for b, (recs, _hw) in items}
         for i, (a, (recs_a, hw_a)) in enumerate(items):
             for b, (recs_b, hw_b) in items[i + 1 :]:
-                upto = min(hw_a, hw_b, len(recs_a), len(recs_b))
-                for o in range(upto):
-                    if recs_a[o] != recs_b[o]:
+                # Records are contiguous from each log's start: offset o is at o - start.
+                lo = max(first[a], first[b])
+                upto = min(hw_a, hw_b, first[a] + len(recs_a), first[b] + len(recs_b))
+                for o in range(lo, upto):
+                    ra, rb = recs_a[o - first[a]], recs_b[o - first[b]]
+                    if ra != rb:
                         self._flag(
                             "diverged",
                             now,
                             partition,
                             f"offset {o} below both HWs ({hw_a}, {hw_b}) holds "
-                            f"{_rec(recs_a[o])} on broker {a} but {_rec(recs_b[o])} on "
-                            f"broker {b}",
+                            f"{_rec(ra)} on broker {a} but {_rec(rb)} on broker {b}",
                         )
                         return
 
@@ -272,13 +296,14 @@ class Checker:
         statuses: Mapping[str, PartitionStatus | None],
         healed_at: int | None,
         liveness_bound_ms: int,
+        log_starts: LogStarts | None = None,
     ) -> list[Violation]:
-        self._check_observed(end, logs, statuses)
+        self._check_observed(end, logs, statuses, log_starts or {})
         self._check_isr_removals()
         if healed_at is not None:
             self._check_liveness(healed_at, liveness_bound_ms, logs, statuses)
             served = {p: r for p, r in logs.items() if not self._lost_every_copy(statuses.get(p))}
-            self._check_replicated(end, served)
+            self._check_replicated(end, served, log_starts or {})
         return sorted(self.violations, key=lambda v: v.time)
 
     def observed(
@@ -288,13 +313,14 @@ class Checker:
         logs: Mapping[str, Mapping[int, ReplicaLog]],
         statuses: Mapping[str, PartitionStatus | None],
         settled: bool = True,
+        log_starts: LogStarts | None = None,
     ) -> list[Violation]:
         """The checks that need no simulator ground truth: what clients saw, the status
         versions recorded, and the replicas' logs at the end. With `settled`, every replica
         in `logs` is expected to hold every acknowledged record (not-replicated)."""
-        self._check_observed(end, logs, statuses)
+        self._check_observed(end, logs, statuses, log_starts or {})
         if settled:
-            self._check_replicated(end, logs)
+            self._check_replicated(end, logs, log_starts or {})
         return sorted(self.violations, key=lambda v: v.time)
 
     def _check_observed(
@@ -302,13 +328,14 @@ class Checker:
         end: int,
         logs: Mapping[str, Mapping[int, ReplicaLog]],
         statuses: Mapping[str, PartitionStatus | None],
+        log_starts: LogStarts,
     ) -> None:
         for partition, replicas in logs.items():
-            self._check_agreement(end, partition, replicas)
+            self._check_agreement(end, partition, replicas, log_starts.get(partition, {}))
             for broker, (records, _hw) in replicas.items():
                 self._check_log_contents(end, partition, broker, records)
         self._check_epochs()
-        self._check_acks_and_reads(end, logs, statuses)
+        self._check_acks_and_reads(end, logs, statuses, log_starts)
         self._check_client_offsets()
 
     def _check_log_contents(
@@ -404,19 +431,41 @@ class Checker:
         end: int,
         logs: Mapping[str, Mapping[int, ReplicaLog]],
         statuses: Mapping[str, PartitionStatus | None],
+        log_starts: LogStarts,
     ) -> None:
         reference: dict[str, dict[int, str]] = {}
+        reference_start: dict[str, int] = {}
         for partition, replicas in logs.items():
             status = statuses.get(partition)
+            judge: int | None
             if status is not None and status.leader is not None and status.leader in replicas:
-                records, _ = replicas[status.leader]
+                judge = status.leader
             else:
-                # No leader at the end: judge against the replica holding the most.
-                records = max((r for r, _ in replicas.values()), key=len, default=[])
+                # No leader at the end: judge against the replica reaching furthest.
+                judge = max(
+                    replicas,
+                    key=lambda b: (
+                        _start_of(replicas[b][0], log_starts.get(partition, {}), b)
+                        + len(replicas[b][0])
+                    ),
+                    default=None,
+                )
+            records = replicas[judge][0] if judge is not None else []
             reference[partition] = {o: v for o, _e, v in records}
+            if judge is not None:
+                reference_start[partition] = _start_of(
+                    records, log_starts.get(partition, {}), judge
+                )
+
+        def removed(partition: str, offset: int) -> bool:
+            if offset >= reference_start.get(partition, 0):
+                return False
+            self.removed_by_retention[partition] = self.removed_by_retention.get(partition, 0) + 1
+            return True
+
         for a in self.h.acks:
             got = reference.get(a.partition, {}).get(a.offset)
-            if got != a.value:
+            if got != a.value and not removed(a.partition, a.offset):
                 self._flag(
                     "acked-lost",
                     a.time,
@@ -427,7 +476,7 @@ class Checker:
                 )
         for r in self.h.reads:
             got = reference.get(r.partition, {}).get(r.offset)
-            if got != r.value:
+            if got != r.value and not removed(r.partition, r.offset):
                 self._flag(
                     "read-lost",
                     r.time,
@@ -494,6 +543,8 @@ class Checker:
                     continue  # in the ISR as a process that no longer runs: not about lag
                 if self._shutting_down(f, w.time):
                     continue  # it asked to leave (controlled shutdown): not about lag
+                if f not in s.replicas:
+                    continue  # a reassignment took it off the replicas: not about lag
                 if self._healthy(w.partition, b.leader, b.leader_epoch, f, w.time, tol):
                     self._flag(
                         "isr-healthy-removed",
@@ -606,15 +657,20 @@ class Checker:
             return False
         return all(b in self.h.wiped for b in final.isr)
 
-    def _check_replicated(self, end: int, logs: Mapping[str, Mapping[int, ReplicaLog]]) -> None:
+    def _check_replicated(
+        self, end: int, logs: Mapping[str, Mapping[int, ReplicaLog]], log_starts: LogStarts
+    ) -> None:
         acked: dict[str, dict[int, str]] = {}
         for a in self.h.acks:
             acked.setdefault(a.partition, {})[a.offset] = a.value
         for partition, replicas in logs.items():
             for broker, (records, _hw) in sorted(replicas.items()):
                 have = {o: v for o, _e, v in records}
+                start = _start_of(records, log_starts.get(partition, {}), broker)
                 missing = [
-                    o for o, v in sorted(acked.get(partition, {}).items()) if have.get(o) != v
+                    o
+                    for o, v in sorted(acked.get(partition, {}).items())
+                    if o >= start and have.get(o) != v
                 ]
                 if missing:
                     self._flag(
@@ -637,7 +693,10 @@ def check_observations(
     logs: Mapping[str, Mapping[int, ReplicaLog]],
     statuses: Mapping[str, PartitionStatus | None],
     settled: bool = True,
+    log_starts: LogStarts | None = None,
 ) -> list[Violation]:
     """`Checker.observed` for a history recorded from real clients and processes."""
     checker = Checker(history, Timing(), {})
-    return checker.observed(end=end, logs=logs, statuses=statuses, settled=settled)
+    return checker.observed(
+        end=end, logs=logs, statuses=statuses, settled=settled, log_starts=log_starts
+    )

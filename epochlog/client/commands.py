@@ -100,7 +100,20 @@ def _non_negative(value: str) -> int:
     return number
 
 
+def parse_resolve(value: str) -> dict[str, str]:
+    """`HOST=ADDRESS[,HOST=ADDRESS...]`: where to connect for a broker name this host cannot
+    resolve (curl's --resolve), e.g. the pods of `epochlog dev up --chart`."""
+    pairs: dict[str, str] = {}
+    for item in filter(None, (i.strip() for i in value.split(","))):
+        host, sep, address = item.partition("=")
+        if not sep or not host or not address:
+            raise ValueError(f"{item!r} is not HOST=ADDRESS")
+        pairs[host] = address
+    return pairs
+
+
 bootstrap_arg = _arg(parse_bootstrap)
+resolve_arg = _arg(parse_resolve)
 partition_arg = _arg(check_partition_name)
 start_arg = _arg(_start)
 at_arg = _arg(_at)
@@ -139,6 +152,7 @@ def _client(
     timeout_ms: int,
     request_timeout_ms: int,
     credentials: Credentials | None,
+    resolve: Mapping[str, str] | None = None,
 ) -> Client:
     # A partition nobody hosts is reported within the command's own timeout.
     return Client(
@@ -146,6 +160,7 @@ def _client(
         request_timeout_ms=request_timeout_ms,
         metadata_max_wait_ms=min(timeout_ms // 2, DEFAULT_METADATA_MAX_WAIT_MS),
         credentials=credentials,
+        resolve=resolve,
     )
 
 
@@ -219,6 +234,7 @@ async def produce(
     binary: bool = False,
     quiet: bool = False,
     credentials: Credentials | None = None,
+    resolve: Mapping[str, str] | None = None,
 ) -> int:
     """Send `values` (or stdin's lines) and print each record's offset in input order."""
     progress = Progress(err, quiet)
@@ -254,7 +270,7 @@ async def produce(
         async for line in stdin_lines(stdin):
             yield line
 
-    client = _client(bootstrap, delivery_timeout_ms, request_timeout_ms, credentials)
+    client = _client(bootstrap, delivery_timeout_ms, request_timeout_ms, credentials, resolve)
     producer = Producer(
         client,
         acks=acks,
@@ -308,13 +324,14 @@ async def consume(
     request_timeout_ms: int = 30_000,
     quiet: bool = False,
     credentials: Credentials | None = None,
+    resolve: Mapping[str, str] | None = None,
 ) -> int:
     """Print records from `start` as JSON lines: up to the high watermark, or on and on
     with `follow`, or until `max_records`."""
     progress = Progress(err, quiet)
     count = 0
     first_offset: int | None = None
-    client = _client(bootstrap, retry_timeout_ms, request_timeout_ms, credentials)
+    client = _client(bootstrap, retry_timeout_ms, request_timeout_ms, credentials, resolve)
     consumer = Consumer(
         client,
         partition,
@@ -368,8 +385,9 @@ async def offsets(
     err: TextIO,
     timeout_ms: int = 30_000,
     credentials: Credentials | None = None,
+    resolve: Mapping[str, str] | None = None,
 ) -> int:
-    async with _client(bootstrap, timeout_ms, timeout_ms, credentials) as client:
+    async with _client(bootstrap, timeout_ms, timeout_ms, credentials, resolve) as client:
         try:
             answer = await client.list_offsets(partition, at, timeout_ms=timeout_ms)
         except (EpochlogError, ClientError) as exc:

@@ -12,7 +12,9 @@ stopped, finishes the topic from its checkpoints, and its outputs are checked
 against the log. It prints the election the kill caused and exits 1 if
 anything acknowledged is missing or doubled, or the job's outputs differ from
 the log. Without Spark (`--no-spark`, or no pyspark or Java here) the Spark
-act is left out.
+act is left out. Last, the killed broker is restarted, rejoins the ISR, and the
+operator's preferred leader election gives it its leadership back: the leaders
+end spread over the brokers again, as before the kill.
 """
 
 from __future__ import annotations
@@ -40,11 +42,34 @@ DEMO_PARTITIONS = 3
 DEMO_RATE = 200.0
 
 
+SPREAD_WAIT_S = 120.0
+"""How long the demo waits for the leaders to be back on their preferred replicas, beyond
+one leader imbalance check interval."""
+
+
+async def _spread_again(
+    cluster: LocalCluster, names: list[str], check_interval_ms: int
+) -> list[str]:
+    """Wait until every partition is led by its preferred replica (the first of its
+    replicas) again; one summary line, "spread again: yes" or "NO"."""
+    deadline = time.monotonic() + check_interval_ms / 1000 + SPREAD_WAIT_S
+    while True:
+        statuses = [await cluster.wait_leader(n) for n in names]
+        back = all(st.replicas and st.leader == st.replicas[0] for st in statuses)
+        if back or time.monotonic() > deadline:
+            leaders = ", ".join(
+                f"{n} on broker {st.leader}" for n, st in zip(names, statuses, strict=True)
+            )
+            spread = len({st.leader for st in statuses}) == len(names)
+            return [f"{leaders}; spread again: {'yes' if back and spread else 'NO'}"]
+        await asyncio.sleep(0.2)
+
+
 async def _cluster_demo(
     cluster: LocalCluster, duration_s: float, started: float, spark: bool
 ) -> tuple[Verdict, list[str], Report | None]:
-    """The demo proper; returns the verdict, the summary lines of the election and the
-    Spark act's report (None without Spark)."""
+    """The demo proper; returns the verdict, the summary lines of the election (the last:
+    where the leaders ended) and the Spark act's report (None without Spark)."""
     from epochlog.client import Client
     from epochlog.demo.pipeline import PipelineAct, order_value
     from epochlog.devcluster.local_workload import SteadyProducer, read_back, verify
@@ -191,7 +216,14 @@ async def _cluster_demo(
             f"   {victim}: leader broker {status.leader}, leaderEpoch "
             f"{status.leader_epoch}, isr {list(status.isr)}"
         )
-        return verdict, election, report
+        check_ms = s.leader_imbalance_check_interval_ms
+        _say(
+            "\n== 8. Preferred leader election: the operator looks for leaderships away from "
+            f"their preferred replicas every {check_ms / 1000:.1f} s and moves them back"
+        )
+        balance = await _spread_again(cluster, names, check_ms)
+        progress(balance[0])
+        return verdict, [*election, *balance], report
     finally:
         await client.close()
         if act is not None:
@@ -205,6 +237,7 @@ def run_cluster_demo(
     duration_s: float = 3.0,
     keep: bool = False,
     spark: bool = True,
+    images: bool = False,
 ) -> int:
     """`epochlog demo`: 0 when every acknowledged record was read back exactly once (and
     the Spark job's outputs equal the log)."""
@@ -217,7 +250,7 @@ def run_cluster_demo(
 
     own = state_dir is None
     base = Path(tempfile.mkdtemp(prefix="epochlog-demo-") if own else str(state_dir))
-    cluster = LocalCluster(base, brokers=3, settings=settings)
+    cluster = LocalCluster(base, brokers=3, settings=settings, images=images)
     s = cluster.settings
     _say(
         "epochlog demo: a partition leader SIGKILLed while producing with acks=all"
@@ -253,8 +286,9 @@ def run_cluster_demo(
         f"({verdict.unacknowledged_read} of them never acknowledged)"
     )
     _say(f"   election:                {election[0]}")
-    for line in election[1:]:
+    for line in election[1:-1]:
         _say(f"                            {line}")
+    _say(f"   leaders at the end:      {election[-1]}")
     _say(f"   acknowledged but missing: {len(verdict.missing)}")
     _say(f"   read more than once:      {len(verdict.duplicated)}")
     if not verdict.ok:

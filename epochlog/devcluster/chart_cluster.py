@@ -22,12 +22,17 @@ What stands in for Kubernetes:
   and a pod is stopped with its termination grace period (`podman stop`);
 - not enforced: RBAC, NetworkPolicies, PodDisruptionBudgets (checked by
   tests/chart), and Services only resolve names: a Service's port must be its
-  pods' port, and a Service name resolves to every pod it selects, ready or not,
-  so the operator runs one replica here unless told otherwise.
+  pods' port, and a Service name resolves to every pod it selects, ready or not
+  (the brokers find the acting operator replica among them, as on a cluster).
 
 Clients on the host reach pods by their cluster names through `resolve()` (the
 names a client must map to addresses, as curl's --resolve) and `credentials()`
 (a user certificate from the clients CA the operator keeps in a Secret).
+
+With `detached=True` (`epochlog dev up --chart`) the pods and the API emulator
+outlive the process that started them: `STATE_DIR/chart.json` (`ChartState`)
+records them, and `ChartCluster.load` finds them again to stop, kill or restart
+them.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ from epochlog.devcluster.pods import (
     ContainerPlan,
     Obj,
     PodPlan,
+    at_version_of,
     cluster_domain,
     collection_path,
     expand,
@@ -66,6 +72,7 @@ from epochlog.devcluster.pods import (
     plan,
 )
 from epochlog.harness import ManagedProcess, child_env
+from epochlog.protocol.wire import WireModel
 from epochlog.resources import GROUP, PLURAL, VERSION, PartitionStatus
 from epochlog.security.options import Credentials
 from epochlog.security.pki import Issued, issue, issue_user, new_ca, write_file
@@ -75,16 +82,50 @@ log = structlog.get_logger("epochlog.devcluster.chart")
 SERVICE_ACCOUNT_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 TOKEN: Final = "epochlog-dev"
 """The service account token pods present; the emulator takes any."""
-DEFAULT_VALUES: Final[Mapping[str, Any]] = {"operator": {"replicas": 1}}
-"""Service names resolve to every pod they select, ready or not: a standing-by operator
-replica would answer the brokers' heartbeats with 503 half of the time."""
+DEFAULT_VALUES: Final[Mapping[str, Any]] = {}
+"""Values this cluster sets over the chart's own: none; the chart's 2 operator replicas
+run, brokers resolve the heartbeat Service to both and heartbeat to the acting one (the
+other answers NOT_CONTROLLER)."""
 STARTUP_TIMEOUT_S: Final = 180.0
 API_PORT: Final = 443
 API_HOSTS: Final = ("kubernetes", "kubernetes.default", "kubernetes.default.svc")
 
 
+STATE_FILE: Final = "chart.json"
+
+
 class ChartClusterError(Exception):
     """The chart cannot be run here; the message says why and what to do."""
+
+
+class ProcessState(WireModel):
+    """A process started by the cluster: enough to find it again from another command."""
+
+    pid: int
+    argv: tuple[str, ...]
+    log: str
+
+
+class PodState(WireModel):
+    name: str
+    container: str
+    process: ProcessState
+    address: str | None = None
+
+
+class ChartState(WireModel):
+    """STATE_DIR/chart.json, as written by `ChartCluster.save`."""
+
+    version: int = 1
+    chart: str
+    values: dict[str, Any]
+    """What was given (`--set`, `--values`), not the chart's defaults."""
+    release: str
+    namespace: str
+    gateway: str
+    api_port: int
+    apiserver: ProcessState | None
+    pods: tuple[PodState, ...] = ()
 
 
 def parse_set(items: Sequence[str]) -> dict[str, Any]:
@@ -145,6 +186,8 @@ class ChartCluster:
     release: str = "epochlog"
     namespace: str = "epochlog"
     say: Callable[[str], None] = lambda _: None
+    detached: bool = False
+    """The pods and the API emulator in sessions of their own, to outlive this process."""
 
     network: str = field(init=False, default="")
     gateway: str = field(init=False, default="")
@@ -182,19 +225,77 @@ class ChartCluster:
     def api_ssl(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self._api_ca))
 
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / STATE_FILE
+
+    # -- state -------------------------------------------------------------------------
+
+    def save(self) -> None:
+        def process(p: ManagedProcess) -> ProcessState:
+            return ProcessState(pid=p.pid, argv=tuple(p.argv), log=str(p.log))
+
+        state = ChartState(
+            chart=str(self.chart),
+            values=dict(self.values),
+            release=self.release,
+            namespace=self.namespace,
+            gateway=self.gateway,
+            api_port=self.api_port,
+            apiserver=None if self.apiserver is None else process(self.apiserver),
+            pods=tuple(
+                PodState(
+                    name=n, container=r.container, process=process(r.process), address=r.address
+                )
+                for n, r in self.pods.items()
+            ),
+        )
+        write_file(self.state_file, state.model_dump_json(indent=2).encode() + b"\n", 0o600)
+
+    @classmethod
+    def load(cls, state_dir: Path, say: Callable[[str], None] = lambda _: None) -> ChartCluster:
+        """The cluster `up` started in `state_dir` from another process (`detached`)."""
+        path = Path(state_dir) / STATE_FILE
+        try:
+            state = ChartState.model_validate_json(path.read_bytes())
+        except FileNotFoundError:
+            raise ChartClusterError(
+                f"no chart cluster runs from {state_dir} ({path} is missing)"
+            ) from None
+        except ValueError as exc:
+            raise ChartClusterError(f"{path} is damaged: {exc}") from exc
+        self = cls(
+            Path(state_dir),
+            Path(state.chart),
+            values=state.values,
+            release=state.release,
+            namespace=state.namespace,
+            say=say,
+            detached=True,
+        )
+        self.gateway, self.api_port = state.gateway, state.api_port
+        self.plan = self._plan()
+
+        def adopt(p: ProcessState, name: str) -> ManagedProcess:
+            return ManagedProcess.adopt(p.pid, p.argv, Path(p.log), name)
+
+        if state.apiserver is not None:
+            self.apiserver = adopt(state.apiserver, "apiserver")
+        for pod in state.pods:
+            self.pods[pod.name] = RunningPod(
+                self.pod_plan(pod.name), pod.container, adopt(pod.process, pod.name), pod.address
+            )
+            if pod.address is not None:
+                for alias in self.pods[pod.name].plan.aliases:
+                    self.addresses[alias] = pod.address
+        return self
+
     # -- up and down -------------------------------------------------------------------
 
     async def up(self) -> None:
         """Render, start the API emulator, create what it keeps, run every pod (operator
         first: it makes the Secrets the brokers mount), and wait until all are ready."""
-        values = merge(DEFAULT_VALUES, self.values)
-        objects = render(self.chart, values, release=self.release, namespace=self.namespace)
-        try:
-            self.plan = plan(
-                objects, namespace=self.namespace, cluster_domain=cluster_domain(values)
-            )
-        except ChartError as exc:
-            raise ChartClusterError(str(exc)) from exc
+        self.plan = self._plan()
         missing = sorted(
             {c.image for p in self.plan.pods for c in p.containers} - set(_built_images(self.plan))
         )
@@ -229,6 +330,15 @@ class ChartCluster:
             await self.start_pod(p)
         for p in order:
             await self.wait_ready(p.name)
+        self.save()
+
+    def _plan(self) -> ChartPlan:
+        values = merge(DEFAULT_VALUES, self.values)
+        objects = render(self.chart, values, release=self.release, namespace=self.namespace)
+        try:
+            return plan(objects, namespace=self.namespace, cluster_domain=cluster_domain(values))
+        except ChartError as exc:
+            raise ChartClusterError(str(exc)) from exc
 
     async def down(self) -> None:
         """Stop every pod (brokers first, each with its grace period), then the API
@@ -244,6 +354,7 @@ class ChartCluster:
             await self.apiserver.stop(5)
         pm.remove(self._infra)
         pm.remove_network(self.network)
+        self.state_file.unlink(missing_ok=True)
 
     # -- the API emulator --------------------------------------------------------------
 
@@ -284,7 +395,11 @@ class ChartCluster:
             TOKEN,
         ]
         self.apiserver = ManagedProcess(
-            argv, self.state_dir / "logs" / "apiserver.log", name="apiserver", env=child_env()
+            argv,
+            self.state_dir / "logs" / "apiserver.log",
+            name="apiserver",
+            env=child_env(),
+            detached=self.detached,
         )
         (self.state_dir / "logs").mkdir(parents=True, exist_ok=True)
         self.apiserver.start()
@@ -358,10 +473,13 @@ class ChartCluster:
         container = f"{self.network}-{p.name}"
         pm.remove(container)
         argv = self._run_argv(p, p.containers[0], container, secrets)
-        process = ManagedProcess(argv, self.state_dir / "logs" / f"{p.name}.log", name=p.name)
+        process = ManagedProcess(
+            argv, self.state_dir / "logs" / f"{p.name}.log", name=p.name, detached=self.detached
+        )
         process.start()
         running = RunningPod(p, container, process)
         self.pods[p.name] = running
+        self.save()
         self.say(f"pod {p.name} started ({p.containers[0].image})")
         return running
 
@@ -515,11 +633,107 @@ class ChartCluster:
             await self.restart_pod(p.name)
             await self.wait_ready(p.name)
 
+    # -- helm upgrade --------------------------------------------------------------------
+
+    async def upgrade(self, values: Mapping[str, Any]) -> None:
+        """`helm upgrade --reuse-values` with `values` set on top: the chart rendered again,
+        the kept objects brought to it (new ones created, changed ones replaced, removed
+        ones deleted) and the pods to the new plan as the workload controllers do
+        (`upgrade_steps`). Returns once every pod of the new plan runs and is ready."""
+        assert self.plan is not None
+        old = self.plan
+        self.values = merge(self.values, values)
+        new = self._plan()
+        missing = sorted(
+            {c.image for p in new.pods for c in p.containers} - set(_built_images(new))
+        )
+        if missing:
+            raise ChartClusterError(f"images {missing} are not built: run `make images`")
+        await self._sync_stored(old.stored, new.stored)
+        self.plan = new
+        steps = upgrade_steps(old, new, running=set(self.pods))
+        log.info(
+            "chart_upgrade",
+            replace=[p.name for p in steps.replace],
+            start=[p.name for p in steps.start],
+            roll=[p.name for p in steps.roll],
+            stop=list(steps.stop),
+        )
+        # A Deployment's changed pods: the old ones stop before the new ones start (the
+        # chart's `maxSurge: 0`). The operator goes first here for the same reason as in
+        # `up`: with managed certificates it makes the Secrets new brokers mount.
+        for p in steps.replace:
+            self.say(f"replacing {p.name}")
+            await self.stop_pod(p.name)
+        for p in steps.replace:
+            await self.start_pod(p)
+        for p in steps.replace:
+            await self.wait_ready(p.name)
+        # A StatefulSet of `podManagementPolicy: Parallel`: new ordinals start at once, the
+        # rolling update replaces changed pods one at a time, highest ordinal first.
+        for name in steps.stop:
+            self.say(f"stopping {name}")
+            await self.stop_pod(name)
+            gone = self.pods.pop(name)
+            pm.remove(gone.container)  # `down` removes only the containers of `pods`
+        for p in steps.start:
+            await self.start_pod(p)
+        for p in steps.roll:
+            self.say(f"rolling {p.name}")
+            await self.restart_pod(p.name)
+            await self.wait_ready(p.name)
+        for p in steps.start:
+            await self.wait_ready(p.name)
+        self.save()
+
+    async def _sync_stored(self, old: Sequence[Obj], new: Sequence[Obj]) -> None:
+        before = {_key(o): o for o in old}
+        after = {_key(o): o for o in new}
+        async with self._http() as http:
+            for key, o in after.items():
+                if key not in before:
+                    await self._create([o])
+                elif before[key] != o:
+                    await self._replace(http, o)
+            for key, o in before.items():
+                if key not in after:
+                    path = f"{collection_path(o, self.namespace)}/{o['metadata']['name']}"
+                    async with http.delete(path) as rsp:
+                        if rsp.status not in (200, 202, 404):
+                            raise ChartClusterError(
+                                f"deleting {key}: HTTP {rsp.status}: {await rsp.text()}"
+                            )
+
+    async def _replace(self, http: aiohttp.ClientSession, o: Obj) -> None:
+        """PUT the object over the one the API holds, at the version read (an update of a
+        custom resource must name it)."""
+        path = f"{collection_path(o, self.namespace)}/{o['metadata']['name']}"
+        async with http.get(path) as rsp:
+            if rsp.status == 404:
+                await self._create([o])
+                return
+            held = await rsp.json()
+        body = at_version_of(o, held)
+        async with http.put(path, json=body) as rsp:
+            if rsp.status != 200:
+                raise ChartClusterError(
+                    f"replacing {_key(o)}: HTTP {rsp.status}: {await rsp.text()}"
+                )
+
     # -- Partitions ----------------------------------------------------------------------
 
     async def apply(self, manifest: Obj) -> None:
         """Create an object (a Partition) in the release's namespace."""
         await self._create([manifest])
+
+    async def partitions(self) -> list[Partition]:
+        """Every Partition of the release's namespace."""
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{self.namespace}/{PLURAL}"
+        async with self._http() as http, http.get(path) as rsp:
+            if rsp.status != 200:
+                raise ChartClusterError(f"listing Partitions: HTTP {rsp.status}")
+            body = await rsp.json()
+        return [Partition.model_validate(item) for item in body.get("items") or ()]
 
     async def partition_status(self, name: str) -> PartitionStatus | None:
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{self.namespace}/{PLURAL}/{name}"
@@ -564,22 +778,28 @@ class ChartCluster:
                 await self.address(name)
         return dict(self.addresses)
 
-    async def client(self, **options: Any) -> Client:
-        """A client on this host, bootstrapping from every broker by its own name."""
+    def any_alive(self) -> bool:
+        """Some pod or the API emulator still runs."""
+        processes = [r.process for r in self.pods.values()]
+        return any(p.alive for p in [*processes, *filter(None, [self.apiserver])])
+
+    def bootstrap(self, scheme: str) -> list[str]:
+        """Every broker's URL by its own name. (The client Service's name resolves to one
+        pod at a time here, which may be the one a scenario stops.)"""
         assert self.plan is not None
-        brokers = [
-            (p.aliases[0], c.ports["client"])
+        return [
+            f"{scheme}://{p.aliases[0]}:{c.ports['client']}"
             for p in self.plan.pods
             for c in p.containers
             if "client" in c.ports and not p.test_hook
         ]
+
+    async def client(self, **options: Any) -> Client:
+        """A client on this host, bootstrapping from every broker by its own name."""
         credentials = await self.credentials()
-        scheme = "https" if credentials.tls else "http"
         await self.resolve()
-        # Each broker's own name: the client Service's name resolves to one pod at a time
-        # here, which may be the one a scenario stops.
         return Client(
-            [f"{scheme}://{name}:{port}" for name, port in brokers],
+            self.bootstrap("https" if credentials.tls else "http"),
             credentials=credentials,
             resolve=self.addresses,
             **options,
@@ -598,6 +818,52 @@ class ChartCluster:
         cluster_ca = d / "cluster-ca.crt"
         write_file(cluster_ca, cluster["ca.crt"], 0o644)
         return Credentials.of(str(cluster_ca), str(cert), str(key))
+
+
+@dataclass(frozen=True)
+class UpgradeSteps:
+    """What an upgrade does to the pods, in the order the workload controllers do it."""
+
+    replace: tuple[PodPlan, ...]
+    """Changed pods of Deployments: stopped, then started from the new template."""
+    start: tuple[PodPlan, ...]
+    """Pods the new plan adds (a StatefulSet scaled up: the new ordinals)."""
+    roll: tuple[PodPlan, ...]
+    """Changed pods of StatefulSets, highest ordinal first: each restarted once the one
+    before is ready."""
+    stop: tuple[str, ...]
+    """Running pods the new plan no longer has (scaled down: highest ordinal first)."""
+
+
+def upgrade_steps(old: ChartPlan, new: ChartPlan, *, running: set[str]) -> UpgradeSteps:
+    """From the running pods of `old` to `new`: a pod whose plan changed (its template,
+    its Secrets, the names it resolves by) is replaced; test hooks are not run here."""
+    before = {p.name: p for p in old.pods if not p.test_hook}
+    after = [p for p in new.pods if not p.test_hook]
+    names = {p.name for p in after}
+    changed = [p for p in after if p.name in running and before.get(p.name) != p]
+    return UpgradeSteps(
+        replace=tuple(p for p in changed if not p.workload.startswith("StatefulSet/")),
+        start=tuple(p for p in after if p.name not in running),
+        roll=tuple(
+            sorted(
+                (p for p in changed if p.workload.startswith("StatefulSet/")),
+                key=_ordinal,
+                reverse=True,
+            )
+        ),
+        stop=tuple(sorted((n for n in running if n not in names), key=_ordinal, reverse=True)),
+    )
+
+
+def _ordinal(p: PodPlan | str) -> tuple[str, int]:
+    name = p if isinstance(p, str) else p.name
+    base, _, number = name.rpartition("-")
+    return (base, int(number)) if number.isdigit() else (name, -1)
+
+
+def _key(o: Obj) -> str:
+    return f"{o['kind']}/{o['metadata'].get('namespace', '')}/{o['metadata']['name']}"
 
 
 def _built_images(p: ChartPlan) -> list[str]:

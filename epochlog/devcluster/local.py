@@ -16,6 +16,13 @@ one for the `admin` user, made with `epochlog.security.pki` on the first `up`);
 health, readiness and metrics are on separate plain probe ports. `tls=False`
 (`epochlog dev up --plaintext`) runs everything in plaintext.
 
+`images=True` (`epochlog dev up --images`) runs each broker from the built
+broker image (`make images`) as a podman container on this host's network,
+with the same arguments, the state directory mounted at the same path and the
+invoking user's uid, so that the image's entrypoint, locked dependencies and
+read-only root file system are what the demo and the tests exercise. Signals
+go to the container (`podman kill`, `pause`, `unpause`, `stop`).
+
 The API server here is an emulator, for development and tests only: it keeps
 everything in memory and has no authentication. Production runs on a real
 Kubernetes cluster with the Helm chart.
@@ -34,9 +41,11 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import json
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
@@ -48,6 +57,7 @@ import structlog
 from pydantic import ValidationError
 
 from epochlog.client import Client, ClientError
+from epochlog.devcluster import podman as pm
 from epochlog.devcluster.partitions import (
     NAMESPACE,
     Partition,
@@ -65,6 +75,7 @@ from epochlog.harness import (
     NotReadyError,
     ProcessExitedError,
     Security,
+    StopOutcome,
     apiserver_argv,
     broker_argv,
     child_env,
@@ -136,6 +147,10 @@ class DevSettings:
     the grace period less two seconds for flushing and closing; 0: not at all)."""
     startup_timeout_s: float = 60.0
     """How long a process may take to become healthy (imports on a slow machine)."""
+    leader_imbalance_check_interval_ms: int = 5000
+    """The operator looks for leaderships away from their preferred replicas this often
+    (production: 300000, Kafka's): a broker back after a failover leads again within
+    seconds."""
 
     @classmethod
     def for_tests(cls) -> DevSettings:
@@ -146,6 +161,8 @@ class DevSettings:
             reconcile_interval_ms=200,
             status_refresh_interval_ms=500,
             grace_period_s=5.0,
+            # Scenarios pick the leaders they kill: leadership moves only when they do.
+            leader_imbalance_check_interval_ms=300_000,
         )
 
     @property
@@ -186,6 +203,8 @@ class ProcessInfo:
     """Its command line, so that it can be restarted identically."""
     probe_url: str | None = None
     """http://127.0.0.1:PORT of its health, readiness and metrics (None: `url` serves them)."""
+    container: str | None = None
+    """The podman container it runs in (`--images`); None for a process of this venv."""
     _process: ManagedProcess | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -201,7 +220,36 @@ class ProcessInfo:
 
     @property
     def paused(self) -> bool:
+        if self.container is not None:
+            return self.alive and pm.state(self.container) == "paused"
         return self.process.paused
+
+    def send(self, sig: int) -> bool:
+        """Deliver `sig` to the process (in a container: to its PID 1, STOP and CONT as
+        the cgroup freezer does); whether it was alive to receive it."""
+        if self.container is None or not self.alive:
+            return self.process.send(sig)
+        if sig == signal.SIGSTOP:
+            pm.podman("pause", self.container, check=False)
+        elif sig == signal.SIGCONT:
+            pm.podman("unpause", self.container, check=False)
+        else:
+            pm.podman("kill", "--signal", str(sig), self.container, check=False)
+        return True
+
+    async def stop(self, grace_s: float) -> StopOutcome:
+        """SIGTERM, then SIGKILL after `grace_s`; how it ended."""
+        if self.container is None:
+            return await self.process.stop(grace_s)
+        if not self.alive:
+            pm.remove(self.container)
+            return "gone"
+        if self.paused:
+            pm.podman("unpause", self.container, check=False)
+        await asyncio.to_thread(pm.stop, self.container, grace_s)
+        code = await self.process.wait()
+        pm.remove(self.container)
+        return "killed" if code == 128 + signal.SIGKILL else "stopped"
 
     @property
     def health_path(self) -> str:
@@ -214,6 +262,8 @@ class ProcessInfo:
     def start(self, env: dict[str, str]) -> None:
         if self.data_dir:
             Path(self.data_dir).mkdir(parents=True, exist_ok=True)
+        if self.container is not None:
+            pm.remove(self.container)
         process = ManagedProcess(self.argv, Path(self.log), self.name, env=env, detached=True)
         self.pid = process.start()
         self._process = process
@@ -242,6 +292,8 @@ class ClusterState(WireModel):
     """`ProcessInfo.to_json()` of each process."""
     tls: bool = False
     """The operator and the brokers speak TLS with the certificates in `pki/`."""
+    images: bool = False
+    """The brokers run from the built broker image (`--images`)."""
 
 
 class StatusReport(WireModel):
@@ -280,9 +332,11 @@ class LocalCluster:
         brokers: int = 3,
         settings: DevSettings | None = None,
         tls: bool = True,
+        images: bool = False,
     ) -> None:
         if brokers < 1:
             raise DevClusterError("a cluster needs at least one broker")
+        self.images = images
         self.state_dir = Path(state_dir).absolute()
         self.brokers = brokers
         self.tls = tls
@@ -365,7 +419,13 @@ class LocalCluster:
             raise DevClusterError(f"{state_file}: unknown state version {state.version}")
         known = {f.name for f in dataclasses.fields(DevSettings)}
         settings = DevSettings(**{k: v for k, v in state.settings.items() if k in known})
-        cluster = cls(Path(state_dir), brokers=state.brokers, settings=settings, tls=state.tls)
+        cluster = cls(
+            Path(state_dir),
+            brokers=state.brokers,
+            settings=settings,
+            tls=state.tls,
+            images=state.images,
+        )
         processes = [ProcessInfo.from_json(p) for p in state.processes]
         cluster._processes = {p.name: p for p in processes}
         cluster.started_at = state.started_at
@@ -382,6 +442,7 @@ class LocalCluster:
             started_at=self.started_at,
             processes=tuple(p.to_json() for p in self._processes.values()),
             tls=self.tls,
+            images=self.images,
         )
 
     def save(self) -> None:
@@ -451,6 +512,7 @@ class LocalCluster:
                     broker_session_timeout_ms=s.session_timeout_ms,
                     reconcile_interval_ms=s.reconcile_interval_ms,
                     status_refresh_interval_ms=s.status_refresh_interval_ms,
+                    leader_imbalance_check_interval_ms=s.leader_imbalance_check_interval_ms,
                     security=security.operator_flags(),
                     probe_port=op_probe,
                 ),
@@ -458,6 +520,20 @@ class LocalCluster:
         ]
         for b, (port, probe) in enumerate(zip(broker_ports, probe_ports, strict=True), start=1):
             data_dir = self.state_dir / "brokers" / str(b)
+            argv = broker_argv(
+                b,
+                port=port,
+                data_dir=data_dir,
+                controller_url=url(op_port, scheme),
+                heartbeat_interval_ms=s.heartbeat_interval_ms,
+                checkpoint_interval_ms=s.checkpoint_interval_ms,
+                security=security.broker_flags(b),
+                probe_port=probe,
+                controlled_shutdown_timeout_ms=s.handover_timeout_ms,
+            )
+            container = f"epochlog-dev-{self._digest}-broker-{b}" if self.images else None
+            if container is not None:
+                argv = self._in_image(container, argv)
             plan.append(
                 ProcessInfo(
                     name=f"broker-{b}",
@@ -468,20 +544,46 @@ class LocalCluster:
                     broker_id=b,
                     log=str(logs / f"broker-{b}.log"),
                     data_dir=str(data_dir),
-                    argv=broker_argv(
-                        b,
-                        port=port,
-                        data_dir=data_dir,
-                        controller_url=url(op_port, scheme),
-                        heartbeat_interval_ms=s.heartbeat_interval_ms,
-                        checkpoint_interval_ms=s.checkpoint_interval_ms,
-                        security=security.broker_flags(b),
-                        probe_port=probe,
-                        controlled_shutdown_timeout_ms=s.handover_timeout_ms,
-                    ),
+                    argv=argv,
+                    container=container,
                 )
             )
         return plan
+
+    @property
+    def _digest(self) -> str:
+        return hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:8]
+
+    def _in_image(self, container: str, argv: list[str]) -> list[str]:
+        """`epochlog broker ARGS` as `podman run ... BROKER_IMAGE ARGS` (the image's
+        entrypoint is `epochlog broker`): this host's network, so the ports and URLs stay
+        the same; the state directory at the same path, so every path argument holds; the
+        invoking user, so the files stay theirs."""
+        program = [sys.executable, "-m", "epochlog.cli", "broker"]
+        if argv[: len(program)] != program:
+            raise DevClusterError(f"not a broker command line: {argv[:4]}")
+        env = [
+            f"--env={k}={v}"
+            for k, v in child_env().items()
+            if k.startswith("EPOCHLOG_") or k == "PYTHONUNBUFFERED"
+        ]
+        return [
+            *pm.RUN,
+            "--name",
+            container,
+            "--network",
+            "host",
+            "--user",
+            f"{os.getuid()}:{os.getgid()}",
+            "--read-only",
+            "--cap-drop=all",
+            "--security-opt=no-new-privileges",
+            "--volume",
+            f"{self.state_dir}:{self.state_dir}:rw",
+            *env,
+            pm.BROKER_IMAGE,
+            *argv[len(program) :],
+        ]
 
     def _start(self, info: ProcessInfo) -> None:
         info.start(child_env())
@@ -503,6 +605,8 @@ class LocalCluster:
         say = progress or (lambda _msg: None)
         self.settings.check()
         self._refuse_if_running()
+        if self.images and not pm.image_exists(pm.BROKER_IMAGE):
+            raise DevClusterError(f"the image {pm.BROKER_IMAGE} is not built: run `make images`")
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._processes = {}
         self.started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
@@ -621,16 +725,14 @@ class LocalCluster:
         The brokers' data and the logs stay; state.json goes."""
         for role in ("broker", "operator", "apiserver"):
             group = [p for p in self._processes.values() if p.role == role]
-            results = await asyncio.gather(
-                *(p.process.stop(self.settings.grace_period_s) for p in group)
-            )
+            results = await asyncio.gather(*(p.stop(self.settings.grace_period_s) for p in group))
             for p, how in zip(group, results, strict=True):
                 log.info("dev_process_stopped", process=p.name, pid=p.pid, how=how)
         self.state_file.unlink(missing_ok=True)
 
     def _signal(self, name: str, sig: int) -> ProcessInfo:
         info = self._process(name)
-        if not info.process.send(sig):
+        if not info.send(sig):
             raise DevClusterError(f"{name} (pid {info.pid}) is not running")
         log.info(
             "dev_process_signalled", process=name, pid=info.pid, signal=signal.Signals(sig).name
@@ -657,7 +759,7 @@ class LocalCluster:
         The API emulator keeps its objects in memory: restarting it starts it empty.
         """
         info = self._process(name)
-        await info.process.stop(self.settings.grace_period_s)
+        await info.stop(self.settings.grace_period_s)
         # The port may linger for a moment in the old process's hands after SIGKILL.
         port = int(info.url.rsplit(":", 1)[1])
         try:

@@ -1,6 +1,7 @@
 """`epochlog dev ...`: the embedded cluster from the command line.
 
-    epochlog dev up [--brokers N] [--state-dir DIR] [--no-examples] [timing flags]
+    epochlog dev up [--brokers N] [--state-dir DIR] [--no-examples] [--images] [timing flags]
+    epochlog dev up --chart helm/epochlog [--set KEY=VALUE ...] [--values FILE ...]
     epochlog dev status [--json]
     epochlog dev kill|pause|resume|restart NAME
     epochlog dev down
@@ -8,8 +9,8 @@
 The state directory is `--state-dir`, else `EPOCHLOG_DEV_STATE`, else
 `.epochlog-dev` in the current directory. Progress goes to stderr, results to
 stdout. This module only builds the parser and prints; `local.LocalCluster`
-does the work. Heavy imports wait until a command runs, so that `epochlog
---help` stays fast.
+does the work (`chart_cli` and `chart_cluster.ChartCluster` with `--chart`).
+Heavy imports wait until a command runs, so that `epochlog --help` stays fast.
 """
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ def add_timing_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--grace-period-s", type=float, default=None, help="SIGTERM to SIGKILL (default 10)"
     )
+    g.add_argument(
+        "--leader-imbalance-check-interval-ms",
+        type=int,
+        default=None,
+        help="how often the operator moves leadership back to preferred replicas (default 5000)",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> DevSettings:
@@ -73,6 +80,7 @@ def settings_from_args(args: argparse.Namespace) -> DevSettings:
         ("status_refresh_interval_ms", "status_refresh_interval_ms"),
         ("replica_lag_time_max_ms", "replica_lag_time_max_ms"),
         ("grace_period_s", "grace_period_s"),
+        ("leader_imbalance_check_interval_ms", "leader_imbalance_check_interval_ms"),
     ):
         value = getattr(args, flag, None)
         if value is not None:
@@ -94,12 +102,14 @@ def _quiet_logs(args: argparse.Namespace) -> None:
 
 def _errors(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     def wrapper(args: argparse.Namespace) -> int:
+        from epochlog.devcluster.chart_cluster import ChartClusterError
         from epochlog.devcluster.local import DevClusterError
+        from epochlog.devcluster.podman import PodmanError
 
         _quiet_logs(args)
         try:
             return fn(args)
-        except DevClusterError as exc:
+        except (DevClusterError, ChartClusterError, PodmanError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
         except KeyboardInterrupt:
@@ -144,17 +154,25 @@ def print_partitions(rows: list[PartitionRow], out: TextIO) -> None:
 def cmd_up(args: argparse.Namespace) -> int:
     from epochlog.devcluster.local import LocalCluster
 
+    started = time.monotonic()
+
+    def progress(msg: str) -> None:
+        print(f"[{time.monotonic() - started:5.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    if args.chart is not None:
+        from epochlog.devcluster import chart_cli
+
+        return chart_cli.up(args, progress, sys.stdout)
+    if args.set or args.values:
+        raise SystemExit("error: --set and --values go with --chart")
     state_dir = Path(args.state_dir)
     cluster = LocalCluster(
         state_dir,
         brokers=args.brokers,
         settings=settings_from_args(args),
         tls=not args.plaintext,
+        images=args.images,
     )
-    started = time.monotonic()
-
-    def progress(msg: str) -> None:
-        print(f"[{time.monotonic() - started:5.1f}s] {msg}", file=sys.stderr, flush=True)
 
     s = cluster.settings
     progress(
@@ -186,7 +204,11 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 @_errors
 def cmd_down(args: argparse.Namespace) -> int:
+    from epochlog.devcluster import chart_cli
     from epochlog.devcluster.local import LocalCluster
+
+    if chart_cli.is_chart_cluster(Path(args.state_dir)):
+        return chart_cli.down(Path(args.state_dir).absolute(), sys.stdout)
 
     cluster = LocalCluster.load(Path(args.state_dir))
     names = ", ".join(p.name for p in cluster.processes.values() if p.alive)
@@ -212,7 +234,13 @@ async def _status(cluster: LocalCluster) -> tuple[list[PartitionRow] | None, str
 
 @_errors
 def cmd_status(args: argparse.Namespace) -> int:
+    from epochlog.devcluster import chart_cli
     from epochlog.devcluster.local import LocalCluster
+
+    if chart_cli.is_chart_cluster(Path(args.state_dir)):
+        if args.json:
+            raise SystemExit("error: --json is not supported for a chart cluster; use kubectl")
+        return chart_cli.status(Path(args.state_dir).absolute(), sys.stdout)
 
     cluster = LocalCluster.load(Path(args.state_dir))
     rows, problem = _run(_status(cluster))
@@ -248,7 +276,13 @@ def cmd_status(args: argparse.Namespace) -> int:
 def _cmd_signal(action: str) -> Callable[[argparse.Namespace], int]:
     @_errors
     def run(args: argparse.Namespace) -> int:
+        from epochlog.devcluster import chart_cli
         from epochlog.devcluster.local import LocalCluster
+
+        if chart_cli.is_chart_cluster(Path(args.state_dir)):
+            if action == "kill" and args.signal.upper() not in ("KILL", "SIGKILL", "9"):
+                raise SystemExit("error: a chart cluster's pods are killed with SIGKILL only")
+            return chart_cli.act(Path(args.state_dir).absolute(), action, args.name, sys.stdout)
 
         cluster = LocalCluster.load(Path(args.state_dir))
         if action == "kill":
@@ -322,6 +356,26 @@ def add_dev_commands(sub: Any) -> None:
         action="store_true",
         help="no TLS between the processes (default: TLS with certificates made in STATE_DIR/pki)",
     )
+    up.add_argument(
+        "--images",
+        action="store_true",
+        help="run the brokers from the built broker image (`make images`) under podman, "
+        "on this host's network",
+    )
+    chart = up.add_argument_group(
+        "the Helm chart, executed",
+        "render CHART with Helm's engine and run its pods as podman containers of the built "
+        "images, with the API emulator as the cluster (see `epochlog.devcluster.chart_cluster`)",
+    )
+    chart.add_argument("--chart", default=None, metavar="CHART", help="e.g. helm/epochlog")
+    chart.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="as helm --set"
+    )
+    chart.add_argument(
+        "--values", action="append", default=[], metavar="FILE", help="as helm --values"
+    )
+    chart.add_argument("--release", default="epochlog", help="release name (default epochlog)")
+    chart.add_argument("--namespace", default="epochlog", help="namespace (default epochlog)")
     add_timing_arguments(up)
     up.set_defaults(func=cmd_up)
 

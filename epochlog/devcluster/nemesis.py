@@ -711,8 +711,8 @@ class Workload:
             checkpoint: HighWatermarkCheckpoint | None = None
             for p in self.partitions:
                 directory = data_dir / p
-                if not directory.is_dir():
-                    continue
+                if not directory.is_dir() or not any(directory.iterdir()):
+                    continue  # no replica (an empty directory: a reassignment deleted it)
                 records = read_partition_dir(fs, str(directory))
                 hosted = view.get(p)
                 hw = hosted.high_watermark if hosted is not None else None

@@ -51,12 +51,14 @@ def podman(*args: str, check: bool = True) -> str:
 
 
 def image_exists(image: str) -> bool:
-    return (
-        subprocess.run(
+    """Built here (False too when podman is not installed)."""
+    try:
+        done = subprocess.run(
             ["podman", "image", "exists", image], stdin=subprocess.DEVNULL, check=False
-        ).returncode
-        == 0
-    )
+        )
+    except FileNotFoundError:
+        return False
+    return done.returncode == 0
 
 
 def create_network(name: str) -> str:
@@ -86,6 +88,11 @@ def address(container: str) -> str | None:
         check=False,
     )
     return out or None
+
+
+def state(container: str) -> str | None:
+    """ "running", "paused", "exited", ...; None when there is no such container."""
+    return podman("inspect", "--format", "{{.State.Status}}", container, check=False) or None
 
 
 def stop(container: str, grace_s: float) -> None:

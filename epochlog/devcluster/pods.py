@@ -18,6 +18,7 @@ pods themselves here), an environment source or volume kind it does not know.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -260,7 +261,7 @@ def _pod(
     known = {v.name for v in volumes}
     containers = []
     for c in [*spec.get("initContainers", []), *spec.get("containers", [])]:
-        plan = _container(c, security, name, namespace)
+        plan = _container(c, security, name, namespace, meta.get("labels", {}))
         missing = [m.volume for m in plan.mounts if m.volume not in known]
         if missing:
             raise ChartError(f"pod {name}: container {plan.name} mounts unknown volumes {missing}")
@@ -315,7 +316,9 @@ def _secret_files(source: Obj, secret: str) -> tuple[SecretFile, ...]:
     )
 
 
-def _container(c: Obj, pod_security: Obj, pod: str, namespace: str) -> ContainerPlan:
+def _container(
+    c: Obj, pod_security: Obj, pod: str, namespace: str, labels: Mapping[str, str]
+) -> ContainerPlan:
     security = {**pod_security, **c.get("securityContext", {})}
     ports = {
         p.get("name", str(p["containerPort"])): int(p["containerPort"]) for p in c.get("ports", [])
@@ -328,7 +331,7 @@ def _container(c: Obj, pod_security: Obj, pod: str, namespace: str) -> Container
         source = e["valueFrom"]
         if "fieldRef" in source:
             path = source["fieldRef"]["fieldPath"]
-            env.append(EnvVar(e["name"], _field(path, pod, namespace, e["name"])))
+            env.append(EnvVar(e["name"], _field(path, pod, namespace, labels, e["name"])))
         elif "secretKeyRef" in source:
             ref = source["secretKeyRef"]
             env.append(EnvVar(e["name"], secret=(ref["name"], ref["key"])))
@@ -356,11 +359,16 @@ def _container(c: Obj, pod_security: Obj, pod: str, namespace: str) -> Container
     )
 
 
-def _field(path: str, pod: str, namespace: str, env: str) -> str:
+def _field(path: str, pod: str, namespace: str, labels: Mapping[str, str], env: str) -> str:
     if path == "metadata.name":
         return pod
     if path == "metadata.namespace":
         return namespace
+    if (label := re.fullmatch(r"metadata\.labels\['([^']+)'\]", path)) is not None:
+        # A label the pod does not carry is an empty value, as a kubelet gives it. The
+        # node topology labels a real cluster copies onto pods (KEP-4742) do not exist
+        # here: there are no nodes.
+        return labels.get(label.group(1), "")
     raise ChartError(f"pod {pod}: env {env}: fieldRef {path} is not supported here")
 
 
@@ -428,3 +436,11 @@ def _check_ports(service: Obj, p: PodPlan) -> None:
                 f"{p.name}: the embedded cluster resolves Service names to the pods themselves, "
                 "so a Service's port must be its pods' port"
             )
+
+
+def at_version_of(o: Obj, held: Obj) -> Obj:
+    """A copy of `o` that replaces `held`: it names the resourceVersion read, as an update
+    of a custom resource must."""
+    body: Obj = json.loads(json.dumps(o))
+    body["metadata"]["resourceVersion"] = held["metadata"]["resourceVersion"]
+    return body

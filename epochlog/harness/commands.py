@@ -5,8 +5,9 @@ One place knows how to start each program and where it says it is ready:
 - a broker: `epochlog broker` (`python -m epochlog.cli broker`); serving once
   `/healthz` answers, caught up once `/readyz` does;
 - the operator: `python -m epochlog_operator` (the same program as `epochlog
-  operator`); running once `/healthz` answers, acting (it holds the peering, or
-  runs standalone) once `/readyz` does;
+  operator`); running once `/healthz` answers; once `/readyz` does, it knows its
+  role: acting (standalone: always), or with peering acting or standing by, as
+  the body says;
 - the Kubernetes API emulator: `python -m epochlog.kubeapi.apiserver`; ready once
   it lists Partitions, that is once the Partition CRD is loaded.
 
@@ -126,6 +127,7 @@ def operator_argv(
     reconcile_interval_ms: int | None = None,
     status_refresh_interval_ms: int | None = None,
     peering_lifetime_s: int | None = None,
+    leader_imbalance_check_interval_ms: int | None = None,
     security: Iterable[str],
     probe_port: int | None = None,
     extra: Iterable[str] = (),
@@ -153,6 +155,7 @@ def operator_argv(
                 ("--reconcile-interval-ms", reconcile_interval_ms),
                 ("--status-refresh-interval-ms", status_refresh_interval_ms),
                 ("--peering-lifetime-s", peering_lifetime_s),
+                ("--leader-imbalance-check-interval-ms", leader_imbalance_check_interval_ms),
                 ("--probe-port", probe_port),
             ]
         ),

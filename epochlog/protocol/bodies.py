@@ -95,6 +95,8 @@ class Params:
     """Read: how long the leader may hold a read that has nothing to return yet."""
     AT: Final = "at"
     """ListOffsets: earliest, latest or a time in ms since the Unix epoch."""
+    BEFORE_OFFSET: Final = "beforeOffset"
+    """DeleteRecords: records below this offset go (-1: below the high watermark)."""
 
 
 class Encoding(enum.StrEnum):
@@ -360,6 +362,13 @@ class OffsetsAnswer(WireModel):
     """ListOffsets: the offset asked for, and the leader epoch that answered."""
 
     offset: StrictInt
+    leader_epoch: StrictInt
+
+
+class DeleteRecordsAnswer(WireModel):
+    """DeleteRecords: the log start offset after the deletion (Kafka's low watermark)."""
+
+    log_start_offset: StrictInt
     leader_epoch: StrictInt
 
 

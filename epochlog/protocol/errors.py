@@ -50,6 +50,7 @@ class ErrorCode(enum.StrEnum):
     AUTHENTICATION_FAILED = "AUTHENTICATION_FAILED"
     TOPIC_AUTHORIZATION_FAILED = "TOPIC_AUTHORIZATION_FAILED"
     CLUSTER_AUTHORIZATION_FAILED = "CLUSTER_AUTHORIZATION_FAILED"
+    NOT_CONTROLLER = "NOT_CONTROLLER"
 
 
 class EpochlogError(Exception):
@@ -254,6 +255,16 @@ class ClusterAuthorizationFailedError(EpochlogError):
     http_status = 403
 
 
+class NotControllerError(EpochlogError):
+    """A controller request (a broker heartbeat) reached an operator replica that stands
+    by: it acts on nothing, and the broker tries the next controller address (as Kafka's
+    NOT_CONTROLLER sends a broker to the active controller)."""
+
+    code = ErrorCode.NOT_CONTROLLER
+    http_status = 503
+    retriable = True
+
+
 ERRORS_BY_CODE: dict[ErrorCode, type[EpochlogError]] = {
     cls.code: cls
     for cls in (
@@ -278,6 +289,7 @@ ERRORS_BY_CODE: dict[ErrorCode, type[EpochlogError]] = {
         AuthenticationFailedError,
         TopicAuthorizationFailedError,
         ClusterAuthorizationFailedError,
+        NotControllerError,
     )
 }
 

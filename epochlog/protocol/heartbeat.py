@@ -52,6 +52,11 @@ good standing, takes it out of every ISR, and answers with
 its shutdown timeout passes), so that a rolling restart costs no session
 timeout of unavailability per broker.
 
+A partition reassigned away from a broker that still hosts it comes back in
+`stopReplicas`: the assignment that left the broker out. Only then does a
+broker delete a replica's data; a partition merely missing from the answers
+(a controller that lost its state, a deleted resource) is kept.
+
 brokerEpoch must be larger on every start of the broker process than on any
 earlier start (a persisted counter, or the start time in ms): the controller
 takes a smaller one for a late message from a dead process.
@@ -76,6 +81,8 @@ from epochlog.resources import (
 )
 
 DEFAULT_HEARTBEAT_INTERVAL_MS: Final = 500
+MAX_RACK_LENGTH: Final = 253
+"""A rack is a zone name: a Kubernetes label value is at most 63 characters, a DNS name 253."""
 
 
 class PartitionRole(enum.StrEnum):
@@ -139,6 +146,8 @@ class PartitionReport(WireModel):
     damaged segment): it neither leads nor counts as in sync."""
     epoch_start_offset: NonNegativeInt | None = None
     """Leaders: the log end offset recorded when this broker became leader of leader_epoch."""
+    log_start_offset: NonNegativeInt = Field(default=0, exclude_if=lambda v: v == 0)
+    """The first offset this replica holds (retention and DeleteRecords move it up)."""
     followers: tuple[FollowerProgress, ...] = ()
     isr_proposals: tuple[IsrProposal, ...] = ()
 
@@ -199,6 +208,11 @@ class BrokerHeartbeat(WireModel):
     controlled_shutdown: Annotated[bool, Field(strict=True)] = Field(
         default=False, exclude_if=lambda v: not v
     )
+    rack: Annotated[str, Field(min_length=1, max_length=MAX_RACK_LENGTH)] | None = Field(
+        default=None, exclude_if=lambda v: v is None
+    )
+    """The broker's rack (its node's zone; Kafka's broker.rack): replicas of a partition are
+    assigned to as many racks as there are. None: it has none."""
     """The broker is stopping (SIGTERM) and asks the controller to move its leaderships to
     other ISR members and take it out of every ISR first (Kafka's controlled shutdown).
     Once sent, it holds for the rest of this brokerEpoch."""
@@ -252,6 +266,16 @@ class PartitionAssignment(WireModel):
     (None from controllers that do not send it)."""
     partition: NonNegativeInt | None = Field(default=None, exclude_if=lambda v: v is None)
     """The Partition's spec.partition: its index within the topic."""
+    retention_ms: int | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The Partition's spec.retentionMs (-1: unlimited; None: the broker's default)."""
+    retention_bytes: int | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The Partition's spec.retentionBytes (-1: unlimited)."""
+    segment_bytes: PositiveInt | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The Partition's spec.segmentBytes (None: the broker's default)."""
+    segment_ms: PositiveInt | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The Partition's spec.segmentMs (None: segments roll by size only)."""
+    adding_replicas: tuple[BrokerId, ...] = Field(default=(), exclude_if=lambda v: not v)
+    """Replicas a reassignment adds: their catch-up fetches are throttled."""
 
     @classmethod
     def from_status(
@@ -274,6 +298,11 @@ class PartitionAssignment(WireModel):
             ),
             topic=None if spec is None else spec.topic,
             partition=None if spec is None else spec.partition,
+            retention_ms=None if spec is None else spec.retention_ms,
+            retention_bytes=None if spec is None else spec.retention_bytes,
+            segment_bytes=None if spec is None else spec.segment_bytes,
+            segment_ms=None if spec is None else spec.segment_ms,
+            adding_replicas=status.adding_replicas,
         )
 
 
@@ -319,3 +348,7 @@ class HeartbeatResponse(WireModel):
         default=None, exclude_if=lambda v: v is None
     )
     """Set in answers to a broker in controlled shutdown."""
+    stop_replicas: tuple[PartitionAssignment, ...] = Field(default=(), exclude_if=lambda v: not v)
+    """Partitions reassigned away from this broker (Kafka's StopReplica with delete): the
+    assignment that left it out of the replicas. The broker stops its replica and deletes
+    its data, only when the assignment it holds names it and is older than this one."""

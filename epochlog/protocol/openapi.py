@@ -25,6 +25,7 @@ from typing_extensions import TypedDict
 
 from epochlog import __version__
 from epochlog.protocol.bodies import (
+    DeleteRecordsAnswer,
     Encoding,
     HealthAnswer,
     OffsetsAnswer,
@@ -63,6 +64,7 @@ _SCHEMAS: Final[dict[str, tuple[Any, str]]] = {
     "ProduceAnswer": (ProduceAnswer, "serialization"),
     "ReadAnswer": (ReadAnswerBody, "serialization"),
     "OffsetsAnswer": (OffsetsAnswer, "serialization"),
+    "DeleteRecordsAnswer": (DeleteRecordsAnswer, "serialization"),
     "PartitionsListing": (PartitionsListing, "serialization"),
     "HealthAnswer": (HealthAnswer, "serialization"),
     "ReadyAnswer": (ReadyAnswer, "serialization"),
@@ -192,6 +194,27 @@ def _paths() -> dict[str, Any]:
                     _EPOCH,
                 ],
                 "responses": {"200": _json("OffsetsAnswer", "The offset."), **_ERRORS},
+            },
+        },
+        "/v1/partitions/{name}/delete-records": {
+            "parameters": [_NAME],
+            "post": {
+                "operationId": "deleteRecords",
+                "summary": "Delete the records below an offset (Kafka's DeleteRecords): the "
+                "log start offset moves there, on every replica. Bounded by the high "
+                "watermark (OFFSET_OUT_OF_RANGE above it).",
+                "parameters": [
+                    _query(
+                        Params.BEFORE_OFFSET,
+                        "Records below this offset go; -1: below the high watermark.",
+                        {"type": "integer", "minimum": -1},
+                    ),
+                    _EPOCH,
+                ],
+                "responses": {
+                    "200": _json("DeleteRecordsAnswer", "The new log start offset."),
+                    **_ERRORS,
+                },
             },
         },
         "/v1/partitions": {

@@ -125,6 +125,7 @@ class PartitionEntry(NamedTuple):
     epoch: int = NO_EPOCH
     end_offset: int = UNDEFINED_OFFSET
     error: Mapping[str, Any] | None = None
+    log_start_offset: int = 0
 
 
 _SESSION_ID: Final = "sessionId"
@@ -137,18 +138,26 @@ _BATCH_COUNT: Final = "batchCount"
 _EPOCH: Final = "epoch"
 _END_OFFSET: Final = "endOffset"
 _ERROR: Final = "error"
+_LOG_START_OFFSET: Final = "logStartOffset"
 
 
 def data_entry(
-    partition: str, leader_epoch: int, high_watermark: int, batch_count: int
+    partition: str,
+    leader_epoch: int,
+    high_watermark: int,
+    batch_count: int,
+    log_start_offset: int = 0,
 ) -> dict[str, Any]:
-    return {
+    entry = {
         _PARTITION: partition,
         _TYPE: FetchAnswerKind.DATA.value,
         _LEADER_EPOCH: leader_epoch,
         _HIGH_WATERMARK: high_watermark,
         _BATCH_COUNT: batch_count,
     }
+    if log_start_offset:
+        entry[_LOG_START_OFFSET] = log_start_offset
+    return entry
 
 
 def diverging_entry(
@@ -212,8 +221,18 @@ def decode_session_header(header: Mapping[str, Any]) -> tuple[int, list[Partitio
             count = _int(entry, _BATCH_COUNT)
             if count < 0:
                 raise InvalidRequestError(f"fetch session answer: {name}: negative batchCount")
+            start = _int(entry, _LOG_START_OFFSET) if _LOG_START_OFFSET in entry else 0
+            if start < 0:
+                raise InvalidRequestError(f"fetch session answer: {name}: negative logStartOffset")
             out.append(
-                PartitionEntry(name, FetchAnswerKind.DATA, leader_epoch, high_watermark, count)
+                PartitionEntry(
+                    name,
+                    FetchAnswerKind.DATA,
+                    leader_epoch,
+                    high_watermark,
+                    count,
+                    log_start_offset=start,
+                )
             )
         else:
             raise InvalidRequestError(f"fetch session answer: {name}: unknown type {kind!r}")

@@ -53,6 +53,8 @@ from epochlog_broker.replication.messages import (
 )
 from epochlog_operator.controller import ControllerCore
 from epochlog_operator.decide import Decision, PartitionInput
+from epochlog_operator.events import EventReason
+from epochlog_operator.preferred import RebalanceSettings
 
 Reply = Callable[[object], None]
 
@@ -83,6 +85,11 @@ class SimConfig:
     """Brokers' clocks differ from the controller's by up to this much either way."""
     segment_bytes: int = 16 * 1024
     """Small segments so that runs roll, index and truncate across segment files."""
+    retention_check_ms: int = 500
+    """How often brokers run retention (the broker's --retention-check-interval-ms)."""
+    rebalance: RebalanceSettings | None = None
+    """The controller's preferred leader election (None: Kafka's defaults, a check every
+    5 minutes, so never within a scenario; random runs check every few seconds)."""
 
     @property
     def fetch_backoff(self) -> FetchBackoff:
@@ -129,6 +136,14 @@ class SimPartitionStore:
     def delete(self, name: str) -> None:
         """The resource and its status are gone; a later `create` starts without a status."""
         del self.items[name]
+
+    def update(self, spec: PartitionSpec) -> None:
+        """A new spec for an existing resource (a new generation); gone: nothing."""
+        s = self.items.get(spec.name)
+        if s is None:
+            return
+        self._rv += 1
+        s.spec, s.generation, s.resource_version = spec, s.generation + 1, self._rv
 
     def input(self, name: str) -> PartitionInput:
         s = self.items[name]
@@ -215,6 +230,7 @@ class SimBroker(Process):
         )
         self.after(self.world.rng.randint(0, 50), self._heartbeat)
         self.after(self.config.checkpoint_interval_ms, self._checkpoint)
+        self.after(self.config.retention_check_ms, self._retention)
         self.after(50, self._tick)
 
     def kill(self, *, power_loss: bool = False, torn: bool = False) -> None:
@@ -312,6 +328,23 @@ class SimBroker(Process):
         assert self.core is not None
         self.core.checkpoint_high_watermarks()
         self.after(self.config.checkpoint_interval_ms, self._checkpoint)
+
+    def _retention(self) -> None:
+        assert self.core is not None
+        self.core.enforce_retention(self.now)
+        self.run(self.core.take_deferred())
+        self.after(self.config.retention_check_ms, self._retention)
+
+    def delete_records(self, partition: str, before_offset: int) -> int | None:
+        """DeleteRecords at this broker: the new log start, or None if it refused."""
+        if self.core is None:
+            return None
+        try:
+            return self.core.delete_records(partition, before_offset)
+        except EpochlogError:
+            return None
+        finally:
+            self.run(self.core.take_deferred())
 
     def _tick(self) -> None:
         assert self.core is not None
@@ -518,6 +551,12 @@ class SimBroker(Process):
 
     # -- inspection ------------------------------------------------------------------------
 
+    def replica_log_start(self, partition: str) -> int | None:
+        """The log start offset of a live replica."""
+        if self.core is None or partition not in self.core.partitions:
+            return None
+        return self.core.partitions[partition].log.log_start_offset
+
     def replica_state(self, partition: str) -> tuple[list[tuple[int, int, str]], int] | None:
         """(records as (offset, epoch, value), high watermark) of a live replica."""
         if self.core is None or partition not in self.core.partitions:
@@ -570,10 +609,14 @@ class SimController(Process):
         self._decided: dict[str, PartitionInput] = {}
         self._watched: set[str] = set()
         self._refresh_at: dict[str, int] = {}
+        self.preferred_elections = 0
+        """PreferredLeaderElected decisions written, across controller restarts."""
 
     def boot(self) -> None:
         self.begin()
-        self.core = ControllerCore.start(self.world.now, self.config.session_timeout_ms)
+        self.core = ControllerCore.start(
+            self.world.now, self.config.session_timeout_ms, self.config.rebalance
+        )
         self._last_write = {}
         self._offline = {}
         self._next_full = 0
@@ -605,7 +648,8 @@ class SimController(Process):
         assert core is not None
         now = self.world.now
         inputs = self.store.inputs()
-        for name in self._due(core, now, inputs):
+        moves = {m.name for m in core.plan_preferred(now, inputs)}
+        for name in self._due(core, now, inputs, moves):
             p = inputs[name]
             decision = core.decide(name, p, now, inputs)
             if legacy_mod.COUNT_LAG in self.legacy:
@@ -629,16 +673,24 @@ class SimController(Process):
                 raise InvalidRequestError(f"{name}: decision without a resourceVersion")
             self.store.write_status(name, status, decision.resource_version)
             self._last_write[name] = now
+            self.preferred_elections += sum(
+                e.reason is EventReason.PREFERRED_LEADER_ELECTED for e in decision.events
+            )
             self.history.status_writes.append(StatusWrite(name, status, now))
         self.after(self.config.reconcile_interval_ms, self._reconcile)
 
     def _due(
-        self, core: ControllerCore, now: int, inputs: Mapping[str, PartitionInput]
+        self,
+        core: ControllerCore,
+        now: int,
+        inputs: Mapping[str, PartitionInput],
+        moves: set[str],
     ) -> list[str]:
         """The Partitions to decide in this pass, as the operator's reconciler picks them:
         all of them on a full pass (every `full_reconcile_ms`, and whenever the live
         brokers or the grace period change); otherwise those whose reports or resource
-        changed, those that are not quiet (their lag clocks run) and those due a refresh."""
+        changed, those that are not quiet (their lag clocks run), those due a refresh and
+        those a preferred leader election moves (`moves`)."""
         view = core.liveness.view(now)
         shape = (view.live_brokers(), view.in_grace)
         changed = core.take_changed()
@@ -651,6 +703,7 @@ class SimController(Process):
                 name
                 for name, p in inputs.items()
                 if name in changed
+                or name in moves
                 or name in self._watched
                 or self._decided.get(name) != p
                 or self._refresh_at.get(name, now + 1) <= now

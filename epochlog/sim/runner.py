@@ -10,7 +10,16 @@ liveness ones that only make sense once the faults are gone.
 
 Fault kinds (`FAULTS`): kill, power-loss, pause, partition, one-way,
 controller, lossy-network, double-kill, all-crash, kill-on-isr-change,
-recreate, wipe.
+recreate, rolling-restart, wipe, preferred-leader, retention, reassign.
+
+With retention enabled, each partition keeps by time (a few seconds), by size (a
+few segments) or everything, drawn per seed (`_retention_settings`), so segments
+are deleted and log starts move on every replica while the other faults strike;
+the retention fault also calls DeleteRecords at a leader.
+
+The controller runs preferred leader election with a short check interval
+(`PREFERRED_CHECK_MS`), so leadership moves back to preferred replicas after
+failovers of every kind, not only in the preferred-leader fault.
 """
 
 from __future__ import annotations
@@ -28,8 +37,10 @@ from typing import Final
 from epochlog.checker.checks import Violation
 from epochlog.resources import PartitionSpec
 from epochlog.sim.legacy import check_names
+from epochlog.sim.nodes import SimConfig
 from epochlog.sim.scenario import Sim, spec
 from epochlog.sim.world import CONTROLLER, NetworkConfig
+from epochlog_operator.preferred import RebalanceSettings, preferred_replica
 
 FAULTS: Final = {
     "kill": "SIGKILL a broker (often the leader), restart it later",
@@ -50,7 +61,17 @@ FAULTS: Final = {
     "wipe": "lose the disk of a broker outside the ISR of every partition it hosts, each ISR "
     "keeping a member on its recorded disk (killing a follower and waiting for it to leave "
     "first if none is), then restart it",
+    "reassign": "change a partition's replicas (3 <-> 2 replicas, in a new order) or its "
+    "replicationFactor with assigned replicas; at times reverted before the move ends",
+    "retention": "DeleteRecords at a partition's leader up to an offset at or below its HW "
+    "(partitions also keep only a few seconds or a few segments, drawn per seed)",
+    "preferred-leader": "SIGKILL a partition's preferred replica while it leads and restart it: "
+    "the controller's balance check moves leadership back under load, and at times the old or "
+    "the new leader is killed or cut off in the middle of that handover",
 }
+
+PREFERRED_CHECK_MS: Final = 2000
+"""The controller's leader imbalance check interval in random runs (production: 5 min)."""
 
 LIVENESS_BOUND_MS: Final = 10_000
 
@@ -98,10 +119,40 @@ def build(seed: int, settings: RunSettings) -> Sim:
                 replica_lag_time_max_ms=rng.choice([2000, 4000, 10_000]),
             )
         )
+    if "retention" in settings.faults:
+        specs = _retention_settings(seed, specs)
     network = NetworkConfig()
     if "lossy-network" in settings.faults and rng.random() < 0.5:
         network = NetworkConfig(drop_rate=0.02, duplicate_rate=0.02)
-    return Sim(seed, brokers=3, partitions=specs, legacy=settings.legacy, network=network)
+    config = SimConfig(rebalance=RebalanceSettings(check_interval_ms=PREFERRED_CHECK_MS))
+    return Sim(
+        seed,
+        brokers=3,
+        partitions=specs,
+        legacy=settings.legacy,
+        network=network,
+        config=config,
+    )
+
+
+def _retention_settings(seed: int, specs: list[PartitionSpec]) -> list[PartitionSpec]:
+    """Each partition keeps a few seconds, a few 16 KiB segments, or everything (its own
+    random source: the draws of the other settings stay as they were for every seed)."""
+    import random
+
+    rng = random.Random(seed ^ 0x7E7E)
+    out = []
+    for s in specs:
+        settings = rng.choice(
+            [
+                {"retention_ms": rng.choice([2_000, 5_000])},
+                {"retention_ms": -1, "retention_bytes": rng.choice([20_000, 50_000])},
+                {"retention_ms": rng.choice([3_000, 8_000]), "retention_bytes": 40_000},
+                {},
+            ]
+        )
+        out.append(PartitionSpec.model_validate({**s.model_dump(by_alias=False), **settings}))
+    return out
 
 
 class _Nemesis:
@@ -204,6 +255,12 @@ class _Nemesis:
             self._recreate(rng.choice(sim.specs).name)
         elif kind == "wipe":
             self._wipe()
+        elif kind == "preferred-leader":
+            self._preferred_away(rng.choice(sim.specs).name)
+        elif kind == "retention":
+            self._delete_records(rng.choice(sim.specs).name)
+        elif kind == "reassign":
+            self._reassign(rng.choice(sim.specs).name)
         elif kind == "all-crash":
             down = [x for x, br in sim.brokers.items() if br.alive]
             for x in down:
@@ -260,6 +317,20 @@ class _Nemesis:
 
         # Strike the new leader as soon as it leads, while its followers may still lag.
         self._at(sim.config.session_timeout_ms + self.rng.randint(0, 1500), second)
+
+    def _reassign(self, name: str) -> None:
+        """Grow or shrink a partition between 2 and 3 replicas, explicit ones in a new order
+        (so leadership moves off a removed leader); at times the old spec comes back while
+        the move is under way, a revert."""
+        sim, rng = self.sim, self.rng
+        if name not in sim.store.items:
+            return
+        old = self._spec(name)
+        rf = max(old.min_insync_replicas, 2 if old.replication_factor == 3 else 3)
+        replicas = tuple(rng.sample(sorted(sim.brokers), rf)) if old.replicas else ()
+        sim.reassign(old.model_copy(update={"replicas": replicas, "replication_factor": rf}))
+        if rng.random() < 0.3:
+            self._later(0, 2000, lambda: sim.reassign(old))
 
     def _recreate(self, name: str) -> None:
         """Delete and create again. A third of the time just so; a third of the time a
@@ -407,6 +478,61 @@ class _Nemesis:
             gone = left or not in_isr
             self._at(10, lambda: self._watch_isr(name, member, checks_left - 1, gone))
 
+    def _preferred_away(self, name: str) -> None:
+        """Take leadership away from `name`'s preferred replica (SIGKILL, restart soon), then
+        watch for the controller to move it back and at times strike during the handover."""
+        sim = self.sim
+        preferred = preferred_replica(self._spec(name), sim.status(name))
+        if preferred is None or not sim.brokers[preferred].alive:
+            return
+        if sim.leader(name) == preferred:
+            sim.kill(preferred)
+            self._later(300, 2500, lambda: self._restart_if_down(preferred))
+        status = sim.status(name)
+        epoch = status.leader_epoch if status is not None else 0
+        self._watch_handover(name, preferred, epoch, 600)
+
+    def _watch_handover(self, name: str, preferred: int, epoch: int, checks_left: int) -> None:
+        """Once `preferred` leads `name` again above `epoch`, strike within moments: kill or
+        cut off the new leader or the old one, or let the handover be."""
+        sim, rng = self.sim, self.rng
+        status = sim.status(name)
+        moved = status is not None and status.leader == preferred and status.leader_epoch > epoch
+        if not moved:
+            if checks_left > 0:
+                self._at(20, lambda: self._watch_handover(name, preferred, epoch, checks_left - 1))
+            return
+        assert status is not None
+        old = next((e.leader for e in reversed(status.epoch_history[:-1])), None)
+        victim = rng.choice([preferred, old] if old is not None else [preferred])
+        shape = rng.random()
+        if shape < 0.3:
+            self._later(0, 300, lambda: self._kill_mid_handover(victim))
+        elif shape < 0.5:
+            others = [x for x in sim.brokers if x != victim]
+            cut = [(victim, o) for o in others] + [(o, victim) for o in others]
+            cut += [(victim, CONTROLLER), (CONTROLLER, victim)]
+
+            def isolate() -> None:
+                for src, dst in cut:
+                    sim.cut(src, dst)
+                self._later(500, 4000, lambda: self._uncut(cut))
+
+            self._later(0, 300, isolate)
+
+    def _delete_records(self, name: str) -> None:
+        """DeleteRecords at `name`'s leader: up to its HW, or to a random offset below it."""
+        sim, rng = self.sim, self.rng
+        leader = sim.leader(name)
+        if leader is None or not sim.brokers[leader].alive:
+            return
+        high_watermark = sim.high_watermark(name, leader)
+        start = sim.brokers[leader].replica_log_start(name)
+        if high_watermark is None or start is None:
+            return
+        before = -1 if rng.random() < 0.3 else rng.randint(start, max(start, high_watermark))
+        sim.brokers[leader].delete_records(name, before)
+
     def _kill_restart(self, *brokers: int) -> None:
         for b in brokers:
             if self.sim.brokers[b].alive:
@@ -444,6 +570,7 @@ def run_seed(seed: int, settings: RunSettings) -> ScheduleResult:
         sim_ms=sim.world.elapsed_ms,
         events=sim.world.events_run,
         wall_s=time.perf_counter() - started,
+        stats={"preferred_elections": sim.controller.preferred_elections},
     )
 
 
@@ -517,7 +644,7 @@ def main(
         file=sys.stderr,
     )
     began = time.perf_counter()
-    done = failed = acks = events = sim_ms = 0
+    done = failed = acks = events = sim_ms = preferred = 0
     first_failure: ScheduleResult | None = None
     step = max(1, seeds // 20)
     for result in run_seeds(range(start, start + seeds), settings, jobs):
@@ -525,6 +652,7 @@ def main(
         acks += result.acks
         events += result.events
         sim_ms += result.sim_ms
+        preferred += result.stats.get("preferred_elections", 0)
         if result.violations:
             failed += 1
             checks = sorted({v.check for v in result.violations})
@@ -547,6 +675,7 @@ def main(
     wall = time.perf_counter() - began
     print(
         f"{done} schedule(s), {failed} with violations; {acks} acknowledged records checked; "
+        f"{preferred} preferred leader elections; "
         f"{sim_ms / 1000:.0f} s simulated in {wall:.1f} s ({events} events)"
     )
     if first_failure is not None:

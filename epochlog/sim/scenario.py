@@ -179,7 +179,7 @@ class Sim:
                 c.stopped = True
 
     def _audit(self) -> None:
-        self.checker.audit(self.now, self.logs(), self.statuses())
+        self.checker.audit(self.now, self.logs(), self.statuses(), self.log_starts())
         self.world.after(AUDIT_INTERVAL_MS, self._audit)
 
     # -- time ------------------------------------------------------------------------------
@@ -316,6 +316,15 @@ class Sim:
         self._lag_max_ms[name] = partition.replica_lag_time_max_ms
         self._fault(f"create Partition {name}")
         self.store.create(partition)
+
+    def reassign(self, partition: PartitionSpec) -> None:
+        """Change a Partition's replicas or replicationFactor: a reassignment."""
+        name = partition.name
+        known = [s.name for s in self.specs]
+        self.specs[known.index(name)] = partition
+        where = list(partition.replicas) or f"{partition.replication_factor} assigned replicas"
+        self._fault(f"reassign Partition {name} to {where}")
+        self.store.update(partition)
 
     def recreate(self, name: str) -> None:
         """Delete the Partition and create it again from the same spec."""
@@ -522,6 +531,16 @@ class Sim:
     def statuses(self) -> dict[str, PartitionStatus | None]:
         return {s.name: self.status(s.name) for s in self.specs}
 
+    def log_starts(self) -> dict[str, dict[int, int]]:
+        """Every live replica's log start offset."""
+        out: dict[str, dict[int, int]] = {}
+        for s in self.specs:
+            for b, broker in self.brokers.items():
+                start = broker.replica_log_start(s.name) if broker.alive else None
+                if start is not None:
+                    out.setdefault(s.name, {})[b] = start
+        return out
+
     def replicated(self) -> bool:
         """Every live replica holds its leader's whole log, with the HW at its end."""
         for s in self.specs:
@@ -529,12 +548,22 @@ class Sim:
             if leader is None or not self.brokers[leader].alive:
                 return False
             ref = self.brokers[leader].replica_state(s.name)
-            if ref is None:
+            ref_start = self.brokers[leader].replica_log_start(s.name)
+            if ref is None or ref_start is None:
                 return False
+            end = ref_start + len(ref[0])
             status = self.status(s.name)
             for b in status.replicas if status else ():
-                state = self.brokers[b].replica_state(s.name) if self.brokers[b].alive else None
-                if state is None or state[0] != ref[0] or state[1] != len(ref[0]):
+                broker = self.brokers[b]
+                state = broker.replica_state(s.name) if broker.alive else None
+                start = broker.replica_log_start(s.name) if broker.alive else None
+                if state is None or start is None or state[1] != end:
+                    return False
+                # Replicas run retention on their own: compare what both still hold.
+                common = max(start, ref_start)
+                if start + len(state[0]) != end or (
+                    state[0][common - start :] != ref[0][common - ref_start :]
+                ):
                     return False
         return True
 
@@ -547,6 +576,7 @@ class Sim:
             statuses=self.statuses(),
             healed_at=self.healed_at,
             liveness_bound_ms=liveness_bound_ms,
+            log_starts=self.log_starts(),
         )
 
     def assert_ok(self) -> None:

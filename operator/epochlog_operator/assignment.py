@@ -10,6 +10,13 @@ Brokers that already hold data of the partition (it was deleted and created
 again) are chosen first, most advanced first, so that the data is not
 abandoned. An explicit preferredLeader goes first if it is live.
 
+Rack awareness (Kafka's broker.rack): when brokers report a rack (in
+Kubernetes, their node's `topology.kubernetes.io/zone`), the replicas go to as
+many different racks as there are, and load decides only among brokers of racks
+the partition does not use yet, so that losing a zone loses at most one replica
+while there are at least replicationFactor zones. A broker without a rack
+counts as a rack of its own.
+
 Deterministic given its inputs; no I/O.
 """
 
@@ -46,11 +53,14 @@ def assign_replicas(
     load: Mapping[int, BrokerLoad],
     preferred_leader: int | None = None,
     holders: Sequence[int] = (),
+    racks: Mapping[int, str | None] | None = None,
 ) -> tuple[int, ...] | None:
     """Replicas for a new partition, preferred leader first; None while too few brokers are live.
 
-    `holders` are live brokers that already hold data of this partition, most advanced first.
+    `holders` are live brokers that already hold data of this partition, most advanced first;
+    `racks` the rack of each broker that reports one.
     """
+    racks = racks or {}
     brokers = sorted(set(live_brokers))
     if len(brokers) < replication_factor:
         return None
@@ -72,8 +82,12 @@ def assign_replicas(
             chosen.insert(0, preferred_leader)
     free = [b for b in brokers if b not in chosen]
     if chosen:
-        picked = sorted(free, key=lambda b: (weight(b).replicas, turn(b, origin)))
-        picked = picked[: replication_factor - len(chosen)]
+        picked = spread_over_racks(
+            sorted(free, key=lambda b: (weight(b).replicas, turn(b, origin))),
+            replication_factor - len(chosen),
+            racks,
+            used=chosen,
+        )
         return (*chosen, *sorted(picked, key=lambda b: turn(b, brokers.index(chosen[0]))))
     # Replicas go to the least loaded brokers. The leader is whichever of those
     # leads the fewest partitions; the other slots prefer brokers that already
@@ -82,8 +96,37 @@ def assign_replicas(
     ceiling = weight(by_replicas[replication_factor - 1]).replicas
     eligible = [b for b in brokers if weight(b).replicas <= ceiling]
     leader = min(eligible, key=lambda b: (weight(b).leaders, weight(b).replicas, turn(b, origin)))
-    others = sorted(
-        (b for b in brokers if b != leader),
-        key=lambda b: (weight(b).replicas, -weight(b).leaders, turn(b, origin)),
-    )[: replication_factor - 1]
+    others = spread_over_racks(
+        sorted(
+            (b for b in brokers if b != leader),
+            key=lambda b: (weight(b).replicas, -weight(b).leaders, turn(b, origin)),
+        ),
+        replication_factor - 1,
+        racks,
+        used=[leader],
+    )
     return (leader, *sorted(others, key=lambda b: turn(b, brokers.index(leader))))
+
+
+def spread_over_racks(
+    ordered: Sequence[int],
+    count: int,
+    racks: Mapping[int, str | None],
+    *,
+    used: Iterable[int] = (),
+) -> list[int]:
+    """The first `count` brokers of `ordered` (best first), skipping those whose rack a broker
+    of `used` or an earlier pick already has, as long as brokers of other racks remain."""
+    taken = {racks[b] for b in used if racks.get(b) is not None}
+    picked: list[int] = []
+    for distinct in (True, False):
+        for b in ordered:
+            if len(picked) == count:
+                return picked
+            rack = racks.get(b)
+            if b in picked or (distinct and rack is not None and rack in taken):
+                continue
+            picked.append(b)
+            if rack is not None:
+                taken.add(rack)
+    return picked

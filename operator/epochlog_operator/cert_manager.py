@@ -119,7 +119,11 @@ class CertificateManager:
         public = self.settings.secret(f"{stem}-cert")
         held = await self._get(public)
         if _unb64(held, "ca.crt") != ca.cert_pem():
-            await self._put(public, {"ca.crt": ca.cert_pem()}, OPAQUE, held)
+            try:
+                await self._put(public, {"ca.crt": ca.cert_pem()}, OPAQUE, held)
+            except ConflictError as exc:
+                # Another replica wrote it meanwhile; the next round checks it again.
+                log.info("certificate_write_conflict", secret=public, error=exc.message)
         now = datetime.now(UTC)
         if ca_expiring(ca.cert, now, timedelta(days=self.settings.renew_before_days)):
             log.warning(

@@ -1,11 +1,13 @@
-"""The Partition's status conditions: Ready, UnderReplicated, UnderMinIsr, Offline.
+"""The Partition's status conditions: Ready, UnderReplicated, UnderMinIsr, Offline, Reassigning.
 
 A partition without a leader has no replica in sync, whatever ISR it keeps
 for the next election; so in-sync counts are taken as zero while it is offline.
 Ready means acks=all writes can succeed: a leader and at least
 minInsyncReplicas in sync. A replica offline after a storage error is named in
 UnderReplicated (reason ReplicaStorageError). lastTransitionTime changes only
-when a condition's status flips, as Kubernetes tools expect.
+when a condition's status flips, as Kubernetes tools expect. Reassigning is True
+while the replicas are not yet the ones the spec asks for (a move in progress,
+or one that cannot start): a status never claims a spec it has not reached.
 
 A Partition whose name another namespace's Partition holds (brokers know a
 partition by its name alone; see `indexed.NameClaims`) is not assigned to
@@ -39,7 +41,9 @@ def partition_conditions(
     storage_errors: Mapping[int, str] | None = None,
     generation: int,
     now_ms: int,
+    reassigning: str | None = None,
 ) -> tuple[Condition, ...]:
+    """`reassigning`: what a reassignment in progress waits for (None: none in progress)."""
     in_sync = 0 if leader is None else len(isr)
     expected = len(replicas) or replication_factor
     judged: list[tuple[ConditionType, bool, str, str]] = []
@@ -99,6 +103,13 @@ def partition_conditions(
         judged.append((ConditionType.OFFLINE, True, offline_reason, offline_message))
     else:
         judged.append((ConditionType.OFFLINE, False, "LeaderAvailable", f"broker {leader} leads"))
+
+    if reassigning is not None:
+        judged.append((ConditionType.REASSIGNING, True, "Reassigning", reassigning))
+    else:
+        judged.append(
+            (ConditionType.REASSIGNING, False, "ReplicasMatchSpec", f"replicas {list(replicas)}")
+        )
 
     before = {c.type: c for c in previous}
     out: list[Condition] = []

@@ -39,6 +39,8 @@ from epochlog_operator.liveness import (
     Liveness,
 )
 from epochlog_operator.observations import ReceivedHeartbeat
+from epochlog_operator.preferred import PreferredLeaders, PreferredMove, RebalanceSettings
+from epochlog_operator.reassignment import reassigned_away
 from epochlog_operator.report_sessions import Intake, ReportSessions
 from epochlog_operator.shutdown import shutdown_progress
 
@@ -99,15 +101,39 @@ class ControllerCore:
     place (`Decision.kept_while_stopping`): their shutdown does not wait for it."""
     reports: ReportSessions = field(default_factory=lambda: ReportSessions(0))
     """The brokers' report sessions: what each heartbeat carries and each answer needs."""
+    preferred: PreferredLeaders = field(
+        default_factory=lambda: PreferredLeaders.start(0, RebalanceSettings())
+    )
+    """Preferred leader election: the balance round and the moves in flight."""
     _assignments: dict[str, tuple[PartitionStatus, object, PartitionAssignment]] = field(
         default_factory=dict
     )
 
     @classmethod
     def start(
-        cls, now_ms: int, session_timeout_ms: int = DEFAULT_BROKER_SESSION_TIMEOUT_MS
+        cls,
+        now_ms: int,
+        session_timeout_ms: int = DEFAULT_BROKER_SESSION_TIMEOUT_MS,
+        rebalance: RebalanceSettings | None = None,
     ) -> ControllerCore:
-        return cls(Liveness.start(now_ms, session_timeout_ms), reports=ReportSessions(now_ms))
+        return cls(
+            Liveness.start(now_ms, session_timeout_ms),
+            reports=ReportSessions(now_ms),
+            preferred=PreferredLeaders.start(now_ms, rebalance or RebalanceSettings()),
+        )
+
+    def plan_preferred(
+        self, now_ms: int, partitions: Mapping[str, PartitionInput]
+    ) -> tuple[PreferredMove, ...]:
+        """Preferred leader election: the moves to decide now (`preferred`). Each named
+        Partition is to be decided soon: `decide` elects the move's target if it still may."""
+        if not self.preferred.due(now_ms):
+            return ()
+        return self.preferred.plan(
+            {n: (p.spec, p.status) for n, p in partitions.items()},
+            self.heartbeats,
+            self.liveness.view(now_ms),
+        )
 
     def on_heartbeat(
         self,
@@ -134,7 +160,11 @@ class ControllerCore:
             return HeartbeatResponse(session_id=heartbeat.session_id), ignored
         was_stopping = self.liveness.view(now_ms).is_shutting_down(broker)
         self.liveness, result = self.liveness.heartbeat(
-            broker, heartbeat.broker_epoch, now_ms, shutting_down=heartbeat.controlled_shutdown
+            broker,
+            heartbeat.broker_epoch,
+            now_ms,
+            shutting_down=heartbeat.controlled_shutdown,
+            rack=heartbeat.rack,
         )
         if result.outcome in (HeartbeatOutcome.STILL_FENCED, HeartbeatOutcome.STALE):
             self.reports.drop(broker)
@@ -154,12 +184,15 @@ class ControllerCore:
                 in (p.status.replicas if p.status and p.status.replicas else p.spec.replicas)
             )
         assignments: dict[str, PartitionAssignment] = {}
+        stops: list[PartitionAssignment] = []
         for name, p in sorted(partitions.items()):
             status = p.status
             # A status without an ISR (never elected, or waiting to be restored from the
             # brokers) hands out nothing: an empty assignment would overwrite the one a
             # broker holds, which is what a lost status is restored from.
             if status is None or not status.isr or broker not in status.replicas:
+                if status is not None and reassigned_away(broker, status, received.partition(name)):
+                    stops.append(self._assignment(name, p))
                 continue
             recorded = status.isr_broker_epochs.get(broker)
             if status.leader == broker and recorded not in (None, heartbeat.broker_epoch):
@@ -190,6 +223,7 @@ class ControllerCore:
                 rejected_isr_proposals=rejected,
                 brokers=brokers,
                 controlled_shutdown=progress,
+                stop_replicas=tuple(stops),
             ),
             result,
         )
@@ -319,7 +353,9 @@ class ControllerCore:
             load,
             floor,
             self.handed.get(name),
+            prefer=self.preferred.target(name),
         )
+        self.preferred.decided(name, decision.status or partition.status)
         if decision.status is not None:
             self.published[name] = _higher(floor, decision.status)
         if decision.kept_while_stopping:

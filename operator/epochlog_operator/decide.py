@@ -25,8 +25,18 @@ In order, a decision
    A broker in a controlled shutdown loses its leaderships to ISR members in
    good standing and leaves the ISRs first, unless that leaves no leader or an
    ISR below minInsyncReplicas (`Decision.kept_while_stopping`),
+   A healthy leader hands over to the preferred replica when a preferred leader
+   election asks for it (`prefer`, chosen by `preferred`) and the replica is in the
+   ISR, live, in good standing and caught up: an election like the others,
+   announced as PreferredLeaderElected,
 4. bumps partitionEpoch once if leader, ISR or replicas changed (going offline
    changes no epoch), and derives conditions and lag.
+
+A target replica set other than the status' replicas (spec.replicas changed, or
+replicationFactor with operator-assigned replicas) is a reassignment
+(`reassignment`): before judging, the replicas become target + removing; after,
+once the target is in sync, leadership moves off a removed leader and the
+replicas become the target, in one status write.
 
 While a partition has no leader its ISR is left as it was: every member holds
 everything committed, so any of them that comes back may lead, and removing one
@@ -75,6 +85,15 @@ from epochlog_operator.isr import (
 )
 from epochlog_operator.liveness import BrokerState, Liveness, LivenessView
 from epochlog_operator.observations import PartitionObservation, ReceivedHeartbeat, observe
+from epochlog_operator.preferred import not_ready
+from epochlog_operator.reassignment import (
+    Placement,
+    StepKind,
+    describe,
+    grown_or_shrunk,
+    next_step,
+    retarget,
+)
 from epochlog_operator.restore import restore
 
 MAX_EPOCH_HISTORY: Final = 64
@@ -119,6 +138,7 @@ class _Draft:
     high_watermark: int
     high_watermark_time: str | None
     log_end_offsets: dict[int, int]
+    log_start_offset: int
     last_caught_up: dict[int, int]
     epoch_history: list[EpochHistoryEntry]
     elected: bool = False
@@ -126,10 +146,16 @@ class _Draft:
     events: list[Event] = field(default_factory=list)
     rejected: tuple[RejectedProposal, ...] = ()
     kept_while_stopping: frozenset[int] = frozenset()
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+    reassigning: str | None = None
+    """What a reassignment in progress waits for (the Reassigning condition)."""
 
     @classmethod
     def of(cls, status: PartitionStatus) -> _Draft:
         return cls(
+            adding=status.adding_replicas,
+            removing=status.removing_replicas,
             leader=status.leader,
             leader_epoch=status.leader_epoch,
             isr=list(status.isr),
@@ -139,6 +165,7 @@ class _Draft:
             high_watermark=status.high_watermark,
             high_watermark_time=status.high_watermark_time,
             log_end_offsets=dict(status.log_end_offsets),
+            log_start_offset=status.log_start_offset,
             last_caught_up=dict(status.last_caught_up_time),
             epoch_history=list(status.epoch_history),
         )
@@ -152,6 +179,7 @@ def decide(
     load: Mapping[int, BrokerLoad] | None = None,
     floor: tuple[int, int] = (0, 0),
     handed: HeldAssignment | None = None,
+    prefer: int | None = None,
 ) -> Decision:
     """Decide the next status of one Partition.
 
@@ -159,7 +187,9 @@ def decide(
     preferred leaderships each broker carries for other partitions (for assignment);
     `floor` the (leaderEpoch, partitionEpoch) already published for this name, which a
     status restored after a re-create must not undercut; `handed` the newest assignment
-    this controller handed to brokers for it, which counts as one they hold.
+    this controller handed to brokers for it, which counts as one they hold; `prefer` the
+    preferred replica a preferred leader election moves leadership to (`preferred`), if it
+    may take over in this decision.
     """
     view = liveness.view(now_ms)
     spec = partition.spec
@@ -178,6 +208,8 @@ def decide(
             f"{spec.replication_factor}",
         )
     else:
+        if old.isr:
+            _retarget(d, spec, view, load or {})
         for r in d.replicas:
             reported = obs.log_end_offset(r)
             if reported is not None:
@@ -185,8 +217,92 @@ def decide(
         if old.leader is None and not old.isr:
             _first_election(d, old, spec, view, obs)
         else:
-            _judge(d, old, spec, view, obs)
+            _judge(d, old, spec, view, obs, prefer)
+            _reassign(d, old, spec, view, obs)
     return _finish(partition, old, d, view, obs)
+
+
+def _retarget(
+    d: _Draft, spec: PartitionSpec, view: LivenessView, load: Mapping[int, BrokerLoad]
+) -> None:
+    """Start (or redirect) a reassignment when the target differs from the replicas."""
+    current = Placement(d.replicas, d.adding, d.removing)
+    target = spec.replicas or _operator_target(current.target, d.isr, spec, view, load)
+    if target is None:
+        d.reassigning = (
+            f"replicationFactor {spec.replication_factor}: waiting for enough live brokers"
+        )
+        return
+    moved = retarget(current, target)
+    if moved == current:
+        return
+    d.replicas, d.adding, d.removing = moved.replicas, moved.adding, moved.removing
+    d.events.append(Event.normal(EventReason.REASSIGNMENT_STARTED, describe(moved)))
+
+
+def _operator_target(
+    current: tuple[int, ...],
+    isr: list[int],
+    spec: PartitionSpec,
+    view: LivenessView,
+    load: Mapping[int, BrokerLoad],
+) -> tuple[int, ...] | None:
+    missing = spec.replication_factor - len(current)
+    extra = None
+    if missing > 0:
+        live = [b for b in view.live_brokers() if not view.is_shutting_down(b) and b not in current]
+        extra = assign_replicas(
+            partition=spec.partition,
+            replication_factor=missing,
+            live_brokers=live,
+            load=load,
+            racks=view.racks(),
+        )
+    return grown_or_shrunk(current, spec.replication_factor, isr, extra)
+
+
+def _reassign(
+    d: _Draft,
+    old: PartitionStatus,
+    spec: PartitionSpec,
+    view: LivenessView,
+    obs: PartitionObservation,
+) -> None:
+    """Finish a reassignment whose target is in sync (`reassignment.next_step`)."""
+    placement = Placement(d.replicas, d.adding, d.removing)
+    if not placement.moving:
+        return
+    if d.elected or d.offline is not None:
+        # One leaderEpoch per decision: the move goes on at the next one.
+        d.reassigning = f"{describe(placement)}; the partition is changing leader"
+        return
+    errors = obs.storage_errors()
+    eligible = {
+        b for b in d.isr if view.is_live(b) and not view.is_shutting_down(b) and b not in errors
+    }
+    step = next_step(
+        placement,
+        leader=d.leader,
+        isr=d.isr,
+        min_insync_replicas=spec.min_insync_replicas,
+        eligible=eligible,
+        preferred_leader=spec.preferred_leader,
+    )
+    if step.kind is not StepKind.COMPLETE:
+        d.reassigning = f"{describe(placement)}; {step.reason}"
+        return
+    removed = list(placement.removing)
+    d.replicas, d.adding, d.removing = step.placement.replicas, (), ()
+    d.isr = list(step.isr)
+    if step.leader is not None:
+        cause = f"reassignment moves leadership off broker {d.leader}, which is being removed"
+        _install_leader(d, old, view, obs, ElectionResult(step.leader), cause=cause)
+    d.events.append(
+        Event.normal(
+            EventReason.REASSIGNMENT_COMPLETED,
+            f"replicas {list(d.replicas)}, ISR {d.isr}; removed {removed}",
+        )
+    )
 
 
 def _assign(
@@ -207,6 +323,7 @@ def _assign(
         load=load,
         preferred_leader=spec.preferred_leader,
         holders=holders,
+        racks=view.racks(),
     )
 
 
@@ -240,6 +357,7 @@ def _judge(
     spec: PartitionSpec,
     view: LivenessView,
     obs: PartitionObservation,
+    prefer: int | None = None,
 ) -> None:
     leader = old.leader
     report = None
@@ -258,6 +376,8 @@ def _judge(
             # it, from a leader still learning the HW, leaves the older measurement shown.)
             d.high_watermark = report.high_watermark
             d.high_watermark_time = rfc3339(obs.received[leader].received_ms)
+        # Never back: a new leader reports its own start, which may lag the old one's.
+        d.log_start_offset = max(d.log_start_offset, report.log_start_offset)
 
     assessment = assess_isr(
         isr=old.isr,
@@ -293,6 +413,39 @@ def _judge(
         _shrink(d, old, assessment)
         if report is not None:
             _expand(d, old, spec, view, obs, report)
+            if prefer is not None:
+                _prefer(d, old, view, obs, report, prefer)
+
+
+def _prefer(
+    d: _Draft,
+    old: PartitionStatus,
+    view: LivenessView,
+    obs: PartitionObservation,
+    report: PartitionReport,
+    target: int,
+) -> None:
+    """Preferred leader election: leadership moves to `target` if it still may
+    (`preferred.not_ready`), in a decision that changes nothing else: an ISR change or a
+    reassignment in progress goes first, and the move is chosen again afterwards."""
+    if d.isr != list(old.isr) or d.adding or d.removing:
+        return
+    why = not_ready(
+        target,
+        leader=old.leader,
+        isr=old.isr,
+        isr_broker_epochs=old.isr_broker_epochs,
+        view=view,
+        obs=obs,
+        report=report,
+    )
+    if why is not None:
+        return
+    cause = f"preferred replica {target} is back in the ISR and caught up"
+    result = ElectionResult(target)
+    _install_leader(
+        d, old, view, obs, result, cause=cause, reason=EventReason.PREFERRED_LEADER_ELECTED
+    )
 
 
 def _kept_while_stopping(
@@ -403,6 +556,7 @@ def _install_leader(
     result: ElectionResult,
     *,
     cause: str,
+    reason: EventReason = EventReason.LEADER_ELECTED,
 ) -> None:
     assert result.leader is not None
     new = result.leader
@@ -460,7 +614,7 @@ def _install_leader(
     else:
         d.events.append(
             Event.normal(
-                EventReason.LEADER_ELECTED,
+                reason,
                 f"broker {new} elected leader in leaderEpoch {d.leader_epoch} at offset {start} "
                 f"({was}: {cause})",
             )
@@ -551,11 +705,20 @@ def _finish(
     isr_storage_ids = _isr_storage_ids(d, obs)
     partition_epoch = old.partition_epoch
     leader_epoch = d.leader_epoch
-    changed = (tuple(d.isr), isr_broker_epochs, isr_storage_ids, d.replicas) != (
+    changed = (
+        tuple(d.isr),
+        isr_broker_epochs,
+        isr_storage_ids,
+        d.replicas,
+        d.adding,
+        d.removing,
+    ) != (
         old.isr,
         old.isr_broker_epochs,
         old.isr_storage_ids,
         old.replicas,
+        old.adding_replicas,
+        old.removing_replicas,
     )
     if not d.isr:
         # Never elected: show the highest epochs handed out for this name, never less.
@@ -587,8 +750,11 @@ def _finish(
         isr_broker_epochs=isr_broker_epochs,
         isr_storage_ids=isr_storage_ids,
         replicas=d.replicas,
+        adding_replicas=d.adding,
+        removing_replicas=d.removing,
         high_watermark=d.high_watermark,
         high_watermark_time=d.high_watermark_time,
+        log_start_offset=d.log_start_offset,
         log_end_offsets={r: d.log_end_offsets[r] for r in d.replicas if r in d.log_end_offsets},
         lag_ms=dict(sorted(lags.items())),
         last_caught_up_time=last_caught_up,
@@ -604,6 +770,7 @@ def _finish(
             previous=old.conditions,
             generation=partition.generation,
             now_ms=view.now_ms,
+            reassigning=d.reassigning,
         ),
         observed_generation=partition.generation,
     )
@@ -672,6 +839,8 @@ def _state(s: PartitionStatus) -> tuple[object, ...]:
         s.isr_broker_epochs,
         s.isr_storage_ids,
         s.replicas,
+        s.adding_replicas,
+        s.removing_replicas,
         s.epoch_history,
         s.conditions,
         s.observed_generation,

@@ -21,6 +21,10 @@ class EventReason(enum.StrEnum):
     REPLICA_OFFLINE = "ReplicaOffline"
     STATUS_RESTORED = "StatusRestored"
     NAME_CONFLICT = "NameConflict"
+    PREFERRED_LEADER_ELECTED = "PreferredLeaderElected"
+    """Leadership moved back to the preferred replica (`preferred`): a clean election."""
+    REASSIGNMENT_STARTED = "ReassignmentStarted"
+    REASSIGNMENT_COMPLETED = "ReassignmentCompleted"
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,6 +69,8 @@ class BrokerSession:
     expired: bool = False
     shutting_down: bool = False
     """The broker asked for a controlled shutdown in this brokerEpoch."""
+    rack: str | None = None
+    """Its rack (zone), as it last reported one: replica assignment spreads over racks."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,11 +90,17 @@ class Liveness:
         return cls(started_ms=now_ms, session_timeout_ms=session_timeout_ms)
 
     def heartbeat(
-        self, broker_id: int, broker_epoch: int, now_ms: int, *, shutting_down: bool = False
+        self,
+        broker_id: int,
+        broker_epoch: int,
+        now_ms: int,
+        *,
+        shutting_down: bool = False,
+        rack: str | None = None,
     ) -> tuple[Liveness, HeartbeatResult]:
         known = self.sessions.get(broker_id)
         if known is None:
-            session = BrokerSession(broker_epoch, now_ms, shutting_down=shutting_down)
+            session = BrokerSession(broker_epoch, now_ms, shutting_down=shutting_down, rack=rack)
             return self._with(broker_id, session), HeartbeatResult(
                 HeartbeatOutcome.REGISTERED, None
             )
@@ -100,7 +108,7 @@ class Liveness:
         if broker_epoch < previous:
             return self, HeartbeatResult(HeartbeatOutcome.STALE, previous)
         if broker_epoch > previous:
-            session = BrokerSession(broker_epoch, now_ms, shutting_down=shutting_down)
+            session = BrokerSession(broker_epoch, now_ms, shutting_down=shutting_down, rack=rack)
             return self._with(broker_id, session), HeartbeatResult(
                 HeartbeatOutcome.RESTARTED, previous
             )
@@ -112,7 +120,10 @@ class Liveness:
                 HeartbeatOutcome.STILL_FENCED, previous
             )
         session = replace(
-            known, last_heartbeat_ms=last, shutting_down=known.shutting_down or shutting_down
+            known,
+            last_heartbeat_ms=last,
+            shutting_down=known.shutting_down or shutting_down,
+            rack=rack if rack is not None else known.rack,
         )
         return self._with(broker_id, session), HeartbeatResult(HeartbeatOutcome.RENEWED, previous)
 
@@ -175,6 +186,10 @@ class LivenessView:
     def broker_epoch(self, broker_id: int) -> int | None:
         session = self.liveness.sessions.get(broker_id)
         return None if session is None else session.broker_epoch
+
+    def racks(self) -> dict[int, str | None]:
+        """The rack each broker with a session reported (None: it has none)."""
+        return {b: session.rack for b, session in self.liveness.sessions.items()}
 
     def silence_ms(self, broker_id: int) -> int | None:
         """Time since the broker's last heartbeat to this controller, if it ever sent one."""

@@ -123,7 +123,7 @@ async def serve(settings: OperatorSettings) -> None:
         tls = certificates.operator_files() if certificates else settings.tls
         peers = PeerIdentities(ca_name(tls.ca)) if tls else None
         runner = web.AppRunner(
-            build_app(reconciler, metrics, settings.http, peers=peers),
+            build_app(reconciler, metrics, settings.http, peers=peers, readiness=gate.readiness),
             access_log=None,
             **settings.http.runner_args(),
         )
@@ -149,7 +149,13 @@ async def serve(settings: OperatorSettings) -> None:
             )
         if settings.probe_port is not None:
             probes = web.AppRunner(
-                build_app(reconciler, metrics, settings.http, probes_only=True),
+                build_app(
+                    reconciler,
+                    metrics,
+                    settings.http,
+                    probes_only=True,
+                    readiness=gate.readiness,
+                ),
                 access_log=None,
                 **settings.http.runner_args(),
             )

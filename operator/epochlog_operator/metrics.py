@@ -56,7 +56,7 @@ class Metrics:
         self.elections = self._family(
             "epochlog_operator_elections_total",
             "counter",
-            "Leader elections written to Partition status, by kind (clean, unclean).",
+            "Leader elections written to Partition status, by kind (clean, unclean, preferred).",
         )
         self.isr_changes = self._family(
             "epochlog_operator_isr_changes_total",

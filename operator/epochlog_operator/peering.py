@@ -12,14 +12,23 @@ The two views may differ for a moment (each polls on its own). That is safe:
 every status write carries the resourceVersion it was decided from, so two
 replicas that both act can never both write a decision made on the same
 object.
+
+Readiness (`readiness`): every healthy replica is Ready, the acting one and
+those standing by alike, so that a Deployment of several replicas rolls out
+and reports healthy. Healthy means the gate's view of the peering object is
+fresh (a check succeeded within the peering lifetime: a replica that cannot
+read it cannot know whether to act) and, for a standalone replica, that it
+acts. Brokers find the acting replica among the Ready ones by themselves: a
+standing-by replica answers their heartbeats with NOT_CONTROLLER.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import aiohttp
 import structlog
@@ -67,13 +76,68 @@ def acts(
     return not blockers, sorted(blockers)
 
 
+class Readiness(NamedTuple):
+    """What /readyz answers: whether the replica is Ready, and why (its role when it is)."""
+
+    ready: bool
+    detail: str
+
+
+ACTING: Final = "acting"
+STANDING_BY: Final = "standing by"
+
+
+def readiness(
+    *,
+    acting: bool,
+    standalone: bool,
+    checked_s: float | None,
+    now_s: float,
+    lifetime_s: float,
+    blockers: tuple[str, ...] = (),
+) -> Readiness:
+    """Ready while the replica knows its role: a standalone one once it acts; one with
+    peering while its last successful check of the peering object (`checked_s`,
+    monotonic) is younger than the peering lifetime, acting or standing by."""
+    if standalone:
+        return Readiness(True, ACTING) if acting else Readiness(False, "not acting yet")
+    if checked_s is None:
+        return Readiness(False, "peering not checked yet")
+    age = now_s - checked_s
+    if age >= lifetime_s:
+        return Readiness(False, f"peering not checked for {age:.0f}s")
+    if acting:
+        return Readiness(True, ACTING)
+    return Readiness(True, f"{STANDING_BY} ({', '.join(blockers) or 'not announced yet'})")
+
+
 class PeeringGate:
     def __init__(
-        self, settings: OperatorSettings, kube: KubeClient, reconciler: Reconciler
+        self,
+        settings: OperatorSettings,
+        kube: KubeClient,
+        reconciler: Reconciler,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.kube = kube
         self.reconciler = reconciler
+        self._monotonic = monotonic
+        self.checked_s: float | None = None
+        """Monotonic time of the last successful check of the peering object."""
+        self.blockers: tuple[str, ...] = ()
+        """The live peers that keep this replica standing by, as of that check."""
+
+    def readiness(self) -> Readiness:
+        return readiness(
+            acting=self.reconciler.active,
+            standalone=self.settings.standalone,
+            checked_s=self.checked_s,
+            now_s=self._monotonic(),
+            lifetime_s=self.settings.peering_lifetime_s,
+            blockers=self.blockers,
+        )
 
     def _scopes(self) -> tuple[str | None, ...]:
         return tuple(self.settings.namespaces) or (None,)
@@ -124,6 +188,8 @@ class PeeringGate:
             blockers += blocked_by
         # Act only once kopf has announced this replica: the others can see it then.
         may_act = may_act and announced
+        self.blockers = tuple(blockers)
+        self.checked_s = self._monotonic()
         if may_act and not self.reconciler.active:
             log.info("peering: this replica acts", identity=self.settings.identity)
             await self.reconciler.activate()

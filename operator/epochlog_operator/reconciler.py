@@ -68,7 +68,7 @@ import structlog
 from pydantic import ValidationError
 
 from epochlog.objects import ObjectMeta, metadata_of
-from epochlog.protocol.errors import InvalidRequestError, LeaderNotAvailableError
+from epochlog.protocol.errors import InvalidRequestError, NotControllerError
 from epochlog.protocol.heartbeat import BrokerHeartbeat, HeartbeatResponse
 from epochlog.resources import ConditionType, PartitionSpec, PartitionStatus
 from epochlog_operator.admission import heartbeat_problem
@@ -98,7 +98,7 @@ hundreds of Partitions) does not crowd out the status writes at the API server."
 MAX_QUEUED_EVENTS: Final = 10_000
 
 
-class StandbyError(LeaderNotAvailableError):
+class StandbyError(NotControllerError):
     """This replica is not the acting one: brokers must heartbeat to the active replica."""
 
 
@@ -232,6 +232,7 @@ def write_kind(decided_from: PartitionInput | None, decision: Decision) -> Write
 _EVENT_METRICS: Final = {
     EventReason.LEADER_ELECTED: ("elections", {"kind": "clean"}),
     EventReason.UNCLEAN_LEADER_ELECTION: ("elections", {"kind": "unclean"}),
+    EventReason.PREFERRED_LEADER_ELECTED: ("elections", {"kind": "preferred"}),
     EventReason.ISR_SHRUNK: ("isr_changes", {"change": "shrink"}),
     EventReason.ISR_EXPANDED: ("isr_changes", {"change": "expand"}),
     EventReason.BROKER_FENCED: ("brokers_fenced", {}),
@@ -339,7 +340,9 @@ class Reconciler:
         for obj in sorted(objs, key=_claim_order):
             self.observe(obj)
         self._term += 1
-        self.core = ControllerCore.start(self.now_ms(), self.settings.broker_session_timeout_ms)
+        self.core = ControllerCore.start(
+            self.now_ms(), self.settings.broker_session_timeout_ms, self.settings.rebalance
+        )
         self._next_sweep = 0.0
         self._next_full = 0.0
         self.watched.clear()
@@ -615,6 +618,17 @@ class Reconciler:
         else:
             names = sorted(self.dirty)
             self.dirty.clear()
+        moves = core.plan_preferred(now, self.inputs)
+        for move in moves:
+            log.info(
+                "preferred leader election",
+                partition=move.name,
+                leader=move.source,
+                leaderEpoch=move.leader_epoch,
+                preferred=move.target,
+            )
+        if moves:
+            names = sorted({*names, *(m.name for m in moves)})
         started = time.perf_counter()
         # Assignment reads every other Partition's replicas; it must also see the
         # assignments decided but not yet written, or Partitions created together

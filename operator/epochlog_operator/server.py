@@ -5,15 +5,21 @@
   is not JSON, not an object, or does not match the model gets 400 with
   `{"error": {"code": "INVALID_REQUEST", "message", "retriable": false,
   "errors": [{"field", "message"}]}}`; a replica that is standing by answers
-  503 LEADER_NOT_AVAILABLE (retriable), so that brokers go to the active one.
-- `GET /metrics`: Prometheus text.
+  503 NOT_CONTROLLER (retriable), takes nothing from the heartbeat and closes
+  the connection, so that the broker moves on to its next controller address.
+- `GET /metrics`: Prometheus text (`epochlog_operator_active` says which
+  replica acts).
 - `GET /healthz`: 200 while the decision loop comes round (liveness probe).
-- `GET /readyz`: 200 only on the acting replica, so that a Service in front
-  of several replicas sends heartbeats to it alone.
+- `GET /readyz`: 200 on every healthy replica, acting or standing by
+  (`peering.readiness`), with the role in the body (`acting`, or `standing by
+  (<who acts>)`); 503 with the reason otherwise. Every replica being Ready is
+  what lets a Deployment of several replicas roll out and report healthy;
+  brokers do not rely on readiness to find the acting one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 import structlog
@@ -25,6 +31,7 @@ from epochlog.protocol.errors import (
     ClusterAuthorizationFailedError,
     EpochlogError,
     InvalidRequestError,
+    NotControllerError,
 )
 from epochlog.protocol.heartbeat import BrokerHeartbeat
 from epochlog.security.principal import Principal
@@ -105,13 +112,21 @@ def build_app(
     *,
     probes_only: bool = False,
     peers: PeerIdentities | None = None,
+    readiness: Callable[[], tuple[bool, str]] | None = None,
 ) -> web.Application:
     """The operator's routes; with `probes_only`, health, readiness and metrics alone (the
     probe listener, which stays open when the heartbeat port asks for credentials).
 
     `peers`: the heartbeat port speaks TLS and a heartbeat is taken only from the
-    certificate of the broker it names, for an address that certificate names."""
+    certificate of the broker it names, for an address that certificate names.
+    `readiness`: whether the replica is Ready and its role or why not (the peering gate's
+    `PeeringGate.readiness`); without it a replica is Ready by its role alone."""
     limits = limits or HttpLimits()
+
+    def role() -> tuple[bool, str]:
+        if readiness is not None:
+            return readiness()
+        return True, "acting" if reconciler.active else "standing by"
 
     async def heartbeat(request: web.Request) -> web.Response:
         try:
@@ -127,6 +142,12 @@ def build_app(
             metrics.heartbeats.inc(outcome="refused")
             log.warning("heartbeat refused", remote=request.remote, error=exc.message)
             return _error(exc)
+        except NotControllerError as exc:
+            # Closing the connection sends the broker's next attempt through a new one:
+            # behind a load-balancing Service it may reach another replica.
+            answer = _error(exc)
+            answer.force_close()
+            return answer
         except EpochlogError as exc:
             return _error(exc)
         return web.Response(
@@ -144,9 +165,10 @@ def build_app(
         return web.Response(text="decision loop stalled\n", status=503)
 
     async def readyz(request: web.Request) -> web.Response:
-        if reconciler.active:
-            return web.Response(text="active\n")
-        return web.Response(text="standing by\n", status=503)
+        if not reconciler.healthy():
+            return web.Response(text="decision loop stalled\n", status=503)
+        ready, detail = role()
+        return web.Response(text=detail + "\n", status=200 if ready else 503)
 
     app = web.Application(client_max_size=MAX_BODY)
     if not probes_only:

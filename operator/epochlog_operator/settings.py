@@ -11,6 +11,8 @@ else from the default below. The table is the documentation (`epochlog operator
 | --status-refresh-interval-ms  | EPOCHLOG_STATUS_REFRESH_INTERVAL_MS  | 5000     |
 | --reconcile-interval-ms       | EPOCHLOG_RECONCILE_INTERVAL_MS       | 500      |
 | --full-reconcile-interval-ms  | EPOCHLOG_FULL_RECONCILE_INTERVAL_MS  | 10000    |
+| --leader-imbalance-check-interval-ms | EPOCHLOG_LEADER_IMBALANCE_CHECK_INTERVAL_MS | 300000 |
+| --leader-imbalance-per-broker-percentage | EPOCHLOG_LEADER_IMBALANCE_PER_BROKER_PERCENTAGE | 10 |
 | --namespace NS (repeatable)   | EPOCHLOG_NAMESPACES (comma list)     | all      |
 | --listen-address              | EPOCHLOG_LISTEN_ADDRESS              | 0.0.0.0  |
 | --listen-port                 | EPOCHLOG_LISTEN_PORT                 | 8081     |
@@ -91,6 +93,11 @@ from epochlog_operator.admission import (
     HeartbeatBounds,
 )
 from epochlog_operator.certificates import CertificateSettings
+from epochlog_operator.preferred import (
+    DEFAULT_LEADER_IMBALANCE_CHECK_INTERVAL_MS,
+    DEFAULT_LEADER_IMBALANCE_PER_BROKER_PERCENTAGE,
+    RebalanceSettings,
+)
 
 DEFAULT_STATUS_REFRESH_INTERVAL_MS: Final = 5000
 DEFAULT_RECONCILE_INTERVAL_MS: Final = 500
@@ -138,6 +145,12 @@ class OperatorSettings:
     """How often Partitions with news or running lag clocks are decided again."""
     full_reconcile_interval_ms: int = DEFAULT_FULL_RECONCILE_INTERVAL_MS
     """How often every Partition is decided again, quiet ones included."""
+    leader_imbalance_check_interval_ms: int = DEFAULT_LEADER_IMBALANCE_CHECK_INTERVAL_MS
+    """How often each broker's leader imbalance is measured (Kafka's
+    leader.imbalance.check.interval.seconds), the first time one interval after start."""
+    leader_imbalance_per_broker_percentage: int = DEFAULT_LEADER_IMBALANCE_PER_BROKER_PERCENTAGE
+    """Leadership moves back to the preferred replicas of a broker whose imbalance (the
+    share of its preferred partitions it does not lead) is above this; 100: never."""
     namespaces: tuple[str, ...] = ()
     """Namespaces to serve; empty: all namespaces."""
     listen_address: str = "0.0.0.0"
@@ -200,6 +213,7 @@ class OperatorSettings:
             "status_refresh_interval_ms",
             "reconcile_interval_ms",
             "full_reconcile_interval_ms",
+            "leader_imbalance_check_interval_ms",
             "peering_lifetime_s",
             "write_concurrency",
             "api_writes_per_second",
@@ -212,6 +226,11 @@ class OperatorSettings:
             # `not value > 0` also refuses NaN, which argparse's float() accepts.
             if not value > 0:
                 raise SettingsError(f"{_flag(name)} must be positive, not {value}")
+        if not 0 <= self.leader_imbalance_per_broker_percentage <= 100:
+            raise SettingsError(
+                "--leader-imbalance-per-broker-percentage must be 0-100, not "
+                f"{self.leader_imbalance_per_broker_percentage}"
+            )
         if not 0 <= self.min_broker_id <= self.max_broker_id:
             raise SettingsError(
                 f"--min-broker-id ({self.min_broker_id}) and --max-broker-id "
@@ -234,6 +253,13 @@ class OperatorSettings:
                 f"--broker-session-timeout-ms ({self.broker_session_timeout_ms}) must be at "
                 f"least twice --heartbeat-interval-ms ({self.heartbeat_interval_ms})"
             )
+
+    @property
+    def rebalance(self) -> RebalanceSettings:
+        return RebalanceSettings(
+            imbalance_percentage=self.leader_imbalance_per_broker_percentage,
+            check_interval_ms=self.leader_imbalance_check_interval_ms,
+        )
 
     @property
     def http(self) -> HttpLimits:
@@ -314,6 +340,11 @@ _ENV: Final[dict[str, tuple[str, str]]] = {
     "status_refresh_interval_ms": ("EPOCHLOG_STATUS_REFRESH_INTERVAL_MS", "int"),
     "reconcile_interval_ms": ("EPOCHLOG_RECONCILE_INTERVAL_MS", "int"),
     "full_reconcile_interval_ms": ("EPOCHLOG_FULL_RECONCILE_INTERVAL_MS", "int"),
+    "leader_imbalance_check_interval_ms": ("EPOCHLOG_LEADER_IMBALANCE_CHECK_INTERVAL_MS", "int"),
+    "leader_imbalance_per_broker_percentage": (
+        "EPOCHLOG_LEADER_IMBALANCE_PER_BROKER_PERCENTAGE",
+        "int",
+    ),
     "namespaces": ("EPOCHLOG_NAMESPACES", "list"),
     "listen_address": ("EPOCHLOG_LISTEN_ADDRESS", "str"),
     "listen_port": ("EPOCHLOG_LISTEN_PORT", "int"),
@@ -425,6 +456,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "full_reconcile_interval_ms",
         f"decide every Partition again this often, quiet ones too, in ms "
         f"(default {DEFAULT_FULL_RECONCILE_INTERVAL_MS})",
+        type=int,
+    )
+    add(
+        "leader_imbalance_check_interval_ms",
+        "measure each broker's leader imbalance this often, in ms "
+        f"(default {DEFAULT_LEADER_IMBALANCE_CHECK_INTERVAL_MS})",
+        type=int,
+    )
+    add(
+        "leader_imbalance_per_broker_percentage",
+        "move leadership back to the preferred replicas of a broker that does not lead more "
+        "than this percentage of the partitions it is preferred for; 100: never "
+        f"(default {DEFAULT_LEADER_IMBALANCE_PER_BROKER_PERCENTAGE})",
         type=int,
     )
     add(

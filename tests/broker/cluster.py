@@ -33,6 +33,7 @@ from epochlog.harness import (
 )
 from epochlog.resources import PartitionSpec
 from epochlog.security.options import Credentials
+from epochlog_operator.preferred import RebalanceSettings
 from tests.broker.controller import Controller
 from tests.waiting import Patience
 
@@ -114,6 +115,8 @@ class Cluster:
     extra_args: Sequence[str] = ()
     static_peers: bool = True
     """False: brokers learn each other's addresses only from the controller's answers."""
+    rebalance: RebalanceSettings | None = None
+    """The controller's preferred leader election (default: Kafka's, a check every 5 min)."""
     tls: bool = True
     """Brokers and the controller speak TLS with certificates of a CA in `root`/pki, and
     the test client is the `admin` user; False: every process in plaintext."""
@@ -132,6 +135,7 @@ class Cluster:
             session_timeout_ms=self.session_timeout_ms,
             reconcile_interval_ms=self.reconcile_interval_ms,
             security=self.security,
+            rebalance=self.rebalance,
         ).start()
         ports = dict(zip(self.broker_ids, free_ports(len(self.broker_ids)), strict=True))
         scheme = self.security.scheme

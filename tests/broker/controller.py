@@ -6,7 +6,8 @@ that checks resourceVersion on every status write, as the Kubernetes API
 would), and reconciles every partition on a timer with the real decision code,
 writing material changes at once and refreshes at most every
 `status_refresh_ms`. Brokers under test therefore get real assignments,
-elections and ISR changes, without Kubernetes.
+elections and ISR changes, without Kubernetes; with `rebalance`, preferred
+leader elections too, and `events` keeps the Events the operator would post.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from epochlog.resources import PartitionSpec, PartitionStatus
 from epochlog.security.tls import PeerIdentities, TlsFiles, ca_name, server_context
 from epochlog_operator.controller import ControllerCore
 from epochlog_operator.decide import PartitionInput
+from epochlog_operator.events import Event
+from epochlog_operator.preferred import RebalanceSettings
 from epochlog_operator.server import check_sender
 from tests.waiting import until_true
 
@@ -97,6 +100,7 @@ class Controller:
         status_refresh_ms: int = 1000,
         port: int = 0,
         security: Security = PLAINTEXT,
+        rebalance: RebalanceSettings | None = None,
     ) -> None:
         self.security = security
         """TLS with the operator's certificate: heartbeats only from the broker they name,
@@ -110,7 +114,9 @@ class Controller:
         self.reconcile_interval_ms = reconcile_interval_ms
         self.status_refresh_ms = status_refresh_ms
         self.port = port
-        self.core = ControllerCore.start(wall_ms(), session_timeout_ms)
+        self.core = ControllerCore.start(wall_ms(), session_timeout_ms, rebalance)
+        self.events: list[tuple[str, Event]] = []
+        """(partition, Event) of every status written, in order: what the operator posts."""
         self.heartbeats: dict[int, int] = {}
         """Heartbeats received per broker id."""
         self.last_heartbeat: dict[int, BrokerHeartbeat] = {}
@@ -187,6 +193,9 @@ class Controller:
     def reconcile(self) -> None:
         now = wall_ms()
         inputs = self.store.inputs()
+        # Every partition is decided below: the preferred leader moves planned here are
+        # decided with them.
+        self.core.plan_preferred(now, inputs)
         for name, p in inputs.items():
             decision = self.core.decide(name, p, now, inputs)
             status = decision.status
@@ -197,6 +206,7 @@ class Controller:
                 continue
             self.store.write_status(name, status, decision.resource_version)
             self._last_write[name] = now
+            self.events.extend((name, e) for e in decision.events)
 
     # -- inspection --------------------------------------------------------------------
 

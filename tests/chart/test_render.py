@@ -243,11 +243,13 @@ def test_the_parts_of_a_tls_release_find_each_other() -> None:
     op = _args(op_container)
     ports = {p["name"]: p["containerPort"] for p in op_container["ports"]}
 
-    # Brokers heartbeat to the operator's Service, on its heartbeat port, over TLS, under
-    # a name in the operator's certificate.
-    service = one(objects, "Service", OPERATOR)
+    # Brokers heartbeat to the operator's headless Service (its name resolves to every
+    # replica; the brokers find the acting one), on its heartbeat port, over TLS, under a
+    # name in the operator's certificate.
+    service = one(objects, "Service", f"{OPERATOR}-heartbeat")
+    assert service["spec"]["clusterIP"] == "None"
     controller = str(args["--controller"])
-    assert controller == f"https://{OPERATOR}.{NAMESPACE}.svc:{ports['heartbeat']}"
+    assert controller == f"https://{OPERATOR}-heartbeat.{NAMESPACE}.svc:{ports['heartbeat']}"
     assert {p["name"]: p["port"] for p in service["spec"]["ports"]}["heartbeat"] == ports[
         "heartbeat"
     ]

@@ -206,3 +206,16 @@ def test_fenced_answer_marks_the_broker_fenced(tmp_path: Path) -> None:
     effects = broker.on_heartbeat_response(HeartbeatResponse(fenced=True), 0)
     assert effects == [Restart("fenced by the controller")]
     assert broker.fenced
+
+
+def test_heartbeats_carry_the_brokers_rack(tmp_path: Path) -> None:
+    c = replace(core(tmp_path, 1), rack="zone-a")
+    assert c.heartbeat(0).rack == "zone-a"
+    assert core(tmp_path, 2).heartbeat(0).rack is None
+
+
+def test_a_rack_longer_than_a_name_is_refused_at_start() -> None:
+    from epochlog_broker.config import BrokerConfig
+
+    with pytest.raises(ValueError, match="--rack"):
+        BrokerConfig(broker_id=1, data_dir="d", controller_url="http://c", rack="z" * 300)

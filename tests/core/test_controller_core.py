@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+from pydantic import ValidationError
+
 from epochlog.protocol.heartbeat import BrokerHeartbeat, IsrProposal, PartitionReport, PartitionRole
 from epochlog.resources import PartitionSpec, PartitionStatus
 from epochlog_operator.controller import ControllerCore
@@ -148,3 +151,33 @@ def test_a_refused_proposal_is_never_accepted_from_an_older_report() -> None:
     decision = core.decide("t-0", p, 70)
     assert decision.status is not None
     assert 3 in decision.status.isr
+
+
+def test_brokers_racks_from_heartbeats_spread_an_assigned_partition() -> None:
+    # Four brokers in two zones: a partition of replicationFactor 2 the operator assigns
+    # gets one replica in each, whichever brokers load picks first.
+    core = ControllerCore.start(0)
+    zones = {1: "zone-a", 2: "zone-a", 3: "zone-a", 4: "zone-b"}
+    for b, zone in zones.items():
+        beat = hb(b, 1, 10).model_copy(update={"rack": zone})
+        core.on_heartbeat(beat, 10, {})
+    assigned = set()
+    for index in range(4):
+        spec = PartitionSpec(topic="r", partition=index, replication_factor=2)
+        decision = core.decide(f"r-{index}", PartitionInput(spec, None, 1, "1"), 20)
+        assert decision.status is not None
+        replicas = decision.status.replicas
+        assert {zones[b] for b in replicas} == {"zone-a", "zone-b"}, replicas
+        assigned.add(replicas)
+    # A heartbeat without a rack (a keepalive) does not forget it.
+    core.on_heartbeat(hb(4, 1, 30), 30, {})
+    spec = PartitionSpec(topic="r", partition=9, replication_factor=2)
+    decision = core.decide("r-9", PartitionInput(spec, None, 1, "1"), 40)
+    assert decision.status is not None
+    assert 4 in decision.status.replicas
+
+
+def test_a_rack_name_is_bounded() -> None:
+    with pytest.raises(ValidationError):
+        hb(1, 1, 0).model_validate({**hb(1, 1, 0).model_dump(by_alias=True), "rack": "z" * 254})
+    assert "rack" not in hb(1, 1, 0).model_dump(by_alias=True, mode="json")

@@ -362,13 +362,17 @@ async def test_table_with_printer_columns(http: Http) -> None:
         "HW-Age",
         "Status",
         "Age",
+        # priority 1: shown by kubectl get -o wide
+        "Log-Start",
+        "Adding",
+        "Removing",
     ]
     (row,) = found["rows"]
     cells = row["cells"]
     assert cells[:8] == ["orders-0", "orders", 0, 1, 4, "[1 2]", "[1 2 3]", 42]
     assert re.fullmatch(r"\d+m", cells[8]), cells[8]  # the HW's age: 30 minutes and a bit
     assert cells[9] == "InSync"
-    assert cells[-1].endswith("s")
+    assert cells[10].endswith("s")
     assert row["object"]["metadata"]["name"] == "orders-0"
     single = await http.ok("GET", ORDERS_0, headers={"Accept": TABLE})
     assert single["rows"][0]["cells"][0] == "orders-0"

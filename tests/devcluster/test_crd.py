@@ -95,7 +95,9 @@ def test_crd_names_defaults_and_columns() -> None:
     assert props["preferredLeader"]["nullable"] is True
     assert props["partition"]["minimum"] == 0
     assert props["replicas"]["x-kubernetes-list-type"] == "set"
-    columns = [c["name"].upper() for c in version["additionalPrinterColumns"]]
+    printed = version["additionalPrinterColumns"]
+    columns = [c["name"].upper() for c in printed if not c.get("priority")]
+    assert "LOG-START" in [c["name"].upper() for c in printed if c.get("priority") == 1]
     assert columns == [
         "TOPIC",
         "PARTITION",

@@ -1,6 +1,6 @@
 """`epochlog demo` end to end, with short timings: a leader SIGKILLed under acks=all writes
-and under a running Spark job, an election, every acknowledged record read back once, and
-the job's outputs equal to the log."""
+and under a running Spark job, an election, every acknowledged record read back once, the
+job's outputs equal to the log, and the leaders spread again once the broker is back."""
 
 from __future__ import annotations
 
@@ -27,6 +27,9 @@ def test_demo_loses_nothing_acknowledged(tmp_path: Path) -> None:
                 "--duration",
                 "1",
                 *TIMINGS,
+                # Leadership goes back soon after the restarted broker has caught up.
+                "--leader-imbalance-check-interval-ms",
+                "1000",
             ],
             capture_output=True,
             text=True,
@@ -44,6 +47,8 @@ def test_demo_loses_nothing_acknowledged(tmp_path: Path) -> None:
     old, new, before, after = map(int, election.groups())
     assert old != new
     assert after > before
+    # The killed broker, restarted, got its leadership back: the leaders spread again.
+    assert re.search(r"leaders at the end: +orders-0 on broker \d.*spread again: yes", out), out
     acked = re.search(r"acknowledged \(acks=all\): (\d+) records", out)
     assert acked is not None, out
     assert int(acked.group(1)) > 100

@@ -8,7 +8,7 @@ partition is read back and `check_observations` must find nothing. Each seed
 also has to have done something: faults injected, leaders changed, records
 acknowledged.
 
-EPOCHLOG_NEMESIS_SECONDS sets the fault time per seed (default 25 s; `make
+EPOCHLOG_NEMESIS_SECONDS sets the fault time per seed (default 16 s; `make
 soak` runs 600 s), EPOCHLOG_NEMESIS_SEEDS the seeds (comma-separated).
 """
 
@@ -23,7 +23,7 @@ from epochlog.devcluster.local import LocalCluster
 from epochlog.devcluster.nemesis import NemesisConfig, WorkloadConfig, run_nemesis
 from epochlog.devcluster.partitions import partition_manifest
 
-SECONDS = float(os.environ.get("EPOCHLOG_NEMESIS_SECONDS", "25"))
+SECONDS = float(os.environ.get("EPOCHLOG_NEMESIS_SECONDS", "16"))
 SEEDS = [int(s) for s in os.environ.get("EPOCHLOG_NEMESIS_SEEDS", "11,23,37").split(",")]
 PARTITIONS = {"nem-0": 2, "nem-1": 2, "nem-2": 1}
 """Partition -> minInsyncReplicas (all RF3)."""

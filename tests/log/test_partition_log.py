@@ -212,9 +212,11 @@ def test_read_below_a_log_start_above_zero_is_out_of_range(fs: FaultyFileSystem)
     for offset in (0, 99):
         with pytest.raises(OffsetOutOfRangeError, match=r"outside \[100, 103\]"):
             plog.read_records(offset)
-    with pytest.raises(OffsetOutOfRangeError, match="below log start 100"):
-        plog.truncate_to(50)
     assert plog.append_records(records(1), leader_epoch=2, timestamp=TS).base_offset == 103
+    # Truncating below the log start starts the log over there, empty (Kafka's truncateTo).
+    assert plog.truncate_to(50)
+    assert (plog.log_start_offset, plog.log_end_offset, len(plog.epochs)) == (50, 50, 0)
+    assert plog.append_records(records(1), leader_epoch=3, timestamp=TS).base_offset == 50
 
 
 def _three_batches(fs: FaultyFileSystem) -> PartitionLog:

@@ -15,7 +15,7 @@ from epochlog_broker.log.checkpoints import (
     read_leader_epochs,
 )
 from epochlog_broker.log.epochs import EpochEntry
-from epochlog_broker.log.segment import INDEX_SUFFIX, segment_name
+from epochlog_broker.log.segment import INDEX_SUFFIX, TIME_INDEX_SUFFIX, segment_name
 
 from .helpers import TS, read_all, read_all_batches, records
 
@@ -176,6 +176,7 @@ def test_epochs_and_truncation_on_disk(tmp_path: Path) -> None:
     assert sorted(os.listdir(pdir)) == sorted(
         [segment_name(s.base_offset) for s in plog.segments]
         + [segment_name(s.base_offset, INDEX_SUFFIX) for s in plog.segments]
+        + [segment_name(s.base_offset, TIME_INDEX_SUFFIX) for s in plog.segments]
         + ["leader-epoch-checkpoint"]
     )
     plog.close()

@@ -101,3 +101,61 @@ def test_partitions_created_one_by_one_spread_replicas_and_leaders_evenly(
     leaders = [load.get(b, BrokerLoad()).leaders for b in live]
     assert max(replicas) - min(replicas) <= 1
     assert max(leaders) - min(leaders) <= 1
+
+
+def test_replicas_go_to_different_racks_before_less_loaded_brokers() -> None:
+    # Brokers 1 and 2 share zone a and are idle; 3 (zone b) and 4 (zone c) are loaded.
+    racks = {1: "a", 2: "a", 3: "b", 4: "c"}
+    load = {3: BrokerLoad(replicas=9, leaders=3), 4: BrokerLoad(replicas=9, leaders=3)}
+    got = assign_replicas(
+        partition=0, replication_factor=3, live_brokers=racks, load=load, racks=racks
+    )
+    assert got is not None
+    assert {racks[b] for b in got} == {"a", "b", "c"}
+    # Without racks, load alone decides: both idle brokers are taken.
+    plain = assign_replicas(partition=0, replication_factor=3, live_brokers=racks, load=load)
+    assert plain is not None
+    assert {1, 2} <= set(plain)
+
+
+def test_kept_holders_are_completed_from_other_racks() -> None:
+    racks = {1: "a", 2: "a", 3: "a", 4: "b"}
+    got = assign_replicas(
+        partition=0,
+        replication_factor=2,
+        live_brokers=racks,
+        load={},
+        holders=(1,),
+        racks=racks,
+    )
+    assert got == (1, 4)
+
+
+@given(
+    zones=st.lists(st.sampled_from("abcd") | st.none(), min_size=1, max_size=9),
+    rf=st.integers(1, 5),
+    partitions=st.integers(1, 30),
+)
+def test_every_partition_spans_as_many_racks_as_it_can(
+    zones: list[str | None], rf: int, partitions: int
+) -> None:
+    racks = {b: z for b, z in enumerate(zones, start=1)}
+    assignments: list[tuple[int, ...]] = []
+    for p in range(partitions):
+        got = assign_replicas(
+            partition=p,
+            replication_factor=rf,
+            live_brokers=racks,
+            load=cluster_load(assignments),
+            racks=racks,
+        )
+        if len(racks) < rf:
+            assert got is None
+            return
+        assert got is not None
+        assert len(set(got)) == rf
+        assignments.append(got)
+        # A broker without a rack is a rack of its own.
+        domains = {z if z is not None else f"broker-{b}" for b, z in racks.items()}
+        spanned = {racks[b] if racks[b] is not None else f"broker-{b}" for b in got}
+        assert len(spanned) == min(rf, len(domains))

@@ -61,6 +61,10 @@ def test_spec_reads_camel_case_and_dumps_camel_case() -> None:
         "uncleanLeaderElection": True,
         "replicas": [4, 2],
         "preferredLeader": 2,
+        "retentionMs": 7 * 24 * 3600 * 1000,
+        "retentionBytes": -1,
+        "segmentBytes": None,
+        "segmentMs": None,
     }
 
 

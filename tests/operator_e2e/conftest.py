@@ -249,14 +249,16 @@ class Operator:
     async def wait_ready(
         self, session: aiohttp.ClientSession, timeout: float = 20, path: str = "/readyz"
     ) -> None:
-        """Until this replica acts (GET /readyz answers 200), or with /healthz, until it runs;
-        a note after `timeout` (tests/waiting.py). Fails at once if the process exits."""
+        """Until this replica acts (GET /readyz answers 200 "acting"; a replica standing by
+        is Ready too), or with /healthz, until it runs; a note after `timeout`
+        (tests/waiting.py). Fails at once if the process exits."""
         patience = Patience(f"operator {path}", timeout)
         while True:
             assert self.running, self.log.read_text()
             with contextlib.suppress(aiohttp.ClientError, TimeoutError):
                 async with session.get(self.probe_url + path) as rsp:
-                    if rsp.status == 200:
+                    body = await rsp.text()
+                    if rsp.status == 200 and (path != "/readyz" or body.startswith("acting")):
                         return
             if patience.due():
                 patience.note(f":\n{self.log.read_text()}")

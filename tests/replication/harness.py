@@ -17,6 +17,7 @@ from epochlog_broker.replication.follower import (
     FollowerAction,
     SendFetch,
     SendOffsetsForLeaderEpoch,
+    StartAt,
     Truncate,
 )
 from epochlog_broker.replication.leader import (
@@ -102,6 +103,8 @@ class Node:
         for action in actions:
             if isinstance(action, Truncate):
                 self.log.truncate_to(action.offset)
+            elif isinstance(action, StartAt):
+                raise AssertionError("these logs have no log start: no follower starts over")
             elif isinstance(action, Append):
                 for b in action.batches:
                     self.log.append_batch(b)
@@ -156,7 +159,7 @@ class Cluster:
             node.outbox.clear()
         follower_actions: list[FollowerAction] = []
         for a in t.actions:
-            if isinstance(a, Truncate | Append | SendFetch | SendOffsetsForLeaderEpoch):
+            if isinstance(a, Truncate | StartAt | Append | SendFetch | SendOffsetsForLeaderEpoch):
                 follower_actions.append(a)
             else:
                 self._leader_actions([a])

@@ -7,6 +7,7 @@ import pytest
 from epochlog.protocol.errors import (
     FencedLeaderEpochError,
     InvalidRequestError,
+    LeaderNotAvailableError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
@@ -267,11 +268,22 @@ def test_fetch_with_newer_leader_epoch_is_unknown():
 
 
 def test_fetch_from_non_replica_is_rejected():
+    # Retriable: a replica a reassignment adds may fetch before the leader hears of it.
     leader = make_leader()
-    with pytest.raises(NotLeaderOrFollowerError):
+    with pytest.raises(LeaderNotAvailableError):
         fetch(leader, 9, 0)
-    with pytest.raises(NotLeaderOrFollowerError):
+    with pytest.raises(LeaderNotAvailableError):
         fetch(leader, 1, 0)
+
+
+def test_a_reassignment_at_the_same_leader_epoch_adds_and_drops_followers():
+    leader = make_leader()
+    leader.on_isr_update({1, 2}, leader.partition_epoch + 1, (1, 2, 9))
+    fetch(leader, 9, 0)
+    assert leader.follower_log_end_offset(9) == 0
+    assert leader.follower_log_end_offset(3) is None
+    with pytest.raises(LeaderNotAvailableError):
+        fetch(leader, 3, 0)
 
 
 def test_fetch_with_older_broker_epoch_is_rejected_and_not_counted():

@@ -1,6 +1,7 @@
-"""Checkpoint files: `leader-epoch-checkpoint` and `replication-offset-checkpoint`.
+"""Checkpoint files: `leader-epoch-checkpoint`, `replication-offset-checkpoint` and its
+sibling `log-start-offset-checkpoint`.
 
-Both are small text files, written atomically (temp file, fsync, rename, fsync of
+All are small text files, written atomically (temp file, fsync, rename, fsync of
 the directory) so that after a crash a reader finds the old or the new version,
 never a torn one. Each ends with a CRC line, so a damaged file is detected
 rather than half-read:
@@ -30,6 +31,7 @@ from epochlog_broker.log.fs import FileSystem, read_all
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 TMP_SUFFIX = ".tmp"
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")
 
@@ -122,27 +124,47 @@ def write_leader_epochs(fs: FileSystem, path: str, entries: Iterable[EpochEntry]
     atomic_write(fs, path, _render("leader-epoch-checkpoint", lines))
 
 
-def read_high_watermarks(fs: FileSystem, path: str) -> dict[str, int] | None:
-    """Partition name -> HW from a replication-offset-checkpoint; None when absent."""
+def _read_offsets(kind: str, what: str, fs: FileSystem, path: str) -> dict[str, int] | None:
     if not fs.exists(path):
         return None
     out: dict[str, int] = {}
-    for name, hw in _parse("replication-offset-checkpoint", path, read_all(fs, path)):
+    for name, offset in _parse(kind, path, read_all(fs, path)):
         if not _NAME.match(name) or name in out:
             raise CheckpointError(f"damaged checkpoint {path}: bad name {name!r}", path=path)
-        out[name] = _int(path, hw, "high watermark")
+        out[name] = _int(path, offset, what)
     return out
 
 
-def write_high_watermarks(fs: FileSystem, path: str, hws: Mapping[str, int]) -> None:
+def _write_offsets(
+    kind: str, what: str, fs: FileSystem, path: str, offsets: Mapping[str, int]
+) -> None:
     lines = []
-    for name in sorted(hws):
+    for name in sorted(offsets):
         if not _NAME.match(name):
             raise ValueError(f"invalid partition name {name!r}")
-        if hws[name] < 0:
-            raise ValueError(f"negative high watermark for {name}")
-        lines.append(f"{name} {hws[name]}")
-    atomic_write(fs, path, _render("replication-offset-checkpoint", lines))
+        if offsets[name] < 0:
+            raise ValueError(f"negative {what} for {name}")
+        lines.append(f"{name} {offsets[name]}")
+    atomic_write(fs, path, _render(kind, lines))
+
+
+def read_high_watermarks(fs: FileSystem, path: str) -> dict[str, int] | None:
+    """Partition name -> HW from a replication-offset-checkpoint; None when absent."""
+    return _read_offsets(REPLICATION_OFFSET_CHECKPOINT, "high watermark", fs, path)
+
+
+def write_high_watermarks(fs: FileSystem, path: str, hws: Mapping[str, int]) -> None:
+    _write_offsets(REPLICATION_OFFSET_CHECKPOINT, "high watermark", fs, path, hws)
+
+
+def read_log_starts(fs: FileSystem, path: str) -> dict[str, int] | None:
+    """Partition name -> log start offset from a log-start-offset-checkpoint; None when
+    absent."""
+    return _read_offsets(LOG_START_OFFSET_CHECKPOINT, "log start offset", fs, path)
+
+
+def write_log_starts(fs: FileSystem, path: str, starts: Mapping[str, int]) -> None:
+    _write_offsets(LOG_START_OFFSET_CHECKPOINT, "log start offset", fs, path, starts)
 
 
 @dataclass
@@ -187,3 +209,41 @@ class HighWatermarkCheckpoint:
         write_high_watermarks(self.fs, self.path, hws)
         self.known = dict(hws)
         return hws
+
+
+@dataclass
+class LogStartCheckpoint:
+    """The broker's log-start-offset-checkpoint: where each partition's log starts when
+    that is above its first segment's base offset (after DeleteRecords), or while
+    segments below it are being deleted.
+
+    Retention and DeleteRecords write it before they remove any segment, so a crash in
+    the middle of a deletion reopens the log at the new start (the segments left below
+    it are removed then). A missing or damaged file loses nothing: every log then
+    starts at its first segment (a damaged file is kept aside as `<name>.damaged`).
+    """
+
+    fs: FileSystem
+    path: str
+    known: dict[str, int] = field(default_factory=dict)
+    load_error: CheckpointError | None = None
+
+    @classmethod
+    def load(cls, fs: FileSystem, log_dir: str) -> LogStartCheckpoint:
+        path = posixpath.join(log_dir, LOG_START_OFFSET_CHECKPOINT)
+        cp = cls(fs, path)
+        try:
+            cp.known = read_log_starts(fs, path) or {}
+        except CheckpointError as exc:
+            cp.load_error = exc
+            fs.rename(path, path + ".damaged")
+            fs.sync_dir(log_dir)
+        return cp
+
+    def get(self, name: str) -> int | None:
+        return self.known.get(name)
+
+    def write(self, starts: Mapping[str, int]) -> None:
+        """Persist exactly `starts` (one line per partition directory on disk)."""
+        write_log_starts(self.fs, self.path, starts)
+        self.known = dict(starts)

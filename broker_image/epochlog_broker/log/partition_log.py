@@ -18,6 +18,14 @@ Invariants kept across crashes:
   their checks while valid batches follow them are damage to data that was
   already on disk, and opening fails with CorruptRecordError naming the file
   and position instead of dropping them.
+
+The log start offset (`log_start_offset`) is the first offset readers may ask for.
+It is the first segment's base offset, or higher once retention or DeleteRecords
+moved it (`advance_log_start`); the owner of the log persists it in the broker's
+`log-start-offset-checkpoint` before segments below it are removed
+(`delete_segments_below_start`) and hands it back to `open`, which removes segments
+a crash left below it. Only a prefix of segments is ever removed, never the active
+one, so a crash in the middle of a deletion leaves a contiguous log.
 """
 
 from __future__ import annotations
@@ -58,9 +66,12 @@ from epochlog_broker.log.checkpoints import (
 from epochlog_broker.log.config import LogConfig
 from epochlog_broker.log.epochs import EpochHistory
 from epochlog_broker.log.fs import FileSystem, ensure_dir
+from epochlog_broker.log.retention import SegmentFacts
 from epochlog_broker.log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    REDO_SUFFIX,
+    TIME_INDEX_SUFFIX,
     ScanFailure,
     Segment,
     find_valid_batch_after,
@@ -90,6 +101,8 @@ class RecoveryReport:
     epoch_entries_dropped: int = 0
     redo_applied: bool = False
     temp_files_removed: list[str] = field(default_factory=list)
+    segments_below_start_removed: int = 0
+    """Segments a crash in the middle of a deletion left below the log start."""
 
     @property
     def truncated(self) -> bool:
@@ -114,6 +127,7 @@ class PartitionLog:
         self.epochs = EpochHistory()
         self.log_end_offset = 0
         self.persisted_log_end_offset = 0
+        self._log_start_offset = 0
         self.recovery = RecoveryReport(partition=name)
         self._failed: str | None = None
         self._closed = False
@@ -128,10 +142,13 @@ class PartitionLog:
         config: LogConfig | None = None,
         *,
         name: str | None = None,
+        log_start_offset: int | None = None,
     ) -> PartitionLog:
+        """Open and recover the log; `log_start_offset` is the start its owner last
+        checkpointed (None: the first segment's base offset)."""
         plog = cls(fs, directory, config or LogConfig(), name or posixpath.basename(directory))
         try:
-            plog._recover()
+            plog._recover(log_start_offset)
         except OSError as exc:
             plog._close_segments()
             raise StorageError(
@@ -178,7 +195,7 @@ class PartitionLog:
         for seg in self.segments:
             seg.close()
 
-    def _recover(self) -> None:
+    def _recover(self, start_hint: int | None) -> None:
         fs, d, report = self.fs, self.directory, self.recovery
         ensure_dir(fs, d)
         names = fs.listdir(d)
@@ -200,13 +217,15 @@ class PartitionLog:
         fs.sync_dir(posixpath.dirname(d.rstrip("/") or "/") or ".")
 
         bases = sorted(b for b in (parse_segment_name(n) for n in names) if b is not None)
+        if start_hint is not None:
+            bases = self._drop_below(bases, start_hint)
         for base in bases:
             seg = Segment(fs, d, base, fs.open(posixpath.join(d, segment_name(base))))
             if seg.apply_redo():
                 report.redo_applied = True
             self.segments.append(seg)
         if not self.segments:
-            self.segments.append(self._create_segment(0))
+            self.segments.append(self._create_segment(start_hint or 0))
 
         for i, seg in enumerate(self.segments):
             last = i == len(self.segments) - 1
@@ -221,6 +240,14 @@ class PartitionLog:
         self.active.file.sync()
         self.log_end_offset = self.active.next_offset
         self.persisted_log_end_offset = self.log_end_offset
+        self._log_start_offset = self.segments[0].base_offset
+        if start_hint is not None and start_hint > self.log_end_offset:
+            # The log was to start past its end (a follower starting over at the
+            # leader's log start, or an unsynced tail lost below a start taken from
+            # the leader): everything here is below the start.
+            self._start_over(start_hint)
+        elif start_hint is not None:
+            self._log_start_offset = max(self._log_start_offset, start_hint)
         self._recover_epochs()
         report.segments = len(self.segments)
         report.log_start_offset = self.log_start_offset
@@ -237,15 +264,41 @@ class PartitionLog:
             epochCheckpoint=report.epoch_checkpoint,
         )
 
+    def _drop_below(self, bases: list[int], start: int) -> list[int]:
+        """Remove the segments wholly below `start` that a crash in the middle of a
+        deletion left behind; the bases kept."""
+        n = 0
+        while n + 1 < len(bases) and bases[n + 1] <= start:
+            n += 1
+        for base in bases[:n]:
+            self._remove_segment_files(base)
+        if n:
+            self.fs.sync_dir(self.directory)
+            self.recovery.segments_below_start_removed = n
+        return bases[n:]
+
+    def _remove_segment_files(self, base: int) -> None:
+        # The log file last: a crash leaves a segment without its index (rebuilt), never
+        # an index without its segment.
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, REDO_SUFFIX, LOG_SUFFIX):
+            path = posixpath.join(self.directory, segment_name(base, suffix))
+            if self.fs.exists(path):
+                self.fs.remove(path)
+
     def _recover_segment(self, seg: Segment, *, last: bool, trust_index: bool) -> None:
         interval = self.config.index_interval_bytes
         start_pos, start_offset = 0, seg.base_offset
-        index = seg.load_index() if trust_index else None
-        if index is not None:
+        loaded = seg.load_index() if trust_index else None
+        index = None
+        if loaded is not None:
             # An index without entries (a segment smaller than one index interval) is
             # valid too: scanning then starts at the segment's first batch.
+            index, seg.time_index = loaded
             start_offset, start_pos = index.last()
             seg.index = index
+            # Every batch before the last entry is at most its timestamp; the scan of the
+            # rest below adds theirs.
+            seg.max_timestamp = seg.time_index.last_timestamp()
         elif trust_index and seg.size > 0:
             self.recovery.indexes_rebuilt.append(segment_name(seg.base_offset, INDEX_SUFFIX))
         failure: ScanFailure | None = None
@@ -260,8 +313,8 @@ class PartitionLog:
             return
         if index is not None and len(index) > 0 and failure.position == start_pos:
             # The cached index points at something that is not a batch start: rebuild.
-            seg.index = type(seg.index)(seg.base_offset)
-            seg.bytes_since_index = 0
+            seg.reset_indexes()
+            seg.max_timestamp = seg.first_timestamp = -1
             self.recovery.indexes_rebuilt.append(segment_name(seg.base_offset, INDEX_SUFFIX))
             self._recover_segment(seg, last=last, trust_index=False)
             return
@@ -362,7 +415,19 @@ class PartitionLog:
 
     @property
     def log_start_offset(self) -> int:
-        return self.segments[0].base_offset if self.segments else self.log_end_offset
+        return self._log_start_offset
+
+    def segment_facts(self) -> list[SegmentFacts]:
+        """What retention looks at, oldest segment first."""
+        return [
+            SegmentFacts(s.base_offset, s.next_offset, s.size, s.max_timestamp)
+            for s in self.segments
+        ]
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of all segments."""
+        return sum(s.size for s in self.segments)
 
     @property
     def latest_epoch(self) -> int:
@@ -454,13 +519,27 @@ class PartitionLog:
                 # Checkpoint the new epoch before its first batch can reach the disk.
                 self.epochs.assign(h.leader_epoch, h.base_offset)
                 self._write_epochs()
-            if self.active.size > 0 and self.active.size + len(raw) > self.config.segment_bytes:
+            if self._should_roll(h, len(raw)):
                 self._roll()
             self.active.append(raw, h, self.config.index_interval_bytes)
         except OSError as exc:
             raise self._fail(exc) from exc
         self.log_end_offset = h.next_offset
         return AppendResult(h.base_offset, h.last_offset, self.log_end_offset, h.leader_epoch)
+
+    def _should_roll(self, h: BatchHeader, size: int) -> bool:
+        active, config = self.active, self.config
+        if active.size == 0:
+            return False
+        if active.size + size > config.segment_bytes:
+            return True
+        # By the batches' own timestamps, not a clock: every replica rolls at the same
+        # offsets, and a replayed log rolls as it did.
+        return (
+            config.segment_ms is not None
+            and active.first_timestamp >= 0
+            and h.max_timestamp - active.first_timestamp >= config.segment_ms
+        )
 
     def _roll(self) -> None:
         old = self.active
@@ -573,18 +652,115 @@ class PartitionLog:
                     raise seg.corrupt(item.position, item.reason)
                 yield item[1]
 
+    def offset_for_timestamp(self, timestamp: int, upper_bound: int | None = None) -> int | None:
+        """ListOffsets by time: the first offset from the log start (below `upper_bound`,
+        e.g. the HW) of a record stamped at or after `timestamp`; None if there is none.
+
+        Segments whose largest timestamp is below it are skipped, then the segment's time
+        index narrows the scan to one index interval."""
+        self._check_usable()
+        limit = (
+            self.log_end_offset if upper_bound is None else min(upper_bound, self.log_end_offset)
+        )
+        for seg in list(self.segments):
+            if seg.base_offset >= limit:
+                break
+            if seg.max_timestamp < timestamp or seg.next_offset <= self._log_start_offset:
+                continue
+            found = seg.offset_for_timestamp(timestamp, self._log_start_offset, limit)
+            if found is not None:
+                return found
+        return None
+
+    # -- log start ------------------------------------------------------------------
+
+    def advance_log_start(self, offset: int) -> bool:
+        """Move the log start up to `offset` (at most the log end); True if it moved.
+
+        Only in memory: the owner checkpoints the new start before it removes the
+        segments below it (`delete_segments_below_start`)."""
+        self._check_usable()
+        offset = min(offset, self.log_end_offset)
+        if offset <= self._log_start_offset:
+            return False
+        previous, self._log_start_offset = self._log_start_offset, offset
+        log.info(
+            "log_start_moved",
+            partition=self.name,
+            logStartOffset=offset,
+            previousLogStartOffset=previous,
+        )
+        return True
+
+    def delete_segments_below_start(self) -> int:
+        """Remove the closed segments wholly below the log start, oldest first; how many
+        went. Durable when this returns."""
+        self._check_usable()
+        n = 0
+        try:
+            while len(self.segments) > 1 and self.segments[1].base_offset <= self._log_start_offset:
+                seg = self.segments.pop(0)
+                seg.close()
+                self._remove_segment_files(seg.base_offset)
+                n += 1
+            if n:
+                self.fs.sync_dir(self.directory)
+        except OSError as exc:
+            raise self._fail(exc) from exc
+        if n:
+            log.info(
+                "segments_deleted",
+                partition=self.name,
+                segments=n,
+                logStartOffset=self._log_start_offset,
+            )
+        return n
+
+    def reset_to(self, offset: int) -> None:
+        """Drop the whole log and start it empty at `offset` (a follower whose log ends
+        below the leader's log start, as Kafka's truncateFullyAndStartAt). The owner
+        checkpoints `offset` as the log start first; durable when this returns."""
+        self._check_usable()
+        try:
+            while self.segments:
+                seg = self.segments.pop(0)
+                seg.close()
+                self._remove_segment_files(seg.base_offset)
+            self.fs.sync_dir(self.directory)
+            self._start_over(offset)
+        except OSError as exc:
+            raise self._fail(exc) from exc
+
+    def _start_over(self, offset: int) -> None:
+        for seg in self.segments:
+            seg.close()
+            self._remove_segment_files(seg.base_offset)
+        self.segments = [self._create_segment(offset)]
+        self.log_end_offset = self.persisted_log_end_offset = offset
+        self._log_start_offset = offset
+        # None of the epochs of the dropped batches describe this log any more.
+        self.epochs = EpochHistory()
+        self._write_epochs()
+        log.warning("log_started_over", partition=self.name, logStartOffset=offset)
+
     # -- truncation -------------------------------------------------------------------
 
     def truncate_to(self, offset: int) -> bool:
-        """Drop every record at or after `offset`; durable when this returns."""
+        """Drop every record at or after `offset`; durable when this returns. Below the log
+        start, the log starts over, empty, at `offset` (as Kafka's truncateTo)."""
         self._check_usable()
         if offset >= self.log_end_offset:
             return False
         if offset < self.log_start_offset:
-            raise OffsetOutOfRangeError(
-                f"cannot truncate to {offset}, below log start {self.log_start_offset}",
+            old_start = self.log_start_offset
+            self.reset_to(offset)
+            log.warning(
+                "log_truncated_below_start",
                 partition=self.name,
+                logEndOffset=offset,
+                previousLogStartOffset=old_start,
             )
+            return True
         old_end = self.log_end_offset
         try:
             removed = False
@@ -592,8 +768,9 @@ class PartitionLog:
                 seg = self.segments.pop()
                 seg.close()
                 self.fs.remove(seg.log_path)
-                if self.fs.exists(seg.index_path):
-                    self.fs.remove(seg.index_path)
+                for path in (seg.index_path, seg.time_index_path):
+                    if self.fs.exists(path):
+                        self.fs.remove(path)
                 removed = True
             if removed:
                 self.fs.sync_dir(self.directory)

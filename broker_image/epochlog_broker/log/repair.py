@@ -12,7 +12,7 @@ broker core for an automatic repair, `epochlog log repair` for an explicit one).
   and byte position, the offsets from there to the end of the log as far as
   valid batches show it, the later segments removed.
 - `apply_repair` carries a plan out: later segments (with their index and redo
-  files) removed, the damaged segment cut at the damage and its index removed,
+  files) removed, the damaged segment cut at the damage and its indexes removed,
   the leader-epoch-checkpoint and the clean-shutdown marker removed, so that the
   next open scans and rebuilds everything; the directory is synced last. A crash
   half-way leaves a directory that the next open recovers or a new plan repairs.
@@ -31,6 +31,7 @@ from epochlog_broker.log.partition_log import CLEAN_SHUTDOWN
 from epochlog_broker.log.segment import (
     INDEX_SUFFIX,
     REDO_SUFFIX,
+    TIME_INDEX_SUFFIX,
     ScanFailure,
     find_valid_batch_after,
     iter_batches,
@@ -180,7 +181,7 @@ def apply_repair(fs: FileSystem, plan: RepairPlan) -> None:
     for name in reversed(plan.removed_segments):
         base = parse_segment_name(name)
         assert base is not None
-        for suffix in (INDEX_SUFFIX, REDO_SUFFIX):
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, REDO_SUFFIX):
             _remove(fs, posixpath.join(d, segment_name(base, suffix)))
         fs.remove(posixpath.join(d, name))
     base = parse_segment_name(plan.segment)
@@ -191,7 +192,7 @@ def apply_repair(fs: FileSystem, plan: RepairPlan) -> None:
         f.sync()
     finally:
         f.close()
-    for suffix in (INDEX_SUFFIX, REDO_SUFFIX):
+    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, REDO_SUFFIX):
         _remove(fs, posixpath.join(d, segment_name(base, suffix)))
     _remove(fs, posixpath.join(d, LEADER_EPOCH_CHECKPOINT))
     fs.sync_dir(d)

@@ -1,9 +1,10 @@
-"""One segment: a file of consecutive record batches plus its in-memory offset index.
+"""One segment: a file of consecutive record batches plus its in-memory offset and time
+indexes.
 
-File names are the base offset, zero-padded: `00000000000000001234.log` and its
-`.index`. A segment owns reading by offset, scanning (for recovery), and cutting
-its tail. Cutting inside a batch rewrites that batch with only its earlier
-records; the rewrite goes through a small redo file (`.log.truncate`) so that a
+File names are the base offset, zero-padded: `00000000000000001234.log`, its
+`.index` and its `.timeindex`. A segment owns reading by offset or by time, scanning
+(for recovery), and cutting its tail. Cutting inside a batch rewrites that batch with
+only its earlier records; the rewrite goes through a small redo file (`.log.truncate`) so that a
 crash in the middle can neither lose the kept records nor leave a torn batch.
 """
 
@@ -31,10 +32,11 @@ from epochlog.protocol.batch import Record as _Record
 from epochlog.protocol.errors import CorruptRecordError
 from epochlog_broker.log.checkpoints import atomic_write
 from epochlog_broker.log.fs import File, FileSystem, read_all
-from epochlog_broker.log.index import IndexFormatError, OffsetIndex
+from epochlog_broker.log.index import IndexFormatError, OffsetIndex, TimeIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
 REDO_SUFFIX = ".log.truncate"
 _LEN = struct.Struct(">I")
 _REDO_HEAD = struct.Struct(">4sq")
@@ -131,8 +133,11 @@ class Segment:
         self.size = file.size()
         self.next_offset = base_offset
         self.index = OffsetIndex(base_offset)
+        self.time_index = TimeIndex(base_offset)
         self.bytes_since_index = 0
         self.max_timestamp = -1
+        self.first_timestamp = -1
+        """The first batch's largest timestamp (-1: none yet): segment_ms counts from it."""
         # The batches appended since the segment was opened (or last cut), newest last,
         # as written: a contiguous suffix of the file. Readers near the end (followers,
         # tailing consumers) get them without a read and a CRC pass over the disk.
@@ -166,15 +171,30 @@ class Segment:
 
     # -- writing ----------------------------------------------------------------------
 
+    @property
+    def time_index_path(self) -> str:
+        return posixpath.join(self.directory, segment_name(self.base_offset, TIME_INDEX_SUFFIX))
+
+    def _add_index_entry(self, offset: int, position: int) -> None:
+        self.index.add(offset, position)
+        self.time_index.add(self.max_timestamp, offset)
+        self.bytes_since_index = 0
+
+    def reset_indexes(self) -> None:
+        self.index = OffsetIndex(self.base_offset)
+        self.time_index = TimeIndex(self.base_offset)
+        self.bytes_since_index = 0
+
     def append(self, raw: bytes | bytearray, h: BatchHeader, interval: int) -> None:
         if self.bytes_since_index >= interval:
-            self.index.add(h.base_offset, self.size)
-            self.bytes_since_index = 0
+            self._add_index_entry(h.base_offset, self.size)
         self.file.append(raw)
         self.size += len(raw)
         self.bytes_since_index += len(raw)
         self.next_offset = h.next_offset
         self.max_timestamp = max(self.max_timestamp, h.max_timestamp)
+        if self.first_timestamp < 0:
+            self.first_timestamp = h.max_timestamp
         self._cache(RecordBatch(h, raw if isinstance(raw, bytes) else bytes(raw)))
 
     def _cache(self, batch: RecordBatch) -> None:
@@ -198,24 +218,52 @@ class Segment:
     def note_scanned(self, position: int, h: BatchHeader, interval: int) -> None:
         """Account for a batch found on disk (recovery) as if it had been appended."""
         if self.bytes_since_index >= interval and position > 0:
-            self.index.add(h.base_offset, position)
-            self.bytes_since_index = 0
+            self._add_index_entry(h.base_offset, position)
         self.bytes_since_index += h.size
         self.next_offset = h.next_offset
         self.max_timestamp = max(self.max_timestamp, h.max_timestamp)
+        if self.first_timestamp < 0:
+            self.first_timestamp = h.max_timestamp
 
     def write_index(self) -> None:
         atomic_write(self.fs, self.index_path, self.index.encode())
+        atomic_write(self.fs, self.time_index_path, self.time_index.encode())
 
-    def load_index(self) -> OffsetIndex | None:
-        if not self.fs.exists(self.index_path):
+    def load_index(self) -> tuple[OffsetIndex, TimeIndex] | None:
+        """Both indexes from their files; None when either is missing, damaged or out of
+        step with the other (both are rebuilt then)."""
+        if not (self.fs.exists(self.index_path) and self.fs.exists(self.time_index_path)):
             return None
         try:
-            return OffsetIndex.decode(
+            index = OffsetIndex.decode(
                 read_all(self.fs, self.index_path), self.base_offset, self.size
             )
+            time_index = TimeIndex.decode(read_all(self.fs, self.time_index_path), self.base_offset)
         except IndexFormatError:
             return None
+        if list(time_index.offsets) != list(index.offsets):
+            return None
+        return index, time_index
+
+    def offset_for_timestamp(self, timestamp: int, min_offset: int, limit: int) -> int | None:
+        """The first offset in [min_offset, limit) of a record stamped at or after
+        `timestamp`; None if this segment holds none."""
+        start = max(self.time_index.lookup(timestamp), min_offset)
+        _, pos = self.index.lookup(start)
+        for item in iter_batches(self.file, pos, self.size):
+            if isinstance(item, ScanFailure):
+                raise self.corrupt(item.position, item.reason)
+            p, h = item
+            if h.base_offset >= limit:
+                return None
+            if h.next_offset <= min_offset or h.max_timestamp < timestamp:
+                continue
+            for r in decode_records(self.file.pread(h.size, p), h):
+                if r.offset >= limit:
+                    return None
+                if r.offset >= min_offset and r.timestamp >= timestamp:
+                    return r.offset
+        return None
 
     # -- reading ----------------------------------------------------------------------
 
@@ -336,7 +384,13 @@ class Segment:
             self.fs.remove(self.redo_path)
             self.fs.sync_dir(self.directory)
         self.size = cut + len(kept)
+        if self.size == 0:
+            self.first_timestamp = self.max_timestamp = -1
         self.index.truncate_to_position(cut)
+        kept_entries = self.index.offsets
+        self.time_index.truncate_to_offset(
+            kept_entries[-1] + 1 if kept_entries else self.base_offset
+        )
         self.next_offset = offset
         self.bytes_since_index = self.size - self.index.last()[1]
 

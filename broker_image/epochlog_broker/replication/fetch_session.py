@@ -278,6 +278,8 @@ class LeaderSession:
     """Partitions to look at in the next answer: listed in a request, appended to,
     role changed."""
     high_watermark_sent: dict[str, int] = field(default_factory=dict)
+    log_start_sent: dict[str, int] = field(default_factory=dict)
+    """The log start offset each partition's last answer carried."""
     high_watermark_moved: set[str] = field(default_factory=set)
     """Partitions whose HW moved since the follower was last told; they ride along."""
     syncing: set[str] = field(default_factory=set)
@@ -310,6 +312,7 @@ class LeaderSession:
         self.partitions.pop(name, None)
         self.pending.discard(name)
         self.high_watermark_sent.pop(name, None)
+        self.log_start_sent.pop(name, None)
         self.high_watermark_moved.discard(name)
 
 

@@ -37,8 +37,12 @@ Protocol with the shell:
 - Errors (`on_error`): FENCED_LEADER_EPOCH (our epoch is old) and
   NOT_LEADER_OR_FOLLOWER (the broker is not the leader of our epoch) stop the
   follower: it waits for the controller's next assignment, which replaces it.
-  OFFSET_OUT_OF_RANGE also stops it, as this follower holds no rule for it
-  (it means the leader's log lost data it had, i.e. an unclean election).
+  OFFSET_OUT_OF_RANGE with a log start above our log end means retention or
+  DeleteRecords removed, at the leader, everything from our log end up to that
+  start (all of it committed): the follower starts its log over, empty, at the
+  leader's log start (`StartAt`, Kafka's truncateFullyAndStartAt) and fetches
+  from there. Any other OFFSET_OUT_OF_RANGE stops it, as this follower holds no
+  rule for it (the leader's log lost data it had, i.e. an unclean election).
   Everything else (UNKNOWN_LEADER_EPOCH: the leader has not learnt our epoch
   yet; timeouts; network failures) re-sends the last request, which waits out
   a backoff first (`fetch_backoff`; the broker core stamps the wait on it).
@@ -74,6 +78,13 @@ class Truncate:
 
 
 @dataclass(frozen=True, slots=True)
+class StartAt:
+    """Drop the whole log and start it empty at `offset` (durable on return)."""
+
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class Append:
     batches: tuple[Batch, ...]
 
@@ -90,7 +101,7 @@ class SendFetch:
     request: FetchRequest
 
 
-FollowerAction = Truncate | Append | SendOffsetsForLeaderEpoch | SendFetch
+FollowerAction = Truncate | StartAt | Append | SendOffsetsForLeaderEpoch | SendFetch
 
 
 class FollowerState(enum.Enum):
@@ -189,6 +200,14 @@ class Follower:
         self._high_watermark = min(self._high_watermark, offset)
         return [Truncate(offset)]
 
+    def _start_at(self, offset: int) -> list[FollowerAction]:
+        self._log_end_offset = self._persisted_log_end_offset = offset
+        self._epochs = EpochHistory()
+        # The leader's log start is at most its high watermark: everything below it is
+        # committed (a high watermark above this empty log claims nothing it holds).
+        self._high_watermark = max(self._high_watermark, offset)
+        return [StartAt(offset)]
+
     def _require(self, *states: FollowerState) -> None:
         if self.state not in states:
             raise InvalidRequestError(
@@ -238,6 +257,13 @@ class Follower:
         self._update_high_watermark()
         if not answer.batches:
             return self._send_fetch()
+        actions: list[FollowerAction] = []
+        first = answer.batches[0]
+        if not len(self._epochs) and first.base_offset < self._log_end_offset <= first.last_offset:
+            # An empty log (it started over at the leader's log start) and a log start
+            # inside this batch (DeleteRecords): the log starts over at the batch's base
+            # offset instead, as Kafka's follower does on an UnexpectedAppendOffsetException.
+            actions = self._start_at(first.base_offset)
         expected = self._log_end_offset
         for b in answer.batches:
             if b.base_offset != expected:
@@ -248,7 +274,7 @@ class Follower:
         for b in answer.batches:
             self._epochs.assign(b.leader_epoch, b.base_offset)
         self._log_end_offset = expected
-        return [Append(answer.batches), *self._send_fetch()]
+        return [*actions, Append(answer.batches), *self._send_fetch()]
 
     def on_flushed(self, persisted_log_end_offset: int) -> list[FollowerAction]:
         """The log is fsynced up to `persisted_log_end_offset`: while fetching, the
@@ -267,6 +293,13 @@ class Follower:
 
     def on_error(self, error: EpochlogError | None) -> list[FollowerAction]:
         """The last request failed with `error` (None: no answer at all)."""
+        if (
+            isinstance(error, OffsetOutOfRangeError)
+            and self.state is FollowerState.FETCHING
+            and error.log_start_offset is not None
+            and error.log_start_offset > self._log_end_offset
+        ):
+            return self._start_at(error.log_start_offset) + self._send_fetch()
         if isinstance(error, _STOPPING_ERRORS):
             self.state = FollowerState.STOPPED
             self.stop_reason = error

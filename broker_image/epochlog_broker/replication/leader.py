@@ -62,6 +62,7 @@ from epochlog.protocol.errors import (
     EpochlogError,
     FencedLeaderEpochError,
     InvalidRequestError,
+    LeaderNotAvailableError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
@@ -263,10 +264,12 @@ class Leader:
         return self._proposed
 
     def follower_log_end_offset(self, broker_id: int) -> int | None:
-        return self._followers[broker_id].log_end_offset
+        f = self._followers.get(broker_id)  # a replica a reassignment removed: unknown
+        return None if f is None else f.log_end_offset
 
     def last_caught_up_time_ms(self, broker_id: int) -> int | None:
-        return self._followers[broker_id].last_caught_up_time_ms
+        f = self._followers.get(broker_id)
+        return None if f is None else f.last_caught_up_time_ms
 
     # -- validation ----------------------------------------------------------------------
 
@@ -437,8 +440,12 @@ class Leader:
         self._check_leader_epoch(request.leader_epoch)
         f = self._followers.get(request.replica_id)
         if f is None:
-            raise NotLeaderOrFollowerError(
-                f"{self.partition}: broker {request.replica_id} is not a follower replica",
+            # Retriable: a replica a reassignment adds may fetch before this leader applies
+            # the assignment naming it (same leaderEpoch, newer partitionEpoch). A replica
+            # that was removed keeps retrying until the controller stops it.
+            raise LeaderNotAvailableError(
+                f"{self.partition}: broker {request.replica_id} is not a replica in "
+                f"partitionEpoch {self.partition_epoch} of leader {self.broker_id}",
                 leader=self.broker_id,
                 leaderEpoch=self.leader_epoch,
             )
@@ -553,11 +560,22 @@ class Leader:
 
     # -- controller ----------------------------------------------------------------------
 
-    def on_isr_update(self, isr: Iterable[int], partition_epoch: int) -> list[LeaderAction]:
-        """The controller recorded `isr` at `partition_epoch`; stale updates are ignored."""
+    def on_isr_update(
+        self, isr: Iterable[int], partition_epoch: int, replicas: Iterable[int] | None = None
+    ) -> list[LeaderAction]:
+        """The controller recorded `isr` (and `replicas`, None: unchanged) at
+        `partition_epoch`; stale updates are ignored. A reassignment adds followers, which
+        start out of the ISR, and drops removed ones with what the leader knew of them."""
         if partition_epoch <= self.partition_epoch:
             return []
         self.partition_epoch = partition_epoch
+        if replicas is not None and tuple(replicas) != self.replicas:
+            self.replicas = tuple(replicas)
+            self._followers = {
+                r: self._followers.get(r) or _Follower()
+                for r in self.replicas
+                if r != self.broker_id
+            }
         self._isr = frozenset(isr) | {self.broker_id}
         # Any proposal in flight was made against an older partition epoch and is
         # void: the recorded ISR now says who is in.

@@ -97,6 +97,9 @@ class FetchData:
     leader_epoch: int
     high_watermark: int
     batches: tuple[Batch, ...] = ()
+    log_start_offset: int = 0
+    """The leader's log start offset: followers move theirs up to it (as far as their
+    own high watermark)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,8 @@ the log's facts (`LogFacts`) and call `apply(...)`; carry out the returned
 follower's first truncation and request), then talk to `replica.role`
 directly until the next transition. Assignment ordering: a higher leader epoch
 always wins; at the same leader epoch only a higher partition epoch changes
-anything (an ISR change).
+anything: an ISR change, or a reassignment changing the replicas (the leader
+starts or stops serving followers; a follower left out goes offline).
 """
 
 from __future__ import annotations
@@ -134,11 +135,11 @@ class Replica:
         fresh = self.assignment is None
         same_epoch = not fresh and a.leader_epoch == self.leader_epoch
         self.assignment = a
-        if same_epoch:
+        if same_epoch and self.broker_id in a.replicas:
             if isinstance(self.role, Leader):
                 return Transition(
                     TransitionKind.ISR_UPDATED,
-                    tuple(self.role.on_isr_update(a.isr, a.partition_epoch)),
+                    tuple(self.role.on_isr_update(a.isr, a.partition_epoch, a.replicas)),
                 )
             return Transition(TransitionKind.ISR_UPDATED)
         high_watermark = max(self.high_watermark, log.high_watermark)

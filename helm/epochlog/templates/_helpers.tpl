@@ -21,6 +21,8 @@ which makes broker N's Secret carry the name of broker N's pod.
 {{- end }}
 
 {{- define "epochlog.operatorName" -}}{{ include "epochlog.fullname" . }}-operator{{- end }}
+{{/* The operator's headless Service for heartbeats: its name resolves to every Ready replica. */}}
+{{- define "epochlog.operatorHeartbeatName" -}}{{ include "epochlog.operatorName" . }}-heartbeat{{- end }}
 {{- define "epochlog.brokerName" -}}{{ include "epochlog.fullname" . }}-broker{{- end }}
 {{- define "epochlog.clientName" -}}{{ include "epochlog.fullname" . }}-client{{- end }}
 {{- define "epochlog.accessPolicyName" -}}{{ include "epochlog.fullname" . }}-access-policy{{- end }}
@@ -67,9 +69,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- if .Values.tls.enabled }}https{{ else }}http{{ end }}
 {{- end }}
 
-{{/* Where brokers send heartbeats: the operator's Service (only the acting replica is Ready). */}}
+{{/* Where brokers send heartbeats: the operator's headless Service. The name resolves to
+every Ready replica; a broker finds the acting one (the others answer NOT_CONTROLLER) and
+verifies TLS against this name. */}}
 {{- define "epochlog.controllerUrl" -}}
-{{- printf "%s://%s:%d" (include "epochlog.scheme" .) (include "epochlog.svc" (dict "name" (include "epochlog.operatorName" .) "root" .)) (int .Values.operator.port) }}
+{{- printf "%s://%s:%d" (include "epochlog.scheme" .) (include "epochlog.svc" (dict "name" (include "epochlog.operatorHeartbeatName" .) "root" .)) (int .Values.operator.port) }}
 {{- end }}
 
 {{/* The client Service, for producers, consumers and `helm test`. */}}
@@ -87,7 +91,8 @@ app.kubernetes.io/component: {{ .component }}
 
 {{- define "epochlog.operatorHosts" -}}
 {{- $op := include "epochlog.operatorName" . -}}
-{{- join "," (list (printf "%s.{namespace}.svc" $op) (printf "%s.{namespace}.svc.%s" $op .Values.clusterDomain)) }}
+{{- $hb := include "epochlog.operatorHeartbeatName" . -}}
+{{- join "," (list (printf "%s.{namespace}.svc" $op) (printf "%s.{namespace}.svc.%s" $op .Values.clusterDomain) (printf "%s.{namespace}.svc" $hb) (printf "%s.{namespace}.svc.%s" $hb .Values.clusterDomain)) }}
 {{- end }}
 
 {{/* Names of the Secrets the operator keeps (`--manage-certificates`), prefix = full name. */}}

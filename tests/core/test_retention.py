@@ -1,0 +1,108 @@
+"""Retention and DeleteRecords in the broker core, on the crash-simulating disk: spec
+settings from the assignment, the log-start-offset-checkpoint written before segments go
+(so a power loss keeps the new start), the leader's log start carried to a follower, and
+DeleteRecords bounded by the high watermark."""
+
+from __future__ import annotations
+
+import pytest
+
+from epochlog.protocol.batch import Record
+from epochlog.protocol.errors import OffsetOutOfRangeError
+from epochlog.protocol.heartbeat import HeartbeatResponse, PartitionAssignment
+from epochlog_broker.core import BrokerCore
+from epochlog_broker.log.checkpoints import LOG_START_OFFSET_CHECKPOINT, read_log_starts
+from epochlog_broker.log.simfs import CrashFileSystem
+from epochlog_broker.replication.messages import Acks
+
+NAME = "orders-0"
+T0 = 1_700_000_000_000
+
+
+def assign(
+    replicas: tuple[int, ...] = (1,), *, retention_ms: int, retention_bytes: int = -1
+) -> HeartbeatResponse:
+    return HeartbeatResponse(
+        assignments=(
+            PartitionAssignment(
+                name=NAME,
+                leader=1,
+                leader_epoch=1,
+                partition_epoch=1,
+                isr=replicas,
+                replicas=replicas,
+                min_insync_replicas=1,
+                segment_bytes=1024,
+                retention_ms=retention_ms,
+                retention_bytes=retention_bytes,
+            ),
+        )
+    )
+
+
+def core(fs: CrashFileSystem, broker_id: int = 1, epoch: int = 1) -> BrokerCore:
+    c = BrokerCore(broker_id=broker_id, broker_epoch=epoch, fs=fs, data_dir=f"/b{broker_id}")
+    c.open()
+    return c
+
+
+def fill(c: BrokerCore, batches: int, now_ms: int = T0) -> None:
+    for i in range(batches):
+        value = f"v{i}".ljust(200, ".").encode()
+        c.produce(
+            NAME, [Record(value)], acks=Acks.LEADER, timeout_ms=1000, now_ms=now_ms, request_id=i
+        )
+        c.flush()
+
+
+def test_size_retention_checkpoints_the_start_before_segments_go_and_survives_a_crash() -> None:
+    fs = CrashFileSystem()
+    c = core(fs)
+    c.on_heartbeat_response(assign(retention_bytes=2048, retention_ms=-1), T0)
+    fill(c, 30)
+    plog = c.partitions[NAME].log
+    assert len(plog.segments) > 4
+    assert c.enforce_retention(T0) == [NAME]
+    start = plog.log_start_offset
+    assert start > 0
+    assert plog.size_bytes >= 2048
+    assert read_log_starts(fs, f"/b1/{LOG_START_OFFSET_CHECKPOINT}") == {NAME: start}
+    assert c.enforce_retention(T0) == [], "nothing more to do: a pass changes nothing"
+    fs.crash()
+    again = core(fs, epoch=2)
+    assert again.partitions[NAME].log.log_start_offset == start
+    with pytest.raises(OffsetOutOfRangeError) as err:
+        again.partitions[NAME].log.read_records(start - 1)
+    assert err.value.log_start_offset == start
+
+
+def test_time_retention_follows_the_clock_passed_in() -> None:
+    fs = CrashFileSystem()
+    c = core(fs)
+    c.on_heartbeat_response(assign(retention_ms=60_000), T0)
+    fill(c, 10, now_ms=T0)
+    fill(c, 10, now_ms=T0 + 50_000)
+    assert c.enforce_retention(T0 + 60_000) == []
+    assert c.enforce_retention(T0 + 60_001) == [NAME]
+    plog = c.partitions[NAME].log
+    kept = plog.read_records(plog.log_start_offset, max_bytes=1 << 20)
+    assert plog.log_start_offset > 0
+    assert [r.offset for r in kept if r.timestamp == T0 + 50_000] == list(range(10, 20))
+    assert c.enforce_retention(T0 + 110_001) == [NAME], "later, all but the active one"
+    assert len(plog.segments) == 1
+
+
+def test_delete_records_is_bounded_by_the_high_watermark() -> None:
+    fs = CrashFileSystem()
+    c = core(fs)
+    c.on_heartbeat_response(assign(retention_ms=-1), T0)
+    fill(c, 12)
+    hw = c.partitions[NAME].replica.high_watermark
+    with pytest.raises(OffsetOutOfRangeError):
+        c.delete_records(NAME, hw + 1)
+    assert c.delete_records(NAME, 5) == 5
+    assert c.delete_records(NAME, 2) == 5, "below the log start: nothing changes"
+    assert c.list_offsets(NAME, "earliest")[0] == 5
+    assert c.delete_records(NAME, -1) == hw
+    fs.crash()
+    assert core(fs, epoch=2).partitions[NAME].log.log_start_offset == hw

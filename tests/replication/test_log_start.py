@@ -1,0 +1,63 @@
+"""The follower's rules for the leader's log start offset: a follower whose log ends below
+it starts its log over there (Kafka's truncateFullyAndStartAt), and an empty log meeting a
+batch that holds the start starts over at the batch's base offset instead."""
+
+from __future__ import annotations
+
+import pytest
+
+from epochlog.protocol.errors import InvalidRequestError, OffsetOutOfRangeError
+from epochlog_broker.replication.follower import (
+    Append,
+    Follower,
+    FollowerState,
+    SendFetch,
+    StartAt,
+)
+from epochlog_broker.replication.messages import Batch, FetchData
+
+from .test_follower import batches, make_follower
+
+
+def fetching(history: tuple[tuple[int, int], ...] = (), log_end: int = 0, hw: int = 0) -> Follower:
+    f = make_follower(history=history, log_end=log_end, hw=hw, find_divergence_first=False)
+    f.start()
+    return f
+
+
+def test_a_follower_below_the_leaders_log_start_starts_over_there() -> None:
+    f = fetching(history=((1, 0),), log_end=4, hw=4)
+    actions = f.on_error(OffsetOutOfRangeError("below the log start", logStartOffset=40))
+    assert actions[0] == StartAt(40)
+    [send] = actions[1:]
+    assert isinstance(send, SendFetch)
+    assert send.request.fetch_offset == 40
+    assert (f.log_end_offset, f.persisted_log_end_offset, len(f.epochs)) == (40, 40, 0)
+    assert f.high_watermark == 40
+    assert f.state is FollowerState.FETCHING
+
+
+def test_out_of_range_without_a_later_log_start_still_stops_the_follower() -> None:
+    f = fetching(history=((1, 0),), log_end=4)
+    assert f.on_error(OffsetOutOfRangeError("beyond the log end", logEndOffset=2)) == []
+    assert f.state is FollowerState.STOPPED
+    g = fetching(history=((1, 0),), log_end=50)
+    assert g.on_error(OffsetOutOfRangeError("x", logStartOffset=40)) == []
+    assert g.state is FollowerState.STOPPED
+
+
+def test_an_empty_log_meeting_a_batch_that_holds_the_start_starts_at_its_base() -> None:
+    f = fetching()
+    f.on_error(OffsetOutOfRangeError("below the log start", logStartOffset=13))
+    straddling = (Batch(10, 15, 5, "r10-15"), *batches(16, 2, 5))
+    actions = f.on_fetch_response(FetchData(5, 18, straddling, 13))
+    assert actions[:2] == [StartAt(10), Append(straddling)]
+    assert isinstance(actions[2], SendFetch)
+    assert f.log_end_offset == 18
+
+
+def test_a_log_with_records_never_starts_over_on_a_batch() -> None:
+    f = fetching(history=((5, 0),), log_end=12)
+    with pytest.raises(InvalidRequestError, match="batch at 10, expected 12"):
+        f.on_fetch_response(FetchData(5, 18, (Batch(10, 15, 5, "x"),)))
+    assert (f.log_end_offset, len(f.epochs)) == (12, 1)
