@@ -412,6 +412,23 @@ def _cmd_offsets(args: argparse.Namespace) -> int:
     )
 
 
+def _cmd_delete_records(args: argparse.Namespace) -> int:
+    from epochlog.client.commands import delete_records
+
+    return _run_client_command(
+        delete_records(
+            args.bootstrap,
+            args.partition,
+            before=args.before,
+            out=sys.stdout,
+            err=sys.stderr,
+            timeout_ms=args.timeout_ms,
+            credentials=_credentials(args),
+            resolve=args.resolve,
+        )
+    )
+
+
 def _add_client_commands(sub: Any) -> None:
     from epochlog.client import commands as c
 
@@ -501,6 +518,24 @@ def _add_client_commands(sub: Any) -> None:
         help="default latest",
     )
     offsets.set_defaults(func=_cmd_offsets)
+
+    trim = sub.add_parser(
+        "delete-records",
+        help="delete a partition's records below an offset (moves its log start offset)",
+        description="DeleteRecords, as Kafka's kafka-delete-records: every record below "
+        "OFFSET is deleted on every replica and the partition's log start offset moves there. "
+        "Only committed records can go (OFFSET at most the high watermark); an OFFSET below "
+        "the log start changes nothing. Prints {partition, logStartOffset, leaderEpoch}.",
+    )
+    common(trim, "give up when no leader answers within this long (default 30000)")
+    trim.add_argument(
+        "--before",
+        type=c.before_arg,
+        required=True,
+        metavar="OFFSET|hw",
+        help="delete the records below OFFSET; hw: below the high watermark",
+    )
+    trim.set_defaults(func=_cmd_delete_records)
 
 
 def build_parser() -> argparse.ArgumentParser:

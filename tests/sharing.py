@@ -9,6 +9,10 @@ tests of a module that defines such a fixture, or of a package whose conftest.py
 does, travel together: `SharedFixtureScheduling` (installed by tests/conftest.py)
 makes each such module or package one unit of work.
 
+Units holding a test marked `slow` (a decorator `@pytest.mark.slow`, or `slow` in a
+module's `pytestmark`) go out first, so that the longest ones do not start last and
+leave the other workers idle while they finish.
+
 xdist's own `--dist loadgroup` would do this with `xdist_group` markers, but it
 renames the tests' node ids to carry the group, which pytest 9.2 no longer lets it
 do; the fixtures' scopes are read here from the test sources instead, so that the
@@ -73,6 +77,38 @@ def shared_fixtures(root: Path, tests: str = "tests") -> list[SharedFixture]:
     return found
 
 
+def _marks_slow(node: ast.expr) -> bool:
+    """Whether a decorator or a `pytestmark` value is, or lists, `pytest.mark.slow`."""
+    if isinstance(node, ast.List | ast.Tuple):
+        return any(_marks_slow(e) for e in node.elts)
+    return isinstance(node, ast.Attribute) and node.attr == "slow"
+
+
+def slow_tests(root: Path, tests: str = "tests") -> frozenset[str]:
+    """Test modules ("path") and test functions ("path::name") marked slow."""
+    found: set[str] = set()
+    for path in sorted((root / tests).rglob("test_*.py")):
+        module = path.relative_to(root).as_posix()
+        tree = ast.parse(path.read_text(), str(path))
+        for node in tree.body:
+            if (
+                isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets)
+                and _marks_slow(node.value)
+            ):
+                found.add(module)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and any(
+                _marks_slow(d) for d in node.decorator_list
+            ):
+                found.add(f"{module}::{node.name}")
+    return frozenset(found)
+
+
+def is_slow(nodeid: str, slow: frozenset[str]) -> bool:
+    module, _, rest = nodeid.partition("::")
+    return module in slow or f"{module}::{rest.split('[', 1)[0]}" in slow
+
+
 def work_unit(nodeid: str, fixtures: list[SharedFixture]) -> str:
     """The package or module a test travels with, or the test's own id."""
     module = nodeid.split("::", 1)[0]
@@ -85,11 +121,27 @@ def work_unit(nodeid: str, fixtures: list[SharedFixture]) -> str:
 
 class SharedFixtureScheduling(LoadScopeScheduling):  # type: ignore[misc]
     """xdist's load balancing, test by test, except that the tests sharing a module- or
-    package-scoped fixture are one unit of work (the largest units go out first)."""
+    package-scoped fixture are one unit of work. Units with a slow test go out first,
+    then the others; among each, the largest first."""
 
     def __init__(self, config: Any, log: Any = None) -> None:
         super().__init__(config, log)
-        self.fixtures = shared_fixtures(Path(str(config.rootpath)))
+        root = Path(str(config.rootpath))
+        self.fixtures = shared_fixtures(root)
+        self.slow = slow_tests(root)
+        self._slow_first = False
 
     def _split_scope(self, nodeid: str) -> str:
         return work_unit(nodeid, self.fixtures)
+
+    def _assign_work_unit(self, node: Any) -> None:
+        if not self._slow_first:
+            self._slow_first = True
+            slow = [
+                scope
+                for scope, ids in self.workqueue.items()
+                if any(is_slow(i, self.slow) for i in ids)
+            ]
+            for scope in reversed(slow):  # keeps their order among themselves
+                self.workqueue.move_to_end(scope, last=False)
+        super()._assign_work_unit(node)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.sharing import SharedFixture, shared_fixtures, work_unit
+from tests.sharing import SharedFixture, is_slow, shared_fixtures, slow_tests, work_unit
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,3 +28,26 @@ def test_a_package_fixture_groups_its_package_a_module_fixture_its_module() -> N
     assert work_unit("tests/c/test_z.py::test_4", fixtures) == "tests/c/test_z.py"
     assert work_unit("tests/b/test_n.py::test_5", fixtures) == "tests/b/test_n.py::test_5"
     assert work_unit("tests/ab/test_x.py::test_6", fixtures) == "tests/ab/test_x.py::test_6"
+
+
+def test_slow_marks_are_read_from_decorators_and_module_marks(tmp_path: Path) -> None:
+    (tmp_path / "tests" / "p").mkdir(parents=True)
+    (tmp_path / "tests" / "p" / "test_a.py").write_text(
+        "import pytest\n\n"
+        "@pytest.mark.slow\ndef test_long(): ...\n\n"
+        "@pytest.mark.parametrize('x', [1])\ndef test_short(x): ...\n"
+    )
+    (tmp_path / "tests" / "p" / "test_b.py").write_text(
+        "import pytest\npytestmark = [pytest.mark.asyncio, pytest.mark.slow]\n"
+    )
+    slow = slow_tests(tmp_path)
+    assert slow == {"tests/p/test_a.py::test_long", "tests/p/test_b.py"}
+    assert is_slow("tests/p/test_a.py::test_long", slow)
+    assert not is_slow("tests/p/test_a.py::test_short[1]", slow)
+    assert is_slow("tests/p/test_b.py::test_any[x]", slow)
+
+
+def test_the_demo_is_marked_slow() -> None:
+    assert is_slow(
+        "tests/devcluster/test_demo.py::test_demo_loses_nothing_acknowledged", slow_tests(REPO)
+    )

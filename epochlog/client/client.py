@@ -40,6 +40,7 @@ from epochlog.client.records import (
     FetchAnswer,
     OffsetAndEpoch,
     TopicPartition,
+    parse_delete_records_answer,
     parse_fetch_batches,
     parse_fetch_binary,
     parse_fetch_json,
@@ -333,6 +334,34 @@ class Client:
             timeout_s=self.request_timeout_s,
         )
         return parse_offsets_answer(answer, leader.url + path)
+
+    async def delete_records(
+        self, partition: str, before_offset: int = -1, *, timeout_ms: int | None = None
+    ) -> OffsetAndEpoch:
+        """Kafka's DeleteRecords: the records below `before_offset` (-1: below the high
+        watermark) are deleted on every replica; answers (the log start offset after it,
+        leaderEpoch). Above the high watermark it is OFFSET_OUT_OF_RANGE; below the log
+        start nothing changes. Retried across leader changes for up to `timeout_ms`: the
+        log start only moves up, so asking again is harmless."""
+        check_partition_name(partition)
+        if before_offset < -1:
+            raise ValueError(f"before_offset {before_offset}: an offset, or -1 for the HW")
+        timeout_s = (timeout_ms / 1000) if timeout_ms is not None else self.request_timeout_s
+
+        async def once(leader: PartitionLeader) -> OffsetAndEpoch:
+            path = f"/v1/partitions/{leader.partition}/delete-records"
+            answer, _ = await self.transport.request(
+                "POST",
+                leader.url,
+                path,
+                params={Params.BEFORE_OFFSET: str(before_offset), **self._epoch_param(leader)},
+                timeout_s=self.request_timeout_s,
+            )
+            return parse_delete_records_answer(answer, leader.url + path)
+
+        return await self.retrying(
+            partition, once, timeout_s=timeout_s, what=f"DeleteRecords({before_offset})"
+        )
 
     async def list_offsets(
         self, partition: str, at: str | int = LATEST, *, timeout_ms: int | None = None

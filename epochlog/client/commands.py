@@ -1,4 +1,4 @@
-"""What `epochlog produce`, `epochlog consume` and `epochlog offsets` do (the CLI's parsing
+"""What `epochlog produce`, `consume`, `offsets` and `delete-records` do (the CLI's parsing
 is in `epochlog.cli`).
 
 Results go to stdout as JSON lines, one per record, shaped as the broker's
@@ -28,7 +28,7 @@ from epochlog.client.errors import ClientError
 from epochlog.client.producer import Producer
 from epochlog.client.records import ConsumerRecord, RecordMetadata
 from epochlog.protocol.batch import LogRecord
-from epochlog.protocol.bodies import Encoding, OffsetsAnswer, record_json
+from epochlog.protocol.bodies import DeleteRecordsAnswer, Encoding, OffsetsAnswer, record_json
 from epochlog.protocol.errors import EpochlogError, UnknownPartitionError
 from epochlog.security.options import Credentials
 
@@ -100,6 +100,16 @@ def _non_negative(value: str) -> int:
     return number
 
 
+def _before(value: str) -> int:
+    """DeleteRecords' `--before`: an offset, or `hw` (Kafka's -1: the high watermark)."""
+    if value == "hw":
+        return -1
+    offset = int(value)
+    if offset < 0:
+        raise ValueError(f"{value}: an offset >= 0, or hw")
+    return offset
+
+
 def parse_resolve(value: str) -> dict[str, str]:
     """`HOST=ADDRESS[,HOST=ADDRESS...]`: where to connect for a broker name this host cannot
     resolve (curl's --resolve), e.g. the pods of `epochlog dev up --chart`."""
@@ -120,6 +130,7 @@ at_arg = _arg(_at)
 header_arg = _arg(_header)
 positive_int = _arg(_positive)
 non_negative_int = _arg(_non_negative)
+before_arg = _arg(_before)
 
 
 # -- shared ------------------------------------------------------------------------------
@@ -393,4 +404,25 @@ async def offsets(
         except (EpochlogError, ClientError) as exc:
             return _fail(err, exc)
     print(_offset_line(partition, answer.offset, answer.leader_epoch, at=at), file=out, flush=True)
+    return 0
+
+
+async def delete_records(
+    bootstrap: Sequence[str],
+    partition: str,
+    *,
+    before: int,
+    out: TextIO,
+    err: TextIO,
+    timeout_ms: int = 30_000,
+    credentials: Credentials | None = None,
+    resolve: Mapping[str, str] | None = None,
+) -> int:
+    async with _client(bootstrap, timeout_ms, timeout_ms, credentials, resolve) as client:
+        try:
+            answer = await client.delete_records(partition, before, timeout_ms=timeout_ms)
+        except (EpochlogError, ClientError) as exc:
+            return _fail(err, exc)
+    done = DeleteRecordsAnswer(log_start_offset=answer.offset, leader_epoch=answer.leader_epoch)
+    print(json.dumps({"partition": partition, **done.model_dump()}), file=out, flush=True)
     return 0

@@ -21,6 +21,7 @@ from typing import Final, NamedTuple, TypeVar
 from epochlog.client.errors import UnexpectedResponseError
 from epochlog.protocol.batch import NO_PRODUCER_ID, Record, RecordBatch, encode_batch
 from epochlog.protocol.bodies import (
+    DeleteRecordsAnswer,
     Encoding,
     OffsetsAnswer,
     Params,
@@ -206,6 +207,12 @@ def parse_produce_answer(body: bytes, where: str) -> ProduceAnswer:
 def parse_offsets_answer(body: bytes, where: str) -> OffsetAndEpoch:
     answer = decode_answer(OffsetsAnswer, body, where)
     return OffsetAndEpoch(answer.offset, answer.leader_epoch)
+
+
+def parse_delete_records_answer(body: bytes, where: str) -> OffsetAndEpoch:
+    """DeleteRecords' answer: (the log start offset after it, leaderEpoch)."""
+    answer = decode_answer(DeleteRecordsAnswer, body, where)
+    return OffsetAndEpoch(answer.log_start_offset, answer.leader_epoch)
 
 
 def parse_fetch_json(partition: str, body: bytes, where: str) -> FetchAnswer:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from epochlog.devcluster.local_workload import SteadyProducer, read_back, verify
 from epochlog.resources import PartitionStatus
@@ -49,6 +50,7 @@ def _record_writes(cluster: Cluster, broker: int) -> list[Written]:
     return written
 
 
+@pytest.mark.slow
 async def test_sigterm_hands_leadership_over_before_the_broker_exits(tmp_path: Path) -> None:
     async with Cluster(tmp_path, SPECS).serving(*NAMES) as cluster:
         client = cluster.client()
@@ -95,6 +97,7 @@ async def test_sigterm_hands_leadership_over_before_the_broker_exits(tmp_path: P
     assert not producer.failed, producer.failed[:5]
 
 
+@pytest.mark.slow
 async def test_a_restarted_broker_is_ready_only_once_back_in_every_isr(tmp_path: Path) -> None:
     # A slow controller stretches the time between a follower catching up and the ISR
     # taking it back, where readiness used to answer ready already.
@@ -155,6 +158,7 @@ def _in_sync_as_now(cluster: Cluster, name: str, broker: int) -> bool:
     )
 
 
+@pytest.mark.slow
 async def test_brokers_numbered_from_zero_roll_back_into_every_isr(tmp_path: Path) -> None:
     # Broker ids are pod ordinals in the Helm chart: 0, 1, 2. Broker 0 leading used to
     # stop its followers from ever rejoining once the controller had refused one of its

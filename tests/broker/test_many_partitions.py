@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from epochlog.client import Client, Producer, RecordMetadata
 from epochlog.devcluster.local_workload import WorkloadAck, read_back, verify
 from epochlog.devcluster.nemesis import read_partition_dir
@@ -116,6 +118,7 @@ def isr_shrinks(cluster: Cluster, partitions: Sequence[str]) -> list[tuple[str, 
     return out
 
 
+@pytest.mark.slow
 async def test_300_partitions_under_load_then_a_broker_sigkilled(tmp_path: Path) -> None:
     """300 partitions: acks=all records spread over all of them for a while, with no
     broker fenced and no ISR shrinking; then SIGKILL of the broker leading the most: each
@@ -123,7 +126,10 @@ async def test_300_partitions_under_load_then_a_broker_sigkilled(tmp_path: Path)
     acknowledged is lost."""
     many = specs("many", 300)
     partitions = names(many)
-    async with Cluster(tmp_path, many, session_timeout_ms=3000) as cluster:
+    # The controller shares this test's event loop with the load it generates: a session
+    # long enough that a loop starved on a busy machine fences nobody (the assertion is
+    # about the brokers' heartbeats under load, not about this process keeping up).
+    async with Cluster(tmp_path, many, session_timeout_ms=10_000) as cluster:
         await settled(cluster, partitions)
         epochs = await broker_epochs(cluster)
         async with cluster.client(*(cluster.brokers[b].url for b in BROKERS)) as client:
@@ -161,6 +167,7 @@ async def test_300_partitions_under_load_then_a_broker_sigkilled(tmp_path: Path)
             await check_everything_acknowledged_is_there(client, partitions, writes)
 
 
+@pytest.mark.slow
 async def test_fetch_sessions_across_leader_changes_and_restarts(tmp_path: Path) -> None:
     """Writes go on while brokers are SIGKILLed and restarted, one after the other: each
     restart moves leaders (the partitions move between the followers' sessions), and the

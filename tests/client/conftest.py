@@ -24,6 +24,7 @@ TOPICS = (
     "poll",
     "hint",
     "shrunk",
+    "trim",
 )
 MAX_RECORD = 64 * 1024
 SESSION_MS = 10_000

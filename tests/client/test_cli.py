@@ -1,5 +1,5 @@
-"""`epochlog produce`, `consume` and `offsets` as subprocesses against real brokers, and
-their answers to bad arguments."""
+"""`epochlog produce`, `consume`, `offsets` and `delete-records` as subprocesses against
+real brokers, and their answers to bad arguments."""
 
 from __future__ import annotations
 
@@ -110,6 +110,36 @@ async def test_produce_consume_and_offsets(cluster: Cluster) -> None:
         assert lines(out)[0]["offset"] == expected
 
 
+async def test_delete_records_moves_the_log_start_and_keeps_what_is_above(
+    cluster: Cluster,
+) -> None:
+    where = ["--bootstrap", bootstrap(cluster), "--partition", "trim-0"]
+    rc, out, err = await run("produce", *where, *(f"v{i}" for i in range(6)))
+    assert rc == 0, err
+    rc, out, err = await run("delete-records", *where, "--before", "4")
+    assert rc == 0, err
+    [answer] = lines(out)
+    assert (answer["partition"], answer["logStartOffset"]) == ("trim-0", 4)
+    assert answer["leaderEpoch"] >= 1
+    rc, out, _ = await run("offsets", *where, "--at", "earliest")
+    assert lines(out)[0]["offset"] == 4
+    rc, out, err = await run("consume", *where)
+    assert rc == 0, err
+    assert [(r["offset"], r["value"]) for r in lines(out)] == [(4, "v4"), (5, "v5")]
+    # Below the log start: nothing changes.
+    rc, out, err = await run("delete-records", *where, "--before", "1")
+    assert (rc, lines(out)[0]["logStartOffset"]) == (0, 4), err
+    # Above the high watermark: refused, nothing deleted.
+    rc, out, err = await run("delete-records", *where, "--before", "7", "--timeout-ms", "3000")
+    assert (rc, out) == (1, "")
+    assert "cannot delete records before 7: the high watermark is 6" in err, err
+    rc, out, err = await run("delete-records", *where, "--before", "hw")
+    assert rc == 0, err
+    assert lines(out)[0]["logStartOffset"] == 6
+    rc, out, _ = await run("offsets", *where, "--at", "earliest")
+    assert lines(out)[0]["offset"] == 6
+
+
 async def test_consume_follow_waits_for_new_records(cluster: Cluster) -> None:
     boot = bootstrap(cluster)
     env_boot = ["--bootstrap", boot, "--partition", "cli-0"]
@@ -180,6 +210,11 @@ async def test_a_timeout_without_words_is_named() -> None:
         (["offsets", "--bootstrap", "http://h:1", "--partition", "a-0", "--at", "noon"], "--at"),
         (["produce", "--bootstrap", "http://h:1", "--partition", "a-0", "--acks", "2"], "--acks"),
         (["produce", "--bootstrap", "http://h:1", "--partition", "a-0", "--header", "x"], "NAME="),
+        (["delete-records", "--bootstrap", "http://h:1", "--partition", "a-0"], "--before"),
+        (
+            ["delete-records", "--bootstrap", "http://h:1", "--partition", "a-0", "--before", "-2"],
+            "an offset >= 0, or hw",
+        ),
     ],
 )
 async def test_bad_arguments(

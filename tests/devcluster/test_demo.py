@@ -10,9 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.devcluster.test_local import TIMINGS, _kill_recorded
 
 
+@pytest.mark.slow
 def test_demo_loses_nothing_acknowledged(tmp_path: Path) -> None:
     state = tmp_path / "demo"
     try:

@@ -15,6 +15,8 @@ import asyncio
 import signal
 from typing import Any
 
+import pytest
+
 from epochlog.devcluster.local import LocalCluster
 from epochlog.devcluster.nemesis import Workload, WorkloadConfig
 from tests.e2e.helpers import (
@@ -33,6 +35,7 @@ NAMES = {"kafka1647-0": (1, 2, 3), "kafka1647-1": (2, 3, 1), "kafka1647-2": (3, 
 """Partition -> replicas, preferred leader first."""
 
 
+@pytest.mark.slow
 async def test_kafka_1647_all_down_restart(local_cluster: LocalCluster) -> None:
     cluster = local_cluster
     for name, replicas in NAMES.items():

@@ -32,6 +32,7 @@ ROUNDS = 3
 
 # The window in which the successor leads with the third replica in its ISR but silent lasts
 # from the third replica's pause to its fencing: a longer session makes it longer.
+@pytest.mark.slow
 @pytest.mark.cluster_settings(session_timeout_ms=2500)
 async def test_kip_207_offsets_during_failover(local_cluster: LocalCluster) -> None:
     cluster = local_cluster

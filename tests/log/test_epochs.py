@@ -68,7 +68,9 @@ def test_end_offset_for_known_and_unknown_epochs() -> None:
     assert h.end_offset_for(5, leo) == (3, 20)
     assert h.end_offset_for(6, leo) == (6, leo)  # latest epoch ends at the log end
     assert h.end_offset_for(9, leo) == (6, leo)
-    assert h.end_offset_for(0, leo) == (UNDEFINED, UNDEFINED)  # below the first epoch
+    # Below the first epoch: the requested epoch, ending where the history starts.
+    assert h.end_offset_for(0, leo) == (0, 0)
+    assert history((4, 49)).end_offset_for(3, 60) == (3, 49)
     assert EpochHistory().end_offset_for(3, leo) == (UNDEFINED, UNDEFINED)
 
 
@@ -88,8 +90,11 @@ def test_end_offset_for_matches_the_kip_279_definition(
     h = history(*entries)
     leo = (entries[-1][1] if entries else 0) + extra
     below = [(e, s) for e, s in entries if e <= requested]
-    if not below:
+    if not entries:
         expected = (UNDEFINED, UNDEFINED)
+    elif not below:
+        # Kafka's answer below the first known epoch (its head was removed).
+        expected = (requested, entries[0][1])
     else:
         epoch = below[-1][0]
         later = [s for e, s in entries if e > epoch]

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 import aiohttp
+import pytest
 from kmock import Request
 
 from epochlog.harness.scripted_brokers import ScriptedBrokers
@@ -89,6 +90,7 @@ def _replicas(i: int) -> list[int]:
     return [(i + k) % 3 + 1 for k in range(3)]
 
 
+@pytest.mark.slow
 async def test_many_partitions_write_within_the_budget_and_an_election_does_not_wait(
     env: Env,
 ) -> None:

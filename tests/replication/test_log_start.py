@@ -7,16 +7,20 @@ from __future__ import annotations
 import pytest
 
 from epochlog.protocol.errors import InvalidRequestError, OffsetOutOfRangeError
+from epochlog_broker.log.epochs import EpochEntry
 from epochlog_broker.replication.follower import (
     Append,
     Follower,
     FollowerState,
     SendFetch,
+    SendOffsetsForLeaderEpoch,
     StartAt,
+    Truncate,
 )
-from epochlog_broker.replication.messages import Batch, FetchData
+from epochlog_broker.replication.messages import Batch, EpochEndOffset, FetchData
 
 from .test_follower import batches, make_follower
+from .test_leader import make_leader
 
 
 def fetching(history: tuple[tuple[int, int], ...] = (), log_end: int = 0, hw: int = 0) -> Follower:
@@ -61,3 +65,23 @@ def test_a_log_with_records_never_starts_over_on_a_batch() -> None:
     with pytest.raises(InvalidRequestError, match="batch at 10, expected 12"):
         f.on_fetch_response(FetchData(5, 18, (Batch(10, 15, 5, "x"),)))
     assert (f.log_end_offset, len(f.epochs)) == (12, 1)
+
+
+def test_a_leader_that_started_over_keeps_a_followers_committed_head() -> None:
+    """Soak seed 3295: a broker whose log started over at the leader's log start (49) is
+    elected with an empty history; a follower asking where its epoch 3 ends must hear
+    "at 49", not "unknown", or it truncates to 0, starts over there and a later leader
+    hands out offsets 0..48 again."""
+    leader = make_leader(epoch=4, log_end=49, hw=49)
+    assert leader.epochs.entries == (EpochEntry(4, 49),)
+    f = make_follower(history=((2, 0), (3, 30)), log_end=49, hw=49, epoch=4)
+    [query] = f.start()
+    assert isinstance(query, SendOffsetsForLeaderEpoch)
+    answer = leader.offsets_for_leader_epoch(query.request)
+    assert answer == EpochEndOffset(3, 49)
+    actions = f.on_epoch_end_offset(answer)
+    assert not any(isinstance(a, (Truncate, StartAt)) for a in actions)
+    assert (f.log_end_offset, f.epochs.latest_epoch) == (49, 3)
+    [send] = actions
+    assert isinstance(send, SendFetch)
+    assert send.request.fetch_offset == 49

@@ -52,6 +52,7 @@ LEGACY_RUNS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(LEGACY_RUNS))
 def test_legacy_behaviour_is_found_in_random_schedules(
     name: str, capsys: pytest.CaptureFixture[str]

@@ -17,6 +17,7 @@ SLICES = 10
 SLICE = SEEDS // SLICES
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first", range(0, SEEDS, SLICE), ids=lambda s: f"seeds-{s}-{s + SLICE}")
 def test_random_schedules_keep_every_property(first: int) -> None:
     settings = RunSettings(faults=frozenset(FAULTS))
@@ -46,6 +47,9 @@ SOAK_FINDINGS = {
     "ISR and was taken out when its session expired; the checker counted it as reporting "
     "because no heartbeat was due inside the window it judged, and flagged the removal as one "
     "for lag",
+    3295: "broker 2's log started over at the leader's log start (49) and it was then elected "
+    "with no epoch below 4; a follower asking where its epoch 3 ended heard 'unknown', "
+    "truncated to 0 and started over there, and once elected it gave out offsets 0..48 again",
 }
 """Seeds a soak (`make soak`) failed on, each fixed since: they stay clean."""
 

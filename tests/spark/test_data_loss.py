@@ -1,4 +1,5 @@
-"""failOnDataLoss on a log truncated under a running query, with real Spark and real brokers.
+"""failOnDataLoss on a log truncated, or deleted from its start, under a running query, with
+real Spark and real brokers.
 
 A Partition with uncleanLeaderElection: replicas 1, 2, 3 (the first leads). The
 query reads the first records; one follower is SIGKILLed and leaves the ISR;
@@ -11,6 +12,10 @@ it uncleanly, and the log ends below where the query stands.
 - failOnDataLoss=false: from a copy of the same checkpoint, the query logs the
   loss and goes on; it never goes back, so it reads only records written past
   its position once the log grows beyond it again.
+
+Records deleted below where the query stands (DeleteRecords, as retention does) are
+the other loss: the next run fails naming the deleted offsets, or with
+failOnDataLoss=false goes on from the new log start and reads all that is left.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import pytest
 from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import SparkSession
 
+from epochlog.client import Client
 from epochlog.devcluster.local import LocalCluster
 from tests.spark.conftest import Background
 from tests.spark.helpers import (
@@ -106,3 +112,43 @@ def test_fail_on_data_loss_both_ways_on_a_log_truncated_under_the_query(
         (20 + n, f"third-{n}") for n in range(30, 40)
     ]
     assert checkpoint_offsets(lenient / "checkpoint")[-1] == {TOPIC: {"0": 60}}
+
+
+def test_fail_on_data_loss_both_ways_on_records_deleted_under_the_query(
+    spark: SparkSession, background: Background, cluster: LocalCluster, workdir: Path
+) -> None:
+    topic, name = "trimmed", "trimmed-0"
+    create_partition(background, cluster, topic, 0)
+    out = workdir / "query"
+
+    def run(path: Path, **options: str) -> None:
+        frame = stream(spark, cluster, topic=topic, startingOffsets="earliest", **options)
+        to_parquet(frame, path).awaitTermination()
+
+    produce(background, cluster, [(name, f"first-{n}") for n in range(20)])
+    run(out)
+    assert checkpoint_offsets(out / "checkpoint")[-1] == {topic: {"0": 20}}
+    produce(background, cluster, [(name, f"second-{n}") for n in range(30)])
+
+    async def delete_below(offset: int) -> int:
+        async with Client(cluster.bootstrap, credentials=cluster.credentials) as client:
+            return (await client.delete_records(name, offset, timeout_ms=int(LONG_S * 1000))).offset
+
+    assert background.run(delete_below(40)) == 40
+
+    lenient = workdir / "lenient"
+    shutil.copytree(out, lenient)
+    with pytest.raises(CapturedException) as failed:
+        run(out)
+    message = str(failed.value)
+    assert "trimmed-0: offsets 20..39 (20 records) were deleted" in message, message
+    assert "failOnDataLoss" in message
+
+    run(lenient, failOnDataLoss="false")
+    assert checkpoint_offsets(lenient / "checkpoint")[-1] == {topic: {"0": 50}}
+    read = rows(spark, lenient / "data", "offset", "value")
+    got = sorted((o, bytes(v).decode()) for o, v in read)
+    # What the lenient run read: everything from the new log start, nothing below it.
+    assert [(o, v) for o, v in got if v.startswith("second")] == [
+        (20 + n, f"second-{n}") for n in range(20, 30)
+    ]

@@ -16,6 +16,7 @@ import itertools
 import time
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
 from epochlog.client import Client
@@ -45,6 +46,7 @@ def _value(n: int) -> str:
     return order_event(n, start_ms=START_MS)
 
 
+@pytest.mark.slow
 def test_every_acknowledged_order_lands_once_across_failover_and_restart(
     spark: SparkSession, background: Background, cluster: LocalCluster, workdir: Path
 ) -> None:

@@ -9,6 +9,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
 from epochlog.devcluster.local import LocalCluster
@@ -32,6 +33,7 @@ MALFORMED = {
 }
 
 
+@pytest.mark.slow
 def test_the_job_computes_revenue_keeps_an_audit_copy_and_routes_malformed_values(
     spark: SparkSession, background: Background, cluster: LocalCluster, workdir: Path
 ) -> None:

@@ -91,11 +91,17 @@ class EpochHistory:
         """(largest known epoch <= `epoch`, offset where that epoch ends) as in KIP-279.
 
         For the latest epoch the end is the log end. For an older epoch it is the
-        start offset of the next larger epoch. Below the first epoch (or an empty
-        history) they are NO_EPOCH and UNDEFINED_OFFSET.
+        start offset of the next larger epoch. Below the first epoch it is (`epoch`,
+        the first epoch's start), as Kafka's LeaderEpochFileCache answers: the entries
+        below were removed with the log's head (retention, or a log that started over
+        at the leader's log start), and what this log holds begins there, so a
+        follower keeps what it has below it instead of truncating to offset 0. For an
+        empty history they are NO_EPOCH and UNDEFINED_OFFSET.
         """
-        if not self._entries or epoch < self._entries[0].epoch:
+        if not self._entries:
             return NO_EPOCH, UNDEFINED_OFFSET
+        if epoch < self._entries[0].epoch:
+            return epoch, self._entries[0].start_offset
         if epoch >= self._entries[-1].epoch:
             return self._entries[-1].epoch, log_end_offset
         for i, e in enumerate(self._entries):
