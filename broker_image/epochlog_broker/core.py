@@ -527,6 +527,8 @@ class BrokerCore:
         self._log_start_checkpoint: LogStartCheckpoint | None = None
         self._log_starts_dirty = False
         """A log start moved since the log-start-offset-checkpoint was last written."""
+        self._maybe_dirty = False
+        """Something was appended since `dirty` last answered False."""
         self.fetch_sessions: dict[int, FollowerSession[_WantedFetch]] = {}
         """Follower side: the fetch session with each leader broker."""
         self.leader_sessions = LeaderSessions(id_base=self.broker_epoch * 1_000_000)
@@ -1242,6 +1244,7 @@ class BrokerCore:
     def _after_append(self, host: Hosted) -> list[Effect]:
         """Appended data waits for the next `flush` before anything counts it."""
         host.dirty = True
+        self._maybe_dirty = True
         if isinstance(host.replica.role, Leader):
             self.leader_sessions.appended(host.log.name)
         return []
@@ -1267,7 +1270,13 @@ class BrokerCore:
 
     @property
     def dirty(self) -> bool:
-        return any(h.dirty for h in self.partitions.values())
+        """Whether a log holds appends not yet fsynced. Asked after every call that
+        returned effects: with nothing appended since it last answered False it answers
+        without looking at the partitions, so an idle broker's cost does not grow with
+        how many it hosts."""
+        if self._maybe_dirty:
+            self._maybe_dirty = any(h.dirty for h in self.partitions.values())
+        return self._maybe_dirty
 
     def flush(self) -> list[Effect]:
         """fsync every log appended to since the last flush and report the persisted ends."""

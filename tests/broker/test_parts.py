@@ -7,6 +7,7 @@ import asyncio
 import json
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -515,6 +516,28 @@ def _sole_leader(tmp_path: Path) -> BrokerCore:
         0,
     )
     return core
+
+
+class _Untouchable(dict[str, Any]):
+    """The hosted partitions of an idle broker: `dirty` must not walk them."""
+
+    def values(self) -> Any:
+        raise AssertionError("an idle broker's dirty check walked every partition")
+
+
+def test_an_idle_brokers_dirty_check_does_not_walk_its_partitions(tmp_path: Path) -> None:
+    core = _sole_leader(tmp_path)
+    core.produce("p-0", [Record(b"a")], acks=Acks.ALL, timeout_ms=1000, now_ms=1, request_id=7)
+    assert core.dirty
+    core.flush()
+    assert not core.dirty
+    hosted = core.partitions
+    core.partitions = _Untouchable(hosted)
+    assert not core.dirty  # asked after every call that returns effects
+    core.partitions = hosted
+    core.produce("p-0", [Record(b"b")], acks=Acks.ALL, timeout_ms=1000, now_ms=2, request_id=8)
+    assert core.dirty
+    core.close()
 
 
 def test_core_flush_in_three_steps_acknowledges_like_flush(tmp_path: Path) -> None:

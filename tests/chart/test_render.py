@@ -150,6 +150,7 @@ BAD_VALUES: dict[str, dict[str, Any]] = {
         }
     },
     "test topic": {"tests": {"topic": "Not_A_Topic"}},
+    "throttle": {"broker": {"reassignmentThrottleBytes": -1}},
     "log format": {"operator": {"logFormat": "xml"}},
     "spark master": {"pipeline": {"master": "yarn"}},
 }
@@ -302,6 +303,14 @@ def test_plaintext_is_an_explicit_choice() -> None:
     assert find(objects, "Secret") == []
     role = one(objects, "Role", OPERATOR)
     assert all("secrets" not in rule["resources"] for rule in role["rules"])
+
+
+def test_the_reassignment_throttle_reaches_the_brokers_only_when_set() -> None:
+    _, broker = _broker(objects_of({}, namespace=NAMESPACE))
+    assert "--reassignment-throttle-bytes" not in _args(broker)
+    values = {"broker": {"reassignmentThrottleBytes": 50 * 1024 * 1024}}
+    _, broker = _broker(objects_of(values, namespace=NAMESPACE))
+    assert _args(broker)["--reassignment-throttle-bytes"] == str(50 * 1024 * 1024)
 
 
 def test_probes_are_plain_http_on_the_probe_ports() -> None:
