@@ -125,7 +125,7 @@ class PipelineAct:
 
     def _start(self) -> None:
         from epochlog_spark.job import start_job
-        from epochlog_spark.session import local_session
+        from epochlog_spark.session import SHORT_RUN_JAVA_OPTIONS, local_session
 
         # The demo prints its own story: Spark's and the source's logs only when they
         # report something wrong.
@@ -133,6 +133,7 @@ class PipelineAct:
             app_name="epochlog-demo",
             log_level="ERROR",
             worker_env={"EPOCHLOG_LOG_LEVEL": "warning"},
+            java_options=SHORT_RUN_JAVA_OPTIONS,
         )
         self.queries = start_job(self.spark, self.config)
         # Each query's first micro-batch (an empty topic) starts its Python workers: once

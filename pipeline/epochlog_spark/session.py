@@ -17,6 +17,10 @@ from pyspark.sql import SparkSession
 
 from epochlog_spark.source import register
 
+SHORT_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""JVM options for a run of a minute or two (the demo, tests): the client compiler alone
+and one GC thread spend less CPU than the JIT's top tier would win back in that time."""
+
 
 def local_session(
     master: str = "local[2]",
@@ -25,9 +29,11 @@ def local_session(
     shuffle_partitions: int = 2,
     log_level: str = "WARN",
     worker_env: Mapping[str, str] | None = None,
+    java_options: str = "",
 ) -> SparkSession:
     """A local session; `worker_env` is added to the environment of Spark's Python workers
-    (the JVM started here hands its own environment to them), not to this process's."""
+    (the JVM started here hands its own environment to them), not to this process's.
+    `java_options` go to the JVM (started by this call, unless one already runs)."""
     # Workers are started by the JVM from these variables; the driver's own interpreter
     # is the one with epochlog installed.
     env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
@@ -42,7 +48,7 @@ def local_session(
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-            .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+            .config("spark.driver.extraJavaOptions", f"-Duser.timezone=UTC {java_options}".strip())
             .getOrCreate()
         )
     finally:

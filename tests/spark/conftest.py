@@ -23,7 +23,7 @@ import structlog
 from pyspark.sql import SparkSession
 
 from epochlog.devcluster.local import DevSettings, LocalCluster
-from epochlog_spark.session import local_session
+from epochlog_spark.session import SHORT_RUN_JAVA_OPTIONS, local_session
 from tests.e2e.conftest import print_logs
 from tests.e2e.conftest import pytest_runtest_makereport as pytest_runtest_makereport
 
@@ -63,7 +63,10 @@ def spark() -> Iterator[SparkSession]:
     # Spark's Python workers log what the source does; warnings and up are enough here.
     # Only the workers: clusters other tests of this process start log as usual.
     session = local_session(
-        "local[2]", "epochlog-tests", worker_env={"EPOCHLOG_LOG_LEVEL": "warning"}
+        "local[2]",
+        "epochlog-tests",
+        worker_env={"EPOCHLOG_LOG_LEVEL": "warning"},
+        java_options=SHORT_RUN_JAVA_OPTIONS,
     )
     yield session
     session.stop()
