@@ -395,20 +395,22 @@ def _cmd_consume(args: argparse.Namespace) -> int:
     )
 
 
+def _one_line_options(args: argparse.Namespace) -> dict[str, Any]:
+    """What `offsets` and `delete-records` take from the common client options."""
+    return {
+        "out": sys.stdout,
+        "err": sys.stderr,
+        "timeout_ms": args.timeout_ms,
+        "credentials": _credentials(args),
+        "resolve": args.resolve,
+    }
+
+
 def _cmd_offsets(args: argparse.Namespace) -> int:
     from epochlog.client.commands import offsets
 
     return _run_client_command(
-        offsets(
-            args.bootstrap,
-            args.partition,
-            at=args.at,
-            out=sys.stdout,
-            err=sys.stderr,
-            timeout_ms=args.timeout_ms,
-            credentials=_credentials(args),
-            resolve=args.resolve,
-        )
+        offsets(args.bootstrap, args.partition, at=args.at, **_one_line_options(args))
     )
 
 
@@ -417,14 +419,7 @@ def _cmd_delete_records(args: argparse.Namespace) -> int:
 
     return _run_client_command(
         delete_records(
-            args.bootstrap,
-            args.partition,
-            before=args.before,
-            out=sys.stdout,
-            err=sys.stderr,
-            timeout_ms=args.timeout_ms,
-            credentials=_credentials(args),
-            resolve=args.resolve,
+            args.bootstrap, args.partition, before=args.before, **_one_line_options(args)
         )
     )
 

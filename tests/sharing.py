@@ -22,6 +22,7 @@ controller, which collects no tests, knows them.
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,12 @@ class SharedFixture:
         return self.path.endswith("/conftest.py") and module.startswith(folder)
 
 
+@functools.cache
+def _parse(path: Path) -> ast.Module:
+    """A test source's syntax tree, parsed once for the fixtures and the slow marks."""
+    return ast.parse(path.read_text(), str(path))
+
+
 def _scope(decorator: ast.expr) -> str | None:
     if not isinstance(decorator, ast.Call):
         return None
@@ -67,7 +74,7 @@ def shared_fixtures(root: Path, tests: str = "tests") -> list[SharedFixture]:
     """Every fixture under `tests` whose decorator says scope="module" or "package"."""
     found = []
     for path in sorted((root / tests).rglob("*.py")):
-        tree = ast.parse(path.read_text(), str(path))
+        tree = _parse(path)
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 for decorator in node.decorator_list:
@@ -89,7 +96,7 @@ def slow_tests(root: Path, tests: str = "tests") -> frozenset[str]:
     found: set[str] = set()
     for path in sorted((root / tests).rglob("test_*.py")):
         module = path.relative_to(root).as_posix()
-        tree = ast.parse(path.read_text(), str(path))
+        tree = _parse(path)
         for node in tree.body:
             if (
                 isinstance(node, ast.Assign)

@@ -18,7 +18,7 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TextIO, TypeVar
 
@@ -398,13 +398,11 @@ async def offsets(
     credentials: Credentials | None = None,
     resolve: Mapping[str, str] | None = None,
 ) -> int:
-    async with _client(bootstrap, timeout_ms, timeout_ms, credentials, resolve) as client:
-        try:
-            answer = await client.list_offsets(partition, at, timeout_ms=timeout_ms)
-        except (EpochlogError, ClientError) as exc:
-            return _fail(err, exc)
-    print(_offset_line(partition, answer.offset, answer.leader_epoch, at=at), file=out, flush=True)
-    return 0
+    async def request(client: Client) -> str:
+        answer = await client.list_offsets(partition, at, timeout_ms=timeout_ms)
+        return _offset_line(partition, answer.offset, answer.leader_epoch, at=at)
+
+    return await _one_line(bootstrap, request, out, err, timeout_ms, credentials, resolve)
 
 
 async def delete_records(
@@ -418,11 +416,28 @@ async def delete_records(
     credentials: Credentials | None = None,
     resolve: Mapping[str, str] | None = None,
 ) -> int:
+    async def request(client: Client) -> str:
+        answer = await client.delete_records(partition, before, timeout_ms=timeout_ms)
+        done = DeleteRecordsAnswer(log_start_offset=answer.offset, leader_epoch=answer.leader_epoch)
+        return json.dumps({"partition": partition, **done.model_dump()})
+
+    return await _one_line(bootstrap, request, out, err, timeout_ms, credentials, resolve)
+
+
+async def _one_line(
+    bootstrap: Sequence[str],
+    request: Callable[[Client], Awaitable[str]],
+    out: TextIO,
+    err: TextIO,
+    timeout_ms: int,
+    credentials: Credentials | None,
+    resolve: Mapping[str, str] | None,
+) -> int:
+    """A command that is one request and prints one line (`offsets`, `delete-records`)."""
     async with _client(bootstrap, timeout_ms, timeout_ms, credentials, resolve) as client:
         try:
-            answer = await client.delete_records(partition, before, timeout_ms=timeout_ms)
+            line = await request(client)
         except (EpochlogError, ClientError) as exc:
             return _fail(err, exc)
-    done = DeleteRecordsAnswer(log_start_offset=answer.offset, leader_epoch=answer.leader_epoch)
-    print(json.dumps({"partition": partition, **done.model_dump()}), file=out, flush=True)
+    print(line, file=out, flush=True)
     return 0
