@@ -576,6 +576,10 @@ class Workload:
                     )
         return not waiting, waiting
 
+    async def acked_everywhere(self) -> bool:
+        """Whether every partition has an acknowledged record."""
+        return {a.partition for a in self.history.acks} >= set(self.partitions)
+
     async def wait_for(
         self, check: Callable[[], Awaitable[bool]], timeout_s: float, interval_s: float = 0.2
     ) -> bool:
@@ -777,6 +781,9 @@ epoch the operator may not have noticed), pause-operator (SIGSTOP the operator).
 class NemesisConfig:
     seed: int
     duration_s: float = 30.0
+    min_episodes: int = 0
+    """Fault episodes to run even when `duration_s` has passed: a busy machine stretches
+    restarts and heals, so a run that must show faults counts them rather than the clock."""
     hold_s: tuple[float, float] = (1.0, 4.0)
     """How long a fault lasts before it is healed."""
     gap_s: tuple[float, float] = (0.5, 2.5)
@@ -798,6 +805,7 @@ class Nemesis:
         self.killed: set[str] = set()
         self.paused: set[str] = set()
         self.counts: Counter[str] = Counter()
+        self.episodes = 0
 
     def _broker_ids(self) -> list[int]:
         return sorted(broker_names(self.cluster))
@@ -909,18 +917,24 @@ class Nemesis:
         await self.heal()
 
     async def run(self, duration_s: float | None = None) -> None:
-        """Faults until `duration_s` (default from the config) passed; everything healed."""
+        """Faults until `duration_s` (default from the config) passed and at least
+        `min_episodes` episodes ran; everything healed."""
         deadline = time.monotonic() + (
             duration_s if duration_s is not None else self.config.duration_s
         )
         kinds = sorted(self.config.kinds)
         weights = [self.config.kinds[k] for k in kinds]
+
+        def more() -> bool:
+            return self.episodes < self.config.min_episodes or time.monotonic() < deadline
+
         try:
-            while time.monotonic() < deadline:
+            while more():
                 await asyncio.sleep(self.rng.uniform(*self.config.gap_s))
-                if time.monotonic() >= deadline:
+                if not more():
                     break
                 await self.episode(self.rng.choices(kinds, weights)[0])
+                self.episodes += 1
         finally:
             await self.heal()
 
@@ -932,12 +946,18 @@ async def run_nemesis(
     workload_config: WorkloadConfig | None = None,
     *,
     log: Callable[[str], None] | None = None,
+    traffic_timeout_s: float = 60.0,
 ) -> NemesisResult:
     """Workload + nemesis for `config.duration_s`, then heal, settle and check."""
     workload = Workload(cluster, partitions, workload_config, log=log)
     await workload.start()
     try:
-        await asyncio.sleep(1.0)  # traffic before the first fault
+        # The first fault hits a cluster that has acknowledged writes everywhere.
+        if not await workload.wait_for(workload.acked_everywhere, traffic_timeout_s):
+            raise AssertionError(
+                f"no acknowledged write on some of {list(partitions)} "
+                f"{traffic_timeout_s:g} s after the workload started"
+            )
         nemesis = Nemesis(cluster, workload, config)
         await nemesis.run()
         return await workload.finish(seed=config.seed)

@@ -6,7 +6,8 @@ idempotent writes while `Nemesis` SIGKILLs, SIGSTOPs and restarts brokers
 (leaders preferred) and restarts or kills the operator. After healing, every
 partition is read back and `check_observations` must find nothing. Each seed
 also has to have done something: faults injected, leaders changed, records
-acknowledged.
+acknowledged on every partition. The faults are counted, not timed: a seed runs
+at least `EPISODES` fault episodes however slow the machine makes them.
 
 EPOCHLOG_NEMESIS_SECONDS sets the fault time per seed (default 16 s; `make
 soak` runs 600 s), EPOCHLOG_NEMESIS_SEEDS the seeds (comma-separated).
@@ -25,6 +26,7 @@ from epochlog.devcluster.partitions import partition_manifest
 
 SECONDS = float(os.environ.get("EPOCHLOG_NEMESIS_SECONDS", "16"))
 SEEDS = [int(s) for s in os.environ.get("EPOCHLOG_NEMESIS_SEEDS", "11,23,37").split(",")]
+EPISODES = max(3, int(SECONDS / 8))
 PARTITIONS = {"nem-0": 2, "nem-1": 2, "nem-2": 1}
 """Partition -> minInsyncReplicas (all RF3)."""
 
@@ -50,16 +52,16 @@ async def test_nemesis(local_cluster: LocalCluster, seed: int) -> None:
     result = await run_nemesis(
         local_cluster,
         list(PARTITIONS),
-        NemesisConfig(seed=seed, duration_s=SECONDS),
+        NemesisConfig(seed=seed, duration_s=SECONDS, min_episodes=EPISODES),
         WorkloadConfig(),
         log=print,
     )
     print(result.report)
     print(f"seed {seed}: {time.monotonic() - started:.1f} s")
     assert result.ok, result.report
-    assert result.faults >= max(3, int(SECONDS / 8)), result.report
+    assert result.faults >= EPISODES, result.report
     assert result.leader_changes >= 1, result.report
-    assert result.acked >= 20 * SECONDS, result.report
+    assert {a.partition for a in result.history.acks} == set(PARTITIONS), result.report
     # Every acknowledged record was read back at its offset by the final reader.
     read_back = {(r.partition, r.offset) for r in result.history.reads if r.client == "reader"}
     assert all((a.partition, a.offset) in read_back for a in result.history.acks), result.report
