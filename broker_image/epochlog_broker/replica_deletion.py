@@ -4,11 +4,12 @@ A deletion must never leave something that opens as a shorter log of the same
 partition: a crash in the middle would otherwise bring back a truncated replica
 that reports an assignment naming it. So a durable marker (`DELETED_MARKER`)
 goes into the directory first; every other file is then removed, and the marker
-last. A directory holding the marker, or nothing at all, is no replica: the
-broker finishes its deletion when it opens its data directory
-(`is_deleted` then `delete_files`) and hosts nothing there. The empty directory
-itself stays (the file system layer has no directory removal); a partition
-reassigned back later starts a fresh log in it.
+last, and then the empty directory (as Kafka leaves no directory behind for a
+replica it deleted: a broker that saw thousands of partitions come and go keeps
+no trace of them). A directory holding the marker, or nothing at all, is no
+replica: the broker finishes its deletion when it opens its data directory
+(`is_deleted` then `delete_files`) and hosts nothing there. A partition
+reassigned back later starts a fresh log in a new directory.
 
 Plain file system calls through `FileSystem`, so the crash-simulating file
 system tests the same code.
@@ -32,9 +33,10 @@ def is_deleted(fs: FileSystem, directory: str) -> bool:
 
 
 def delete_files(fs: FileSystem, directory: str) -> int:
-    """Remove the replica's files, marker first and last; the number of files removed.
+    """Remove the replica's files, marker first and last, then the directory; the number
+    of files removed.
 
-    Subdirectories are left alone (a log keeps none)."""
+    Subdirectories are left alone (a log keeps none), and so is a directory holding one."""
     marker = posixpath.join(directory, DELETED_MARKER)
     if not fs.exists(marker):
         atomic_write(fs, marker, b"")
@@ -48,4 +50,7 @@ def delete_files(fs: FileSystem, directory: str) -> int:
     fs.sync_dir(directory)
     fs.remove(marker)
     fs.sync_dir(directory)
+    if not fs.listdir(directory):
+        fs.rmdir(directory)
+        fs.sync_dir(posixpath.dirname(directory) or ".")
     return removed

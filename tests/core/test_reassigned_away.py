@@ -1,9 +1,10 @@
 """A broker deletes a replica only when the controller says a reassignment took it away.
 
-On the crash-simulating disk: the replica's files go only on a `stopReplicas`
-entry newer than the assignment the broker holds and naming it there; a crash in
-the middle of the deletion never brings back a shorter log; a leader reassigned
-away resigns. Also the reassignment throttle's byte budget.
+On the crash-simulating disk: the replica's files, and then its directory, go
+only on a `stopReplicas` entry newer than the assignment the broker holds and
+naming it there; a crash in the middle of the deletion never brings back a
+shorter log nor leaves the directory behind; a leader reassigned away resigns.
+Also the reassignment throttle's byte budget.
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ def files(fs: CrashFileSystem) -> list[str]:
     return fs.listdir(posixpath.join(DATA, NAME))
 
 
+def gone(fs: CrashFileSystem) -> bool:
+    return not fs.exists(posixpath.join(DATA, NAME))
+
+
 def test_a_replica_reassigned_away_resigns_and_deletes_its_files() -> None:
     fs = CrashFileSystem()
     c = leading(fs)
@@ -69,13 +74,19 @@ def test_a_replica_reassigned_away_resigns_and_deletes_its_files() -> None:
     away = assignment(2, 2, 3, (2, 3))
     c.on_heartbeat_response(HeartbeatResponse(stop_replicas=(away,)), 2)
     assert NAME not in c.partitions
-    assert files(fs) == []
+    assert gone(fs)
     # Its next start (even after a crash) hosts nothing there; the checkpoints forget it,
     # so a replica added here again starts afresh.
     fs.crash(random.Random(2))
     again = broker(fs, 2)
     assert NAME not in again.partitions
+    assert gone(fs)
     assert again.high_watermark_checkpoint.get(NAME) is None
+    # ... in a new directory.
+    again.on_heartbeat_response(HeartbeatResponse(assignments=(assignment(1, 4, 4, (1, 2)),)), 3)
+    assert NAME in again.partitions
+    assert again.partitions[NAME].log.log_end_offset == 0
+    assert files(fs) != []
 
 
 def test_a_stop_not_newer_than_the_assignment_held_deletes_nothing() -> None:
@@ -121,7 +132,22 @@ def test_a_crash_in_the_middle_of_a_deletion_never_brings_back_a_shorter_log() -
     fs.crash(random.Random(1))
     again = broker(fs, 2)
     assert NAME not in again.partitions
+    assert gone(fs)
+
+
+def test_an_empty_directory_left_by_a_crash_after_the_deletion_is_removed_on_start() -> None:
+    fs = CrashFileSystem()
+    c = leading(fs)
+    c.close()
+    directory = posixpath.join(DATA, NAME)
+    for name in files(fs):
+        fs.remove(posixpath.join(directory, name))
+    fs.sync_dir(directory)
+    fs.crash(random.Random(3))
     assert files(fs) == []
+    again = broker(fs, 2)
+    assert NAME not in again.partitions
+    assert gone(fs)
 
 
 def test_the_throttle_lets_a_burst_through_then_the_rate() -> None:

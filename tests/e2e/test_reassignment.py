@@ -91,12 +91,11 @@ async def wait_settled(cluster: LocalCluster, name: str, replicas: Sequence[int]
 
 
 async def wait_deleted(cluster: LocalCluster, w: Workload, broker: int, name: str) -> None:
-    """Until `broker` no longer hosts `name` and its directory holds no file."""
+    """Until `broker` no longer hosts `name` and its directory is gone."""
     directory: Path = data_dir(cluster, broker) / name
 
     async def deleted() -> bool:
-        empty = not directory.exists() or not any(directory.iterdir())
-        return empty and await hosted(w, broker, name) is None
+        return not directory.exists() and await hosted(w, broker, name) is None
 
     await until(deleted, 30, f"broker {broker} to delete its replica of {name}")
 

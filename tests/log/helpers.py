@@ -84,6 +84,10 @@ class FaultyFileSystem(CrashFileSystem):
         self.check_fault("remove", path)
         super().remove(path)
 
+    def rmdir(self, path: str) -> None:
+        self.check_fault("rmdir", path)
+        super().rmdir(path)
+
     def sync_dir(self, path: str) -> None:
         self.check_fault("sync_dir", path)
         super().sync_dir(path)

@@ -88,6 +88,38 @@ def test_remove_without_dir_sync_is_reverted(fs: CrashFileSystem) -> None:
     assert file_bytes(fs, "/d/a") == b"keep"
 
 
+def test_rmdir_refuses_a_directory_that_is_not_empty(fs: CrashFileSystem) -> None:
+    durable_file(fs, "/d/a", b"keep")
+    with pytest.raises(OSError, match="not empty"):
+        fs.rmdir("/d")
+    with pytest.raises(NotADirectoryError):
+        fs.rmdir("/d/a")
+    assert fs.listdir("/d") == ["a"]
+
+
+def test_rmdir_without_parent_sync_is_reverted_with_the_durable_entries(
+    fs: CrashFileSystem,
+) -> None:
+    durable_file(fs, "/d/a", b"keep")
+    fs.remove("/d/a")  # not made durable: the directory comes back holding it
+    fs.rmdir("/d")
+    assert not fs.exists("/d")
+    fs.crash()
+    assert file_bytes(fs, "/d/a") == b"keep"
+
+
+def test_rmdir_with_parent_sync_is_kept(fs: CrashFileSystem) -> None:
+    durable_file(fs, "/d/a", b"gone")
+    fs.remove("/d/a")
+    fs.sync_dir("/d")
+    fs.rmdir("/d")
+    fs.sync_dir("/")
+    fs.crash()
+    assert not fs.exists("/d")
+    ensure_dir(fs, "/d")
+    assert fs.listdir("/d") == []
+
+
 def test_directory_without_parent_sync_is_lost() -> None:
     fs = CrashFileSystem()
     fs.mkdir("/x/y")

@@ -58,6 +58,10 @@ class FileSystem(Protocol):
 
     def remove(self, path: str) -> None: ...
 
+    def rmdir(self, path: str) -> None:
+        """Remove the empty directory `path`; durable once its parent is `sync_dir`-ed."""
+        ...
+
     def sync_dir(self, path: str) -> None: ...
 
 
@@ -156,6 +160,9 @@ class OsFileSystem:
 
     def remove(self, path: str) -> None:
         os.unlink(path)
+
+    def rmdir(self, path: str) -> None:
+        os.rmdir(path)
 
     def sync_dir(self, path: str) -> None:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

@@ -124,6 +124,8 @@ class CrashFileSystem:
     def __init__(self) -> None:
         self.inodes: dict[int, _Inode] = {}
         self.dirs: dict[str, _Dir] = {"/": _Dir()}
+        self._removed_dirs: dict[str, _Dir] = {}
+        """Directories removed while their parent's entry may still come back in a crash."""
         self.generation = 0
         self.syncs = 0
         self._next_ino = 1
@@ -210,6 +212,7 @@ class CrashFileSystem:
         if name in pdir.entries:
             raise FileExistsError(17, "file exists", path)
         self.dirs[path] = _Dir()
+        self._removed_dirs.pop(path, None)
         pdir.entries[name] = _DIR
         pdir.pending.append(("link", name, "", _DIR))
 
@@ -235,6 +238,17 @@ class CrashFileSystem:
             raise IsADirectoryError(21, "is a directory", path)
         del d.entries[name]
         d.pending.append(("unlink", name, "", 0))
+
+    def rmdir(self, path: str) -> None:
+        path = _norm(path)
+        d, name = self._parent(path)
+        if d.entries.get(name) != _DIR:
+            raise NotADirectoryError(20, "not a directory", path)
+        if self.dirs[path].entries:
+            raise OSError(errno.ENOTEMPTY, "directory not empty", path)
+        del d.entries[name]
+        d.pending.append(("unlink", name, "", 0))
+        self._removed_dirs[path] = self.dirs.pop(path)
 
     def sync_dir(self, path: str) -> None:
         d = self.dirs.get(_norm(path))
@@ -265,7 +279,8 @@ class CrashFileSystem:
                         )
             self.inodes[ino] = _Inode(data=data, durable=bytes(data))
         new_dirs: dict[str, _Dir] = {}
-        for path, d in self.dirs.items():
+        # A removed directory whose unlink was not durable comes back as it was durable.
+        for path, d in [*self._removed_dirs.items(), *self.dirs.items()]:
             entries = dict(d.durable)
             if rng is not None and d.pending:
                 for op in d.pending[: rng.randint(0, len(d.pending))]:
@@ -284,6 +299,7 @@ class CrashFileSystem:
                 if ino == _DIR:
                     stack.append(posixpath.join(path, name))
         self.dirs = reachable
+        self._removed_dirs.clear()
         live = {ino for d in reachable.values() for ino in d.entries.values() if ino != _DIR}
         self.inodes = {ino: inode for ino, inode in self.inodes.items() if ino in live}
 
