@@ -9,7 +9,9 @@ replica it deleted: a broker that saw thousands of partitions come and go keeps
 no trace of them). A directory holding the marker, or nothing at all, is no
 replica: the broker finishes its deletion when it opens its data directory
 (`is_deleted` then `delete_files`) and hosts nothing there. A partition
-reassigned back later starts a fresh log in a new directory.
+reassigned back later starts a fresh log in a new directory. A directory that
+is a mount point (a volume given to one partition) cannot be removed; it stays,
+empty, and a replica assigned there again starts afresh in it.
 
 Plain file system calls through `FileSystem`, so the crash-simulating file
 system tests the same code.
@@ -36,7 +38,8 @@ def delete_files(fs: FileSystem, directory: str) -> int:
     """Remove the replica's files, marker first and last, then the directory; the number
     of files removed.
 
-    Subdirectories are left alone (a log keeps none), and so is a directory holding one."""
+    Subdirectories are left alone (a log keeps none), and so is a directory holding one
+    or one that cannot be removed (a volume mounted there)."""
     marker = posixpath.join(directory, DELETED_MARKER)
     if not fs.exists(marker):
         atomic_write(fs, marker, b"")
@@ -51,6 +54,11 @@ def delete_files(fs: FileSystem, directory: str) -> int:
     fs.remove(marker)
     fs.sync_dir(directory)
     if not fs.listdir(directory):
-        fs.rmdir(directory)
+        try:
+            fs.rmdir(directory)
+        except OSError:
+            # A mount point (EBUSY), or a directory this process may not remove: empty, so
+            # it holds no replica either way, and it stays.
+            return removed
         fs.sync_dir(posixpath.dirname(directory) or ".")
     return removed

@@ -331,6 +331,12 @@ class Cluster:
         for b in brokers if brokers is not None else self.brokers:
 
             async def probe(b: int = b) -> bool:
+                broker = self.brokers[b]
+                if not broker.alive:
+                    # A process that exited never gets ready: say why now.
+                    raise AssertionError(
+                        f"broker {b} exited while awaited ready:\n{broker.log_text()[-4000:]}"
+                    )
                 status, _, _ = await self.request("GET", b, "/readyz")
                 return status == 200
 

@@ -20,6 +20,7 @@ from epochlog_broker.replica_deletion import DELETED_MARKER
 from epochlog_broker.replication.leader import Leader
 from epochlog_broker.replication.messages import Acks
 from epochlog_broker.replication.throttle import ByteRate
+from tests.log.helpers import FaultyFileSystem
 
 NAME = "orders-0"
 DATA = "/data"
@@ -148,6 +149,19 @@ def test_an_empty_directory_left_by_a_crash_after_the_deletion_is_removed_on_sta
     again = broker(fs, 2)
     assert NAME not in again.partitions
     assert gone(fs)
+
+
+def test_an_empty_directory_that_cannot_be_removed_stays_and_the_broker_starts() -> None:
+    # A volume mounted on a partition's directory: rmdir answers EBUSY. It holds no
+    # replica, so the broker starts without hosting it, and the directory stays.
+    fs = FaultyFileSystem()
+    fs.mkdir(posixpath.join(DATA, NAME))
+    fs.fail_on("rmdir", posixpath.join(DATA, NAME))
+    c = broker(fs)
+    assert NAME not in c.partitions
+    assert files(fs) == []
+    c.on_heartbeat_response(HeartbeatResponse(assignments=(assignment(1, 1, 1, (1,)),)), 0)
+    assert NAME in c.partitions
 
 
 def test_the_throttle_lets_a_burst_through_then_the_rate() -> None:

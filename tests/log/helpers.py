@@ -32,7 +32,7 @@ class FaultyFileSystem(CrashFileSystem):
     """A `CrashFileSystem` whose directory operations can fail as well, and which can
     fail the n-th mutating call of any kind, to stop an operation at any step.
 
-    `fail_next` accepts "create", "rename", "remove" and "sync_dir" besides the
+    `fail_next` accepts "create", "rename", "remove", "rmdir" and "sync_dir" besides the
     base class's "write", "truncate" and "sync". A failing call has no effect.
     """
 
