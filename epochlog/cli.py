@@ -163,6 +163,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         args.state_dir,
         settings=settings_from_args(args),
         duration_s=args.duration,
+        min_records=args.min_records,
         keep=args.keep,
         spark=args.spark,
         images=args.images,
@@ -586,6 +587,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=3.0,
         metavar="S",
         help="seconds to produce before and after the failover (default 3)",
+    )
+    demo.add_argument(
+        "--min-records",
+        type=int,
+        default=0,
+        metavar="N",
+        help="produce before and after the failover also until N more records were "
+        "acknowledged (on a slow machine, --duration alone may give few)",
     )
     demo.add_argument(
         "--keep", action="store_true", help="keep the state directory (logs, data) afterwards"

@@ -66,7 +66,7 @@ async def _spread_again(
 
 
 async def _cluster_demo(
-    cluster: LocalCluster, duration_s: float, started: float, spark: bool
+    cluster: LocalCluster, duration_s: float, started: float, spark: bool, min_records: int = 0
 ) -> tuple[Verdict, list[str], Report | None]:
     """The demo proper; returns the verdict, the summary lines of the election (the last:
     where the leaders ended) and the Spark act's report (None without Spark)."""
@@ -134,6 +134,7 @@ async def _cluster_demo(
             client, names, rate=DEMO_RATE, make_value=lambda n: order_value(n, orders_from_ms)
         ).start()
         await asyncio.sleep(duration_s)
+        await producer.wait_acks(min_records)
         _say(f"   {producer.sent} sent, {len(producer.acks)} acknowledged so far")
         if act is not None:
             _say(f"   the job: {act.progress()}")
@@ -176,6 +177,7 @@ async def _cluster_demo(
 
         _say(f"\n== 5. Producing on for {duration_s:.1f} s, then waiting for every answer")
         await asyncio.sleep(duration_s)
+        await producer.wait_acks(len(producer.acks) + min_records)
         await producer.stop()
         _say(
             f"   {producer.sent} sent, {len(producer.acks)} acknowledged, "
@@ -235,6 +237,7 @@ def run_cluster_demo(
     *,
     settings: DevSettings | None = None,
     duration_s: float = 3.0,
+    min_records: int = 0,
     keep: bool = False,
     spark: bool = True,
     images: bool = False,
@@ -264,7 +267,7 @@ def run_cluster_demo(
 
     async def run() -> tuple[Verdict, list[str], Report | None]:
         try:
-            return await _cluster_demo(cluster, duration_s, started, spark)
+            return await _cluster_demo(cluster, duration_s, started, spark, min_records)
         finally:
             _say("\n== Stopping the cluster")
             await cluster.down()

@@ -43,7 +43,9 @@ ORDER_STEP_MS: Final = 250
 """Event time between one order and the next: at 200 orders/s, a demo of some seconds
 spans several minutes of orders, so windows close while it runs."""
 MALFORMED_EVERY: Final = 250
-"""Every 250th value is not a well-formed order: it must land in the dead letters."""
+MALFORMED_FIRST: Final = 10
+"""Value 10 and every 250th after it are not well-formed orders: they must land in the
+dead letters (the first comes early, so that even a short demo has one)."""
 
 
 def spark_missing() -> str | None:
@@ -61,7 +63,7 @@ def order_value(n: int, start_ms: int) -> str:
     """The demo producer's n-th value: an order event, or now and then a malformed one."""
     from epochlog_spark.orders import order_event
 
-    if n % MALFORMED_EVERY == MALFORMED_EVERY - 1:
+    if n % MALFORMED_EVERY == MALFORMED_FIRST:
         return f'{{"order_id": "o-{n}", "category": "books", "amount": "twelve"}}'
     return order_event(n, start_ms=start_ms, step_ms=ORDER_STEP_MS)
 

@@ -133,6 +133,14 @@ class SteadyProducer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._acked.wait(), min(left, 0.5))
 
+    async def wait_acks(self, count: int) -> None:
+        """Until at least `count` records were acknowledged in all (no limit: the caller
+        chose a count its producer reaches, however slowly)."""
+        while len(self.acks) < count:
+            self._acked.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._acked.wait(), 0.5)
+
     async def wait_each(
         self, partitions: Sequence[str], *, after: float = 0.0, timeout: float = 120.0
     ) -> None:

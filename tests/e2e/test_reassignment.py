@@ -130,7 +130,7 @@ async def finish(cluster: LocalCluster, w: Workload, poll: StatusPoll) -> None:
     if not result.ok:
         print_logs(cluster)
     assert result.ok, result.report
-    assert result.acked > 50
+    assert result.acked >= 50  # with_load waited for 50
 
 
 async def test_reassignment_rf3_to_three_other_brokers_under_load(cluster: LocalCluster) -> None:
