@@ -214,6 +214,26 @@ def test_partition_whose_directory_is_gone_leaves_the_file(fs: FaultyFileSystem)
     assert cp.get("orders-1") is None
 
 
+def test_an_unchanged_checkpoint_is_not_written_again(fs: FaultyFileSystem) -> None:
+    write_high_watermarks(fs, HW, {"orders-0": 120})
+    cp = HighWatermarkCheckpoint.load(fs, D)
+    syncs = fs.syncs
+    cp.write(["orders-0"])  # holds what the file holds
+    cp.update("orders-0", 120)
+    cp.write(["orders-0"])
+    assert fs.syncs == syncs
+    cp.update("orders-0", 121)
+    cp.write(["orders-0"])
+    assert fs.syncs > syncs
+    fs.crash()
+    assert read_high_watermarks(fs, HW) == {"orders-0": 121}
+    # No file yet: the first write makes one, even of nothing.
+    fs.remove(HW)
+    fresh = HighWatermarkCheckpoint.load(fs, D)
+    fresh.write([])
+    assert read_high_watermarks(fs, HW) == {}
+
+
 def test_new_partition_on_disk_starts_at_zero(fs: FaultyFileSystem) -> None:
     cp = HighWatermarkCheckpoint.load(fs, D)
     assert cp.known == {}

@@ -184,13 +184,17 @@ class HighWatermarkCheckpoint:
     path: str
     known: dict[str, int] = field(default_factory=dict)
     load_error: CheckpointError | None = None
+    on_disk: dict[str, int] | None = None
+    """What the file holds, as last read or written (None: no file, or a damaged one)."""
 
     @classmethod
     def load(cls, fs: FileSystem, log_dir: str) -> HighWatermarkCheckpoint:
         path = posixpath.join(log_dir, REPLICATION_OFFSET_CHECKPOINT)
         cp = cls(fs, path)
         try:
-            cp.known = read_high_watermarks(fs, path) or {}
+            read = read_high_watermarks(fs, path)
+            cp.known = read or {}
+            cp.on_disk = None if read is None else dict(read)
         except CheckpointError as exc:
             cp.load_error = exc
             fs.rename(path, path + ".damaged")
@@ -204,9 +208,14 @@ class HighWatermarkCheckpoint:
         self.known[name] = high_watermark
 
     def write(self, partitions_on_disk: Iterable[str]) -> dict[str, int]:
-        """Persist one line per partition directory on disk; returns what was written."""
+        """Persist one line per partition directory on disk; returns what the file holds.
+
+        A file that already holds exactly that is left alone: an idle broker does not
+        rewrite and fsync thousands of unchanged lines every checkpoint interval."""
         hws = {name: self.known.get(name, 0) for name in partitions_on_disk}
-        write_high_watermarks(self.fs, self.path, hws)
+        if hws != self.on_disk:
+            write_high_watermarks(self.fs, self.path, hws)
+            self.on_disk = dict(hws)
         self.known = dict(hws)
         return hws
 
