@@ -9,7 +9,7 @@ also has to have done something: faults injected, leaders changed, records
 acknowledged on every partition. The faults are counted, not timed: a seed runs
 at least `EPISODES` fault episodes however slow the machine makes them.
 
-EPOCHLOG_NEMESIS_SECONDS sets the fault time per seed (default 16 s; `make
+EPOCHLOG_NEMESIS_SECONDS sets the fault time per seed (default 8 s; `make
 soak` runs 600 s), EPOCHLOG_NEMESIS_SEEDS the seeds (comma-separated).
 """
 
@@ -24,7 +24,7 @@ from epochlog.devcluster.local import LocalCluster
 from epochlog.devcluster.nemesis import NemesisConfig, WorkloadConfig, run_nemesis
 from epochlog.devcluster.partitions import partition_manifest
 
-SECONDS = float(os.environ.get("EPOCHLOG_NEMESIS_SECONDS", "16"))
+SECONDS = float(os.environ.get("EPOCHLOG_NEMESIS_SECONDS", "8"))
 SEEDS = [int(s) for s in os.environ.get("EPOCHLOG_NEMESIS_SEEDS", "11,23,37").split(",")]
 EPISODES = max(3, int(SECONDS / 8))
 PARTITIONS = {"nem-0": 2, "nem-1": 2, "nem-2": 1}
