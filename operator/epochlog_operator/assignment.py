@@ -15,7 +15,8 @@ Kubernetes, their node's `topology.kubernetes.io/zone`), the replicas go to as
 many different racks as there are, and load decides only among brokers of racks
 the partition does not use yet, so that losing a zone loses at most one replica
 while there are at least replicationFactor zones. A broker without a rack
-counts as a rack of its own.
+counts as a rack of its own. The same holds when a replicationFactor grows:
+the added replicas go first to racks the current replicas do not span.
 
 Deterministic given its inputs; no I/O.
 """
@@ -106,6 +107,30 @@ def assign_replicas(
         used=[leader],
     )
     return (leader, *sorted(others, key=lambda b: turn(b, brokers.index(leader))))
+
+
+def added_replicas(
+    *,
+    partition: int,
+    count: int,
+    current: Sequence[int],
+    live_brokers: Iterable[int],
+    load: Mapping[int, BrokerLoad],
+    racks: Mapping[int, str | None] | None = None,
+) -> tuple[int, ...] | None:
+    """`count` more replicas for a partition on `current` (its replicationFactor grew): the
+    least loaded live brokers, first of racks `current` does not use yet; None while too
+    few brokers are live."""
+    brokers = sorted(set(live_brokers) - set(current))
+    if len(brokers) < count:
+        return None
+    n = len(brokers)
+    origin = partition % n
+    ordered = sorted(
+        brokers,
+        key=lambda b: (load.get(b, BrokerLoad()).replicas, (brokers.index(b) - origin) % n),
+    )
+    return tuple(spread_over_racks(ordered, count, racks or {}, used=current))
 
 
 def spread_over_racks(

@@ -61,7 +61,7 @@ from typing import Final
 
 from epochlog.protocol.heartbeat import HeldAssignment, PartitionReport
 from epochlog.resources import EpochHistoryEntry, PartitionSpec, PartitionStatus, rfc3339
-from epochlog_operator.assignment import BrokerLoad, assign_replicas
+from epochlog_operator.assignment import BrokerLoad, added_replicas, assign_replicas
 from epochlog_operator.conditions import partition_conditions
 from epochlog_operator.election import (
     ElectionResult,
@@ -251,14 +251,15 @@ def _operator_target(
     extra = None
     if missing > 0:
         live = [b for b in view.live_brokers() if not view.is_shutting_down(b) and b not in current]
-        extra = assign_replicas(
+        extra = added_replicas(
             partition=spec.partition,
-            replication_factor=missing,
+            count=missing,
+            current=current,
             live_brokers=live,
             load=load,
             racks=view.racks(),
         )
-    return grown_or_shrunk(current, spec.replication_factor, isr, extra)
+    return grown_or_shrunk(current, spec.replication_factor, isr, extra, view.racks())
 
 
 def _reassign(

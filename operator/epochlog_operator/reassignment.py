@@ -33,11 +33,12 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from epochlog.protocol.heartbeat import PartitionReport
 from epochlog.resources import PartitionStatus
+from epochlog_operator.assignment import spread_over_racks
 from epochlog_operator.election import preference_order
 
 
@@ -164,17 +165,22 @@ def grown_or_shrunk(
     replication_factor: int,
     isr: Collection[int],
     extra: Sequence[int] | None,
+    racks: Mapping[int, str | None] | None = None,
 ) -> tuple[int, ...] | None:
     """The target of an operator-assigned partition whose replicationFactor changed.
 
-    Shrinking keeps the ISR members first, in replica order (the preferred leader stays
-    when it is in sync); growing appends `extra` (brokers chosen by the assignment rules,
-    None: not enough live brokers yet, no target).
+    Shrinking keeps ISR members first, in replica order (the preferred leader stays when
+    it is in sync), and among them members of distinct racks first, so that the smaller
+    set still spans as many racks as it can; growing appends `extra` (brokers chosen by
+    the assignment rules, None: not enough live brokers yet, no target).
     """
     if len(current) > replication_factor:
-        kept = sorted(range(len(current)), key=lambda i: (current[i] not in isr, i))
-        chosen = sorted(kept[:replication_factor])
-        return tuple(current[i] for i in chosen)
+        racks = racks or {}
+        in_sync = [b for b in current if b in isr]
+        kept = spread_over_racks(in_sync, min(replication_factor, len(in_sync)), racks)
+        out_of_sync = [b for b in current if b not in isr]
+        kept += spread_over_racks(out_of_sync, replication_factor - len(kept), racks, used=kept)
+        return tuple(b for b in current if b in kept)
     if len(current) < replication_factor:
         if extra is None or len(extra) < replication_factor - len(current):
             return None

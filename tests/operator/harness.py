@@ -125,6 +125,7 @@ class Controller:
         partitions: Iterable[PartitionReport] = (),
         broker_time: int | None = None,
         storage_id: str | None = None,
+        rack: str | None = None,
     ) -> HeartbeatResult:
         hb = BrokerHeartbeat(
             broker_id=broker,
@@ -133,8 +134,9 @@ class Controller:
             storage_id=storage_id,
             time_ms=now if broker_time is None else broker_time,
             partitions=tuple(partitions),
+            rack=rack,
         )
-        self.liveness, result = self.liveness.heartbeat(broker, epoch, now)
+        self.liveness, result = self.liveness.heartbeat(broker, epoch, now, rack=rack)
         if result.outcome != "stale":
             self.heartbeats[broker] = ReceivedHeartbeat(hb, now)
         return result

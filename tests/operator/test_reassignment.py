@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from epochlog.protocol.heartbeat import HeldAssignment, IsrProposal
 from epochlog.resources import ConditionStatus, ConditionType, PartitionStatus
+from epochlog_operator.assignment import BrokerLoad, added_replicas
 from epochlog_operator.events import EventReason
 from epochlog_operator.reassignment import (
     Placement,
@@ -74,6 +75,35 @@ def test_shrinking_keeps_isr_members_first_and_growing_appends_the_chosen() -> N
     assert grown_or_shrunk((1, 2, 3, 4, 5), 3, isr=(1, 3, 4, 5), extra=None) == (1, 3, 4)
     assert grown_or_shrunk((1, 2, 3), 5, isr=(1, 2, 3), extra=(6, 4)) == (1, 2, 3, 6, 4)
     assert grown_or_shrunk((1, 2, 3), 5, isr=(1, 2, 3), extra=(6,)) is None
+
+
+def test_shrinking_keeps_in_sync_replicas_of_distinct_racks_first() -> None:
+    racks = {1: "a", 2: "a", 3: "b", 4: "b", 5: "c"}
+    everyone = (1, 2, 3, 4, 5)
+    assert grown_or_shrunk(everyone, 3, isr=everyone, extra=None, racks=racks) == (1, 3, 5)
+    # In-sync members go first even when an out-of-sync one would add a rack.
+    assert grown_or_shrunk(everyone, 3, isr=(1, 2, 3), extra=None, racks=racks) == (1, 2, 3)
+    assert grown_or_shrunk(everyone, 2, isr=(1, 2, 5), extra=None, racks=racks) == (1, 5)
+
+
+def test_growing_adds_replicas_on_racks_the_partition_does_not_span_yet() -> None:
+    racks = {1: "a", 2: "b", 3: "a", 4: "b", 5: "c", 6: "d"}
+    load = {5: BrokerLoad(replicas=9), 6: BrokerLoad(replicas=9)}
+    got = added_replicas(
+        partition=0, count=2, current=(1, 2), live_brokers=racks, load=load, racks=racks
+    )
+    assert got is not None
+    assert sorted(got) == [5, 6]
+    # Without racks the least loaded brokers are taken.
+    plain = added_replicas(partition=0, count=2, current=(1, 2), live_brokers=racks, load=load)
+    assert plain is not None
+    assert sorted(plain) == [3, 4]
+    # Once every rack is used, load decides.
+    assert added_replicas(
+        partition=0, count=1, current=(1, 2, 5, 6), live_brokers=racks, load=load, racks=racks
+    ) in ((3,), (4,))
+    too_few = added_replicas(partition=0, count=3, current=(1, 2), live_brokers=(3, 4), load={})
+    assert too_few is None
 
 
 def _held(replicas: tuple[int, ...], partition_epoch: int) -> HeldAssignment:
@@ -255,6 +285,27 @@ def test_growing_and_shrinking_the_replication_factor_never_leaves_min_isr() -> 
     s = c.current
     assert (s.replicas, s.isr, s.leader) == ((3, 4, 5), (3, 4, 5), 3)
     assert s.leader_epoch == epoch + 1
+
+
+def test_a_grown_replication_factor_spans_the_racks_the_partition_lacked() -> None:
+    racks = {1: "a", 2: "b", 3: "a", 4: "c"}
+    # Broker 4 looks loaded: load alone would pick broker 3 of rack "a" again.
+    c = Controller(make_spec(replicas=()), load={4: BrokerLoad(replicas=5)})
+    for b, rack in racks.items():
+        c.beat(b, 0, rack=rack)
+    c.decide(0)
+    first = c.current.replicas
+    assert len(first) == 3
+    assert {racks[b] for b in first} == {"a", "b", "c"}
+    c.spec = make_spec(replicas=(), replication_factor=2)
+    c.decide(1_000)
+    shrunk = c.current.replicas
+    assert len(shrunk) == 2
+    assert len({racks[b] for b in shrunk}) == 2
+    c.spec = make_spec(replicas=(), replication_factor=3)
+    c.decide(1_500)
+    (added,) = c.current.adding_replicas
+    assert {racks[b] for b in (*shrunk, added)} == {"a", "b", "c"}
 
 
 def test_operator_assigned_replicas_follow_the_replication_factor() -> None:
