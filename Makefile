@@ -53,6 +53,7 @@ demo: venv
 
 bench: venv
 	$(BIN)/python -m benchmarks.log_bench
+	$(BIN)/python -m benchmarks.retention_bench
 	$(BIN)/python -m benchmarks.broker_bench
 	$(BIN)/python -m benchmarks.operator_bench
 	$(BIN)/python -m benchmarks.failover_bench

@@ -36,6 +36,7 @@ import statistics
 import string
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ from epochlog.devcluster.local import DevSettings, LocalCluster
 from epochlog.devcluster.partitions import partition_manifest
 from epochlog.harness import READY_PATH, wait_healthy, wait_until
 from epochlog.logs import configure
+from epochlog.objects import PartitionObject
 from epochlog.protocol.batch import Record, encode_batch
 from epochlog.protocol.framing import BATCH_CONTENT_TYPE, unframe
 
@@ -294,14 +296,27 @@ def _compare(tls: Run, plain: Run) -> None:
 
 async def _partitions(cluster: LocalCluster) -> tuple[str, str]:
     """bench-0 and latency-0 (latency is measured on a partition of its own, with a fresh
-    log), every replica ready and in the ISR; their record URLs on their leaders."""
-    names = ("bench-0", "latency-0")
+    log); their record URLs on their leaders."""
+    urls = await ready_partitions(
+        cluster,
+        [
+            partition_manifest(topic, 0, replica_lag_time_max_ms=10_000, replicas=REPLICAS)
+            for topic in ("bench", "latency")
+        ],
+    )
+    return urls["bench-0"], urls["latency-0"]
+
+
+async def ready_partitions(
+    cluster: LocalCluster, manifests: Sequence[PartitionObject]
+) -> dict[str, str]:
+    """Apply `manifests` (Partitions on `REPLICAS`) and wait until every replica is ready
+    and in the ISR; the record URL of each on its leader."""
     leaders: dict[str, int] = {}
-    for name in names:
-        topic, _, index = name.rpartition("-")
-        await cluster.apply(
-            partition_manifest(topic, int(index), replica_lag_time_max_ms=10_000, replicas=REPLICAS)
-        )
+    for manifest in manifests:
+        name = manifest.metadata.name
+        assert name is not None
+        await cluster.apply(manifest)
         status = await cluster.wait_leader(name, timeout=cluster.settings.startup_timeout_s)
         await cluster.wait_serving(name, status)
         assert status.leader is not None
@@ -311,14 +326,14 @@ async def _partitions(cluster: LocalCluster) -> tuple[str, str]:
         await wait_healthy(info.process, cluster.probe_url(info.name) + READY_PATH)
 
     async def full_isr() -> bool:
-        statuses = [(await cluster.partition(name)).status for name in names]
+        statuses = [(await cluster.partition(name)).status for name in leaders]
         return all(s is not None and len(s.isr) == len(REPLICAS) for s in statuses)
 
     await wait_until(full_isr, "all three replicas in the ISR", interval_s=0.1)
-    bench_url, lat_url = (
-        f"{cluster.broker_url(leaders[name])}/v1/partitions/{name}/records" for name in names
-    )
-    return bench_url, lat_url
+    return {
+        name: f"{cluster.broker_url(leader)}/v1/partitions/{name}/records"
+        for name, leader in leaders.items()
+    }
 
 
 async def _measure(

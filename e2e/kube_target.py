@@ -689,6 +689,19 @@ class KubeTarget:
         secret = await self._kube(self.core.read_namespaced_secret, name, self.namespace)
         return {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
 
+    async def secret(self, name: str) -> dict[str, bytes] | None:
+        try:
+            return await self._secret(name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def replace_secret(self, name: str, data: Mapping[str, bytes]) -> None:
+        secret = await self._kube(self.core.read_namespaced_secret, name, self.namespace)
+        secret.data = {k: base64.b64encode(v).decode() for k, v in data.items()}
+        await self._kube(self.core.replace_namespaced_secret, name, self.namespace, secret)
+
     async def credentials(self, user: str = "admin") -> Credentials:
         """A user certificate from the clients CA the operator keeps, and the cluster CA."""
         try:

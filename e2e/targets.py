@@ -115,6 +115,12 @@ class ClusterTarget(Protocol):
 
     async def credentials(self) -> Credentials: ...
 
+    async def secret(self, name: str) -> dict[str, bytes] | None:
+        """A Secret's data, decoded; None when there is no such Secret."""
+
+    async def replace_secret(self, name: str, data: Mapping[str, bytes]) -> None:
+        """Replace a Secret's data, as `kubectl replace` would."""
+
     async def run_helm_tests(self) -> dict[str, int | None]:
         """`helm test`: each test pod's name and exit code (0: passed)."""
 
@@ -270,6 +276,12 @@ class EmbeddedTarget:
 
     async def credentials(self) -> Credentials:
         return await self._c.credentials()
+
+    async def secret(self, name: str) -> dict[str, bytes] | None:
+        return await self._c.secret(name)
+
+    async def replace_secret(self, name: str, data: Mapping[str, bytes]) -> None:
+        await self._c.replace_secret(name, data)
 
     async def run_helm_tests(self) -> dict[str, int | None]:
         return await self._c.run_tests()

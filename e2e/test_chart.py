@@ -13,12 +13,14 @@ from __future__ import annotations
 import time
 
 import pytest
+from cryptography import x509
 
 from e2e.targets import BROKERS, ClusterTarget, registered_brokers, wait_for
 from epochlog.devcluster.local_workload import SteadyProducer, read_back, verify
 from epochlog.devcluster.partitions import partition_manifest
 from epochlog.objects import to_body
 from epochlog.resources import PartitionStatus
+from epochlog.security.pki import Issued, issue
 
 
 @pytest.fixture
@@ -57,13 +59,11 @@ async def _in_sync(target: ClusterTarget, name: str) -> PartitionStatus:
     return got[-1]
 
 
-async def test_the_chart_installs_serves_clients_and_passes_its_helm_test(
-    chart: ClusterTarget,
-) -> None:
-    names = await _partitions(chart, "orders", 2)
-    client = await chart.client()
+async def _produce_and_read_back(target: ClusterTarget, names: list[str], rate: int) -> None:
+    """Records acknowledged on every partition, then read back: each exactly once."""
+    client = await target.client()
     try:
-        producer = await SteadyProducer(client, names, rate=100).start()
+        producer = await SteadyProducer(client, names, rate=rate).start()
         await producer.wait_each(names)
         await producer.stop()
         logs = {name: await read_back(client, name) for name in names}
@@ -72,6 +72,13 @@ async def test_the_chart_installs_serves_clients_and_passes_its_helm_test(
     verdict = verify(producer.acks, logs)
     assert verdict.ok, verdict
     assert verdict.acknowledged > 0
+
+
+async def test_the_chart_installs_serves_clients_and_passes_its_helm_test(
+    chart: ClusterTarget,
+) -> None:
+    names = await _partitions(chart, "orders", 2)
+    await _produce_and_read_back(chart, names, rate=100)
     assert await chart.run_helm_tests() == {f"{chart.release}-test-produce-consume": 0}
 
 
@@ -123,6 +130,63 @@ async def test_a_rolling_restart_under_load_loses_nothing_keeps_every_isr_and_ha
     for b in range(3):
         text = await chart.pod_log(f"{chart.release}-broker-{b}")
         assert "controlled_shutdown_completed" in text, f"broker {b} did not hand over"
+
+
+async def test_a_renewed_broker_certificate_reaches_the_running_broker(
+    target: ClusterTarget,
+) -> None:
+    """A broker certificate near its end is renewed by the operator in the broker's
+    Secret; the Secret volume brings it to the running pod (the kubelet's job), the broker
+    takes it up without a restart, and clients and replication go on over TLS."""
+    # The operator looks at its certificates every 2 s instead of every hour.
+    await target.install({"tls": {"certificateCheckIntervalSeconds": 2}})
+    chart = target
+    names = await _partitions(chart, "renew", 1)
+    pod = f"{chart.release}-broker-1"
+    held = await chart.secret(pod)
+    ca_secret = await chart.secret(f"{chart.release}-cluster-ca")
+    assert held is not None
+    assert ca_secret is not None
+    ca = Issued.from_pem(ca_secret["ca.crt"], ca_secret["ca.key"])
+    current = x509.load_pem_x509_certificate(held["tls.crt"])
+    san = current.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    # The same names from the same CA with a day left: the operator renews 30 days early.
+    short = issue(
+        ca,
+        current.subject.rfc4514_string().removeprefix("CN="),
+        uris=san.get_values_for_type(x509.UniformResourceIdentifier),
+        hosts=[
+            *san.get_values_for_type(x509.DNSName),
+            *map(str, san.get_values_for_type(x509.IPAddress)),
+        ],
+        days=1,
+    )
+    await chart.replace_secret(
+        pod, {**held, "tls.crt": short.cert_pem(), "tls.key": short.key_pem()}
+    )
+    renewed: list[x509.Certificate] = []
+
+    async def renewal() -> bool:
+        data = await chart.secret(pod)
+        cert = x509.load_pem_x509_certificate(data["tls.crt"]) if data else None
+        if cert is None or cert.serial_number in (short.cert.serial_number, current.serial_number):
+            return False
+        renewed[:] = [cert]
+        return True
+
+    await wait_for(renewal, f"the operator to renew {pod}'s certificate")
+    serial = str(renewed[0].serial_number)
+
+    async def taken_up() -> bool:
+        return any(
+            "certificate_reloaded" in line and serial in line
+            for line in (await chart.pod_log(pod)).splitlines()
+        )
+
+    await wait_for(taken_up, f"{pod} to load the renewed certificate")
+    # Clients, and the replicas fetching from broker 1 or broker 1 fetching, go on.
+    await _produce_and_read_back(chart, names, rate=50)
+    await _in_sync(chart, names[0])
 
 
 async def test_elections_go_on_after_the_operator_pod_is_killed(chart: ClusterTarget) -> None:

@@ -2,9 +2,9 @@
 
 - Against the API emulator (epochlog.kubeapi), through the official kubernetes
   client loaded from a kubeconfig file as `EPOCHLOG_E2E_KUBECONFIG` names it: the
-  scenario's namespace is created, Partitions are created (a second apply of one
-  leaves it), read back with no status until an operator writes one, and on
-  `destroy` released from finalizers (a Partition
+  scenario's namespace is created, Secrets are read and replaced, Partitions are
+  created (a second apply of one leaves it), read back with no status until an
+  operator writes one, and on `destroy` released from finalizers (a Partition
   the operator no longer serves would keep its namespace from going) and removed
   with the namespace; a watch on the namespace's Partitions sees each status
   written and picks out those with an ISR below minInsyncReplicas.
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from e2e.forward import ForwardError, PortForward
@@ -109,6 +110,27 @@ async def test_partitions_go_through_the_kubernetes_client_into_a_namespace_of_t
         )
     assert gone.value.status == 404
     reader.api.close()
+
+
+async def test_secrets_are_read_and_replaced_through_the_kubernetes_client(
+    kubeconfig: Path, tmp_path: Path
+) -> None:
+    target = target_from_env(tmp_path, {"EPOCHLOG_E2E_KUBECONFIG": str(kubeconfig)})
+    assert isinstance(target, KubeTarget)
+    await target.create_namespace()
+    assert await target.secret("epochlog-broker-1") is None
+    body = k8s.V1Secret(
+        metadata=k8s.V1ObjectMeta(name="epochlog-broker-1", namespace=target.namespace),
+        string_data={"tls.crt": "old cert", "tls.key": "old key"},
+    )
+    await asyncio.to_thread(target.core.create_namespaced_secret, target.namespace, body)
+    assert await target.secret("epochlog-broker-1") == {
+        "tls.crt": b"old cert",
+        "tls.key": b"old key",
+    }
+    await target.replace_secret("epochlog-broker-1", {"tls.crt": b"new cert"})
+    assert await target.secret("epochlog-broker-1") == {"tls.crt": b"new cert"}
+    await target.destroy()
 
 
 async def test_the_isr_watch_sees_every_status_published_and_those_below_the_minimum(

@@ -17,9 +17,13 @@ What stands in for Kubernetes:
   mount a service account token find it at the usual path with
   KUBERNETES_SERVICE_HOST/PORT set, as in a real pod;
 - the kubelet: volumes are folders (a claim outlives its pod, so `down` leaves
-  the data as uninstalling leaves PVCs), Secret volumes are the Secrets' files
-  as the API holds them when the pod starts, probes are polled from the host,
-  and a pod is stopped with its termination grace period (`podman stop`);
+  the data as uninstalling leaves PVCs); Secret volumes are written as the
+  kubelet writes them (`epochlog.devcluster.volumes`: a `..data` symlink
+  switched atomically) when the pod starts and again, while the cluster's
+  process runs, every `SECRET_SYNC_S` when a Secret changed, so a renewed
+  certificate reaches running pods as it does on a cluster (the kubelet takes up
+  to a minute or two); probes are polled from the host, and a pod is stopped
+  with its termination grace period (`podman stop`);
 - not enforced: RBAC, NetworkPolicies, PodDisruptionBudgets (checked by
   tests/chart), and Services only resolve names: a Service's port must be its
   pods' port, and a Service name resolves to every pod it selects, ready or not
@@ -71,6 +75,7 @@ from epochlog.devcluster.pods import (
     namespace_object,
     plan,
 )
+from epochlog.devcluster.volumes import Payload, write_volume
 from epochlog.harness import ManagedProcess, child_env
 from epochlog.protocol.wire import WireModel
 from epochlog.resources import GROUP, PLURAL, VERSION, PartitionStatus
@@ -89,6 +94,9 @@ other answers NOT_CONTROLLER)."""
 STARTUP_TIMEOUT_S: Final = 180.0
 API_PORT: Final = 443
 API_HOSTS: Final = ("kubernetes", "kubernetes.default", "kubernetes.default.svc")
+SECRET_SYNC_S: Final = 2.0
+"""How often running pods' Secret volumes are brought up to date (the kubelet: its sync
+period, a minute by default, plus its cache's time to live)."""
 
 
 STATE_FILE: Final = "chart.json"
@@ -198,6 +206,7 @@ class ChartCluster:
     addresses: dict[str, str] = field(init=False, default_factory=dict)
     """Cluster name -> address of the pod it names now: kept up to date as pods start,
     for clients on this host (`Client(resolve=...)` reads it at each connection)."""
+    _kubelet: asyncio.Task[None] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.state_dir = self.state_dir.resolve()
@@ -331,6 +340,8 @@ class ChartCluster:
         for p in order:
             await self.wait_ready(p.name)
         self.save()
+        if not self.detached:
+            self._kubelet = asyncio.create_task(self._sync_secret_volumes_forever())
 
     def _plan(self) -> ChartPlan:
         values = merge(DEFAULT_VALUES, self.values)
@@ -343,6 +354,11 @@ class ChartCluster:
     async def down(self) -> None:
         """Stop every pod (brokers first, each with its grace period), then the API
         emulator; the data volumes stay, as uninstalling leaves the PVCs."""
+        if self._kubelet is not None:
+            self._kubelet.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._kubelet
+            self._kubelet = None
         ordered = sorted(self.pods.values(), key=lambda r: r.plan.workload.startswith("Deploy"))
         await asyncio.gather(
             *(self.stop_pod(r.plan.name) for r in ordered if "broker" in r.container)
@@ -445,6 +461,55 @@ class ChartCluster:
             body = await rsp.json()
         return {k: base64.b64decode(v) for k, v in (body.get("data") or {}).items()}
 
+    async def sync_secret_volumes(self) -> list[str]:
+        """One kubelet sync: the Secret volumes of every pod brought to what the Secrets
+        hold now (a Secret that is gone, or lacks a key a volume names, leaves the files as
+        they are, as the kubelet does); the volumes written, as `pod/volume`."""
+        written: list[str] = []
+        held: dict[str, dict[str, bytes] | None] = {}
+        for r in list(self.pods.values()):
+            p, c = r.plan, r.plan.containers[0]
+            volumes = {v.name: v for v in p.volumes}
+            for m in c.mounts:
+                v = volumes[m.volume]
+                if v.kind != "secret":
+                    continue
+                names = {f.secret for f in v.files}
+                for name in sorted(names - held.keys()):
+                    held[name] = await self.secret(name)
+                secrets = {n: d for n in names if (d := held[n]) is not None}
+                try:
+                    payload = _secret_payload(v.files, secrets)
+                except KeyError:
+                    continue
+                if write_volume(self._volume_dir(p, v.name, v.kind), payload, _gid(p, c)):
+                    written.append(f"{p.name}/{v.name}")
+                    log.info("secret_volume_updated", pod=p.name, volume=v.name)
+        return written
+
+    async def _sync_secret_volumes_forever(self) -> None:
+        while True:
+            await asyncio.sleep(SECRET_SYNC_S)
+            try:
+                await self.sync_secret_volumes()
+            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                log.warning("secret_volume_sync_failed", error=str(exc))
+
+    async def replace_secret(self, name: str, data: Mapping[str, bytes]) -> None:
+        """Replace the Secret's data (`kubectl replace`), as an administrator would."""
+        path = f"/api/v1/namespaces/{self.namespace}/secrets/{name}"
+        async with self._http() as http:
+            async with http.get(path) as rsp:
+                if rsp.status != 200:
+                    raise ChartClusterError(f"reading Secret {name}: HTTP {rsp.status}")
+                obj = await rsp.json()
+            obj["data"] = {k: base64.b64encode(v).decode() for k, v in data.items()}
+            async with http.put(path, json=obj) as rsp:
+                if rsp.status != 200:
+                    raise ChartClusterError(
+                        f"replacing Secret {name}: HTTP {rsp.status}: {await rsp.text()}"
+                    )
+
     # -- pods --------------------------------------------------------------------------
 
     def pod_plan(self, name: str) -> PodPlan:
@@ -514,7 +579,7 @@ class ChartCluster:
             argv.append("--security-opt=no-new-privileges")
         volumes = {v.name: v for v in p.volumes}
         uid = c.user if c.user is not None else 0
-        gid = p.fs_group if p.fs_group is not None else uid
+        gid = _gid(p, c)
         for m in c.mounts:
             v = volumes[m.volume]
             if v.kind == "memory":
@@ -523,7 +588,7 @@ class ChartCluster:
                 continue
             host = self._volume_dir(p, v.name, v.kind)
             if v.kind == "secret":
-                _write_secret_files(host, v.files, secrets, gid)
+                write_volume(host, _secret_payload(v.files, secrets), gid)
             else:
                 host.mkdir(parents=True, exist_ok=True)
                 os.chown(host, uid, gid)
@@ -532,11 +597,11 @@ class ChartCluster:
         if p.service_account_token:
             sa = self._volume_dir(p, "serviceaccount", "secret")
             files = {
-                "token": TOKEN.encode(),
-                "ca.crt": self._api_ca.read_bytes(),
-                "namespace": self.namespace.encode(),
+                "token": (TOKEN.encode(), 0o444),
+                "ca.crt": (self._api_ca.read_bytes(), 0o444),
+                "namespace": (self.namespace.encode(), 0o444),
             }
-            _write_files(sa, files, gid, 0o444)
+            write_volume(sa, files, gid)
             argv += ["--volume", f"{sa}:{SERVICE_ACCOUNT_DIR}:ro"]
             env.setdefault("KUBERNETES_SERVICE_HOST", self.gateway)
             env.setdefault("KUBERNETES_SERVICE_PORT", str(self.api_port))
@@ -870,32 +935,25 @@ def _built_images(p: ChartPlan) -> list[str]:
     return [c.image for pod in p.pods for c in pod.containers if pm.image_exists(c.image)]
 
 
-def _write_files(d: Path, files: Mapping[str, bytes], gid: int, mode: int) -> None:
-    d.mkdir(parents=True, exist_ok=True)
-    os.chown(d, 0, gid)
-    d.chmod(0o750)
-    for rel, data in files.items():
-        path = d / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        os.chown(path.parent, 0, gid)
-        path.parent.chmod(0o750)
-        write_file(path, data, mode)
-        os.chown(path, 0, gid)
+def _gid(p: PodPlan, c: ContainerPlan) -> int:
+    """The group a pod's volumes belong to: its fsGroup, else the container's user."""
+    if p.fs_group is not None:
+        return p.fs_group
+    return c.user if c.user is not None else 0
 
 
-def _write_secret_files(
-    d: Path, files: Sequence[Any], secrets: Mapping[str, Mapping[str, bytes]], gid: int
-) -> None:
-    by_mode: dict[int, dict[str, bytes]] = {}
+def _secret_payload(files: Sequence[Any], secrets: Mapping[str, Mapping[str, bytes]]) -> Payload:
+    """A Secret volume's files (a projected volume's from several Secrets); KeyError when a
+    Secret or a key it names is missing."""
+    out: dict[str, tuple[bytes, int]] = {}
     for f in files:
         data = secrets[f.secret]
         if f.key == "*":
             for key, value in data.items():
-                by_mode.setdefault(f.mode, {})[key] = value
+                out[key] = (value, f.mode)
         else:
-            by_mode.setdefault(f.mode, {})[f.path] = data[f.key]
-    for mode, group in by_mode.items():
-        _write_files(d, group, gid, mode)
+            out[f.path] = (data[f.key], f.mode)
+    return out
 
 
 def _bytes(quantity: str) -> int:

@@ -151,6 +151,9 @@ class DevSettings:
     """The operator looks for leaderships away from their preferred replicas this often
     (production: 300000, Kafka's): a broker back after a failover leads again within
     seconds."""
+    broker_args: tuple[str, ...] = ()
+    """More `epochlog broker` flags for every broker (benchmarks: a short
+    `--retention-check-interval-ms`)."""
 
     @classmethod
     def for_tests(cls) -> DevSettings:
@@ -530,6 +533,7 @@ class LocalCluster:
                 security=security.broker_flags(b),
                 probe_port=probe,
                 controlled_shutdown_timeout_ms=s.handover_timeout_ms,
+                extra=s.broker_args,
             )
             container = f"epochlog-dev-{self._digest}-broker-{b}" if self.images else None
             if container is not None:

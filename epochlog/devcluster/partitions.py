@@ -55,13 +55,24 @@ def partition_manifest(
     replicas: Sequence[int] = (),
     unclean_leader_election: bool = False,
     namespace: str = NAMESPACE,
+    retention_ms: int | None = None,
+    retention_bytes: int | None = None,
+    segment_bytes: int | None = None,
 ) -> PartitionObject:
     """A Partition `<topic>-<index>` to create; `replicas` fixes the replica order (preferred
-    leader first) instead of letting the operator assign them."""
+    leader first) instead of letting the operator assign them. Retention and segment
+    settings left None keep the CRD's defaults."""
     settings: dict[str, Any] = {
         "replication_factor": replication_factor,
         "min_insync_replicas": min_insync_replicas,
     }
+    for key, value in (
+        ("retention_ms", retention_ms),
+        ("retention_bytes", retention_bytes),
+        ("segment_bytes", segment_bytes),
+    ):
+        if value is not None:
+            settings[key] = value
     if replica_lag_time_max_ms is not None:
         settings["replica_lag_time_max_ms"] = replica_lag_time_max_ms
     if replicas:

@@ -49,7 +49,7 @@ def operator_args(objects: list[dict[str, Any]]) -> list[str]:
     args = []
     for arg in operator_container(objects)["args"]:
         name = arg.partition("=")[0]
-        if name in LOCAL_FLAGS:
+        if name in LOCAL_FLAGS or name == "--certificate-check-interval-s":
             continue
         if name in ("--broker-hosts", "--operator-hosts"):
             arg = f"{name}={LOOPBACK_HOSTS}"

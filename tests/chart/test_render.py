@@ -151,6 +151,7 @@ BAD_VALUES: dict[str, dict[str, Any]] = {
     },
     "test topic": {"tests": {"topic": "Not_A_Topic"}},
     "throttle": {"broker": {"reassignmentThrottleBytes": -1}},
+    "certificate check interval": {"tls": {"certificateCheckIntervalSeconds": 0}},
     "log format": {"operator": {"logFormat": "xml"}},
     "spark master": {"pipeline": {"master": "yarn"}},
 }
