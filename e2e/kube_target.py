@@ -432,6 +432,17 @@ class KubeTarget:
             if exc.status != 409:
                 raise
 
+    async def patch_partition(self, name: str, spec: Mapping[str, Any]) -> None:
+        await self._kube(
+            self.custom.patch_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            self.namespace,
+            PLURAL,
+            name,
+            {"spec": dict(spec)},
+        )
+
     async def _partition_objects(self) -> list[dict[str, Any]]:
         found = await self._kube(
             self.custom.list_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL

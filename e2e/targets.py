@@ -82,6 +82,9 @@ class ClusterTarget(Protocol):
 
     async def partition_status(self, name: str) -> PartitionStatus | None: ...
 
+    async def patch_partition(self, name: str, spec: Mapping[str, Any]) -> None:
+        """`kubectl patch partition NAME --type merge -p '{"spec": ...}'`."""
+
     async def wait_leader(
         self, name: str, *, not_in: Sequence[int] = (), min_leader_epoch: int = 0
     ) -> PartitionStatus:
@@ -204,6 +207,9 @@ class EmbeddedTarget:
 
     async def partition_status(self, name: str) -> PartitionStatus | None:
         return await self._c.partition_status(name)
+
+    async def patch_partition(self, name: str, spec: Mapping[str, Any]) -> None:
+        await self._c.patch_partition(name, spec)
 
     async def wait_leader(
         self, name: str, *, not_in: Sequence[int] = (), min_leader_epoch: int = 0

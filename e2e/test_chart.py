@@ -19,7 +19,7 @@ from e2e.targets import BROKERS, ClusterTarget, registered_brokers, wait_for
 from epochlog.devcluster.local_workload import SteadyProducer, read_back, verify
 from epochlog.devcluster.partitions import partition_manifest
 from epochlog.objects import to_body
-from epochlog.resources import PartitionStatus
+from epochlog.resources import ConditionStatus, ConditionType, PartitionStatus
 from epochlog.security.pki import Issued, issue
 
 
@@ -202,9 +202,14 @@ async def test_elections_go_on_after_the_operator_pod_is_killed(chart: ClusterTa
     assert moved.leader_epoch > first.leader_epoch
 
 
-async def test_a_broker_added_under_load_registers_leads_a_new_partition_and_loses_nothing(
+async def test_a_broker_added_under_load_leads_a_new_partition_and_leaves_once_moved_off(
     chart: ClusterTarget,
 ) -> None:
+    """README "Moving partitions" and "Rolling restarts", as a user runs them: a broker
+    added with `helm upgrade` registers and takes a new Partition; later its replicas are
+    moved off with `kubectl patch`, the documented check finds none left on it, and the
+    StatefulSet is scaled back down. Nothing acknowledged is lost, and every Partition
+    ends with a full ISR on the brokers that stay."""
     names = await _partitions(chart, "grow", 2)
     client = await chart.client()
     try:
@@ -226,11 +231,34 @@ async def test_a_broker_added_under_load_registers_leads_a_new_partition_and_los
         writer = await SteadyProducer(client, [grown], rate=50).start()
         await writer.wait_each([grown])
         await producer.wait_each(names, after=time.monotonic())
+
+        # Broker 3 goes again: its replica moves off first (leadership with it).
+        await chart.patch_partition(grown, {"replicas": [0, 1, 2]})
+
+        async def moved() -> bool:
+            s = await chart.partition_status(grown)
+            if s is None or s.replicas != (0, 1, 2):
+                return False
+            reassigning = s.condition(ConditionType.REASSIGNING)
+            return reassigning is not None and reassigning.status is ConditionStatus.FALSE
+
+        await wait_for(moved, f"{grown} moved off broker 3")
+        # The README's check before scaling down: no Partition names broker 3.
+        for name in [*names, grown]:
+            now = await chart.partition_status(name)
+            assert now is not None
+            assert 3 not in now.replicas, (name, now.replicas)
+        await writer.wait_each([grown], after=time.monotonic())
+        await chart.scale_brokers(3)
+        await producer.wait_each(names, after=time.monotonic())
+        await writer.wait_each([grown], after=time.monotonic())
         await writer.stop()
         await producer.stop()
         logs = {name: await read_back(client, name) for name in [*names, grown]}
     finally:
         await client.close()
+    for name in [*names, grown]:
+        await _in_sync(chart, name)
     verdict = verify(producer.acks, {name: logs[name] for name in names})
     assert verdict.ok, verdict
     assert not producer.failed, producer.failed[:5]

@@ -79,6 +79,17 @@ async def test_partitions_go_through_the_kubernetes_client_into_a_namespace_of_t
     manifest = to_body(partition_manifest("orders", 0, namespace=target.namespace))
     await target.apply(manifest)
     await target.apply(manifest)  # already there: left as it is
+    await target.patch_partition("orders-0", {"replicas": [2, 1, 3]})  # a merge patch
+    patched: Any = await asyncio.to_thread(
+        target.custom.get_namespaced_custom_object,
+        GROUP,
+        VERSION,
+        target.namespace,
+        PLURAL,
+        "orders-0",
+    )
+    assert patched["spec"]["replicas"] == [2, 1, 3]
+    assert patched["spec"]["topic"] == "orders"
     # No operator runs: the Partition is there, with no status yet.
     assert await target.partition_status("orders-0") is None
     assert await target.partition_status("orders-1") is None  # no such Partition

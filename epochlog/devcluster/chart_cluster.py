@@ -791,6 +791,19 @@ class ChartCluster:
         """Create an object (a Partition) in the release's namespace."""
         await self._create([manifest])
 
+    async def patch_partition(self, name: str, spec: Mapping[str, Any]) -> None:
+        """A merge patch of a Partition's spec (`kubectl patch partition --type merge`)."""
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{self.namespace}/{PLURAL}/{name}"
+        headers = {"Content-Type": "application/merge-patch+json"}
+        async with (
+            self._http() as http,
+            http.patch(path, json={"spec": dict(spec)}, headers=headers) as rsp,
+        ):
+            if rsp.status != 200:
+                raise ChartClusterError(
+                    f"patching Partition {name}: HTTP {rsp.status}: {await rsp.text()}"
+                )
+
     async def partitions(self) -> list[Partition]:
         """Every Partition of the release's namespace."""
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{self.namespace}/{PLURAL}"
