@@ -20,6 +20,12 @@ Rules:
   treats every broker as if it had heartbeated at the start: nobody is fenced
   until one session timeout has passed. Until then, a broker it has not heard
   from is UNKNOWN (neither live nor fenced); afterwards it is fenced.
+- A controller that did not run for a while (its process stopped, starved of
+  CPU or throttled, or its clock jumped) cannot tell a silent broker from one
+  whose heartbeats waited for it: `paused` does not count that time as the
+  brokers' silence, so a stall of the controller fences nobody. A broker that
+  died meanwhile is fenced one session timeout of running time after its last
+  heartbeat, as if the stall had not happened.
 """
 
 from __future__ import annotations
@@ -30,6 +36,14 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 DEFAULT_BROKER_SESSION_TIMEOUT_MS: Final = 3000
+STALL_CHECK_INTERVAL_MS: Final = 100
+"""How often a running controller notes that it runs (`stall_threshold_ms`)."""
+
+
+def stall_threshold_ms(session_timeout_ms: int) -> int:
+    """A gap in the controller's own running longer than this is a stall (`paused`): far
+    above its clock check interval, well below the session timeout."""
+    return max(5 * STALL_CHECK_INTERVAL_MS, session_timeout_ms // 3)
 
 
 class BrokerState(enum.StrEnum):
@@ -126,6 +140,21 @@ class Liveness:
             rack=rack if rack is not None else known.rack,
         )
         return self._with(broker_id, session), HeartbeatResult(HeartbeatOutcome.RENEWED, previous)
+
+    def paused(self, since_ms: int, now_ms: int) -> Liveness:
+        """The controller did not run from `since_ms` to `now_ms`: every session still open,
+        and a start-up grace period under way at `since_ms`, are moved on by that time."""
+        gap = now_ms - since_ms
+        if gap <= 0:
+            return self
+        sessions = {
+            b: replace(s, last_heartbeat_ms=s.last_heartbeat_ms + gap)
+            if not s.expired and s.last_heartbeat_ms <= since_ms
+            else s
+            for b, s in self.sessions.items()
+        }
+        started = self.started_ms + gap if self.in_grace(since_ms) else self.started_ms
+        return replace(self, started_ms=started, sessions=sessions)
 
     def in_grace(self, now_ms: int) -> bool:
         return now_ms - self.started_ms <= self.session_timeout_ms

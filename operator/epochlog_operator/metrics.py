@@ -68,6 +68,12 @@ class Metrics:
             "counter",
             "BrokerFenced events: a replica lost the ISR or leadership because its session ended.",
         )
+        self.stalls = self._family(
+            "epochlog_operator_stalls_total",
+            "counter",
+            "Times this process did not run for longer than a third of the broker session "
+            "timeout (stopped, starved or throttled); brokers' silence then is not counted.",
+        )
         self.offline = self._family(
             "epochlog_operator_partitions_offline_total",
             "counter",

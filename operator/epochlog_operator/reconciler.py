@@ -83,7 +83,11 @@ from epochlog_operator.decide import Decision, PartitionInput
 from epochlog_operator.events import Event, EventReason
 from epochlog_operator.indexed import NameClaims
 from epochlog_operator.kube import ConflictError, KubeApiError, KubeClient, NotFoundError, Obj
-from epochlog_operator.liveness import HeartbeatOutcome
+from epochlog_operator.liveness import (
+    STALL_CHECK_INTERVAL_MS,
+    HeartbeatOutcome,
+    stall_threshold_ms,
+)
 from epochlog_operator.metrics import Metrics
 from epochlog_operator.settings import OperatorSettings
 from epochlog_operator.throttle import WriteThrottle
@@ -255,6 +259,8 @@ class Reconciler:
         self.metrics = metrics
         self._clock = clock
         self._monotonic = monotonic
+        self._running_at: float | None = None
+        """When this process last noted that it runs (monotonic s): `observe_clock`."""
         self.core: ControllerCore | None = None
         self.entries: dict[str, Entry] = {}
         self.inputs: dict[str, PartitionInput] = {}
@@ -307,12 +313,48 @@ class Reconciler:
         return self.core is not None
 
     def now_ms(self) -> int:
+        """The time, for anything that judges liveness: a stall of this process since it
+        last looked is noted first (`observe_clock`)."""
+        self.observe_clock()
+        return self._wall_ms()
+
+    def _wall_ms(self) -> int:
         return int(self._clock() * 1000)
 
     def healthy(self) -> bool:
         """The loop has come round recently (it wakes at least once per reconcile interval)."""
         limit = max(5.0, 10 * self.settings.reconcile_interval_ms / 1000)
         return self._monotonic() - self.last_loop < limit
+
+    def observe_clock(self) -> None:
+        """Note that this process runs. After a stall (the process stopped, starved or
+        throttled longer than `stall_threshold_ms`), brokers' silence during it is not
+        counted (`Liveness.paused`): their heartbeats were waiting for this process, and
+        fencing them all at once would be an outage of this process's making. Called before
+        anything that judges liveness, and every `STALL_CHECK_INTERVAL_MS` while idle."""
+        mono = self._monotonic()
+        seen, self._running_at = self._running_at, mono
+        core = self.core
+        if core is None or seen is None:
+            return
+        gap_ms = int((mono - seen) * 1000)
+        if gap_ms <= stall_threshold_ms(core.liveness.session_timeout_ms):
+            return
+        now = self._wall_ms()
+        core.liveness = core.liveness.paused(now - gap_ms, now)
+        self.metrics.stalls.inc()
+        log.warning(
+            "operator stalled",
+            stalledMs=gap_ms,
+            sessionTimeoutMs=core.liveness.session_timeout_ms,
+            brokers=sorted(core.liveness.sessions),
+            why="brokers' silence while this process did not run is not counted against them",
+        )
+
+    async def _watch_clock(self) -> None:
+        while True:
+            self.observe_clock()
+            await asyncio.sleep(STALL_CHECK_INTERVAL_MS / 1000)
 
     def heartbeat_ages(self) -> dict[int, float]:
         core = self.core
@@ -551,6 +593,7 @@ class Reconciler:
         self._workers.append(
             asyncio.create_task(self._unserved_writer(), name="name conflict writer")
         )
+        self._workers.append(asyncio.create_task(self._watch_clock(), name="clock watch"))
         try:
             while not self._closed:
                 try:

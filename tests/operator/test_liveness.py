@@ -125,3 +125,41 @@ def test_view_reports_silence_for_messages() -> None:
 def test_session_timeout_must_be_positive() -> None:
     with pytest.raises(ValueError, match="session_timeout_ms must be positive"):
         Liveness.start(0, 0)
+
+
+def test_a_stall_of_the_controller_fences_nobody() -> None:
+    live = Liveness.start(0, T)
+    live, _ = beat(live, 1, 7, 4_000)
+    live, _ = beat(live, 2, 8, 4_200)
+    # The controller does not run from 4_500 to 14_500 (stopped, starved, throttled): the
+    # brokers' heartbeats of that time wait for it.
+    assert live.state(1, 14_500) is BrokerState.FENCED  # what it would judge unaided
+    live = live.paused(4_500, 14_500)
+    assert live.view(14_500).live_brokers() == (1, 2)
+    live, outcome = beat(live, 1, 7, 14_600)
+    assert outcome is HeartbeatOutcome.RENEWED
+    # Broker 2 died meanwhile: fenced one session timeout of running time after its last
+    # heartbeat (4_200 + 10_000 of stall + T).
+    assert live.state(2, 14_200 + T) is BrokerState.LIVE
+    assert live.state(2, 14_200 + T + 1) is BrokerState.FENCED
+
+
+def test_a_stall_neither_revives_a_fenced_broker_nor_moves_a_later_heartbeat() -> None:
+    live = Liveness.start(0, T)
+    live, _ = beat(live, 1, 7, 4_000)
+    live, _ = beat(live, 1, 7, 8_000)  # silent too long: fenced for good in this epoch
+    live, _ = beat(live, 2, 8, 9_000)
+    live = live.paused(8_500, 20_000)
+    assert live.state(1, 20_000) is BrokerState.FENCED
+    # Broker 2's heartbeat came after the stall began (9_000 > 8_500): it stays where it was.
+    assert live.sessions[2].last_heartbeat_ms == 9_000
+    assert live.paused(20_000, 20_000) is live
+
+
+def test_a_stall_during_the_grace_period_extends_it() -> None:
+    live = Liveness.start(0, T).paused(1_000, 6_000)
+    assert live.state(1, 6_000 + T - 1_000) is BrokerState.UNKNOWN
+    assert live.state(1, 6_000 + T) is BrokerState.FENCED
+    # After the grace period, a stall does not start it again.
+    later = Liveness.start(0, T).paused(10_000, 30_000)
+    assert later.state(1, 30_000) is BrokerState.FENCED
