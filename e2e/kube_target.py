@@ -389,15 +389,7 @@ class KubeTarget:
         try:
             for p in await self._partition_objects():
                 if p.get("metadata", {}).get("finalizers"):
-                    await self._kube(
-                        self.custom.patch_namespaced_custom_object,
-                        GROUP,
-                        VERSION,
-                        self.namespace,
-                        PLURAL,
-                        p["metadata"]["name"],
-                        {"metadata": {"finalizers": None}},
-                    )
+                    await self._patch(p["metadata"]["name"], {"metadata": {"finalizers": None}})
         except ApiException as exc:
             log.warning("finalizers_not_removed", error=str(exc))
         try:
@@ -433,6 +425,10 @@ class KubeTarget:
                 raise
 
     async def patch_partition(self, name: str, spec: Mapping[str, Any]) -> None:
+        await self._patch(name, {"spec": dict(spec)})
+
+    async def _patch(self, name: str, body: Mapping[str, Any]) -> None:
+        """A merge patch of the Partition `name`."""
         await self._kube(
             self.custom.patch_namespaced_custom_object,
             GROUP,
@@ -440,7 +436,7 @@ class KubeTarget:
             self.namespace,
             PLURAL,
             name,
-            {"spec": dict(spec)},
+            dict(body),
         )
 
     async def _partition_objects(self) -> list[dict[str, Any]]:
