@@ -117,8 +117,6 @@ class Cluster:
     """False: brokers learn each other's addresses only from the controller's answers."""
     rebalance: RebalanceSettings | None = None
     """The controller's preferred leader election (default: Kafka's, a check every 5 min)."""
-    controller_thread: bool = False
-    """The controller on a thread and event loop of its own (`Controller.threaded`)."""
     tls: bool = True
     """Brokers and the controller speak TLS with certificates of a CA in `root`/pki, and
     the test client is the `admin` user; False: every process in plaintext."""
@@ -138,7 +136,6 @@ class Cluster:
             reconcile_interval_ms=self.reconcile_interval_ms,
             security=self.security,
             rebalance=self.rebalance,
-            threaded=self.controller_thread,
         ).start()
         ports = dict(zip(self.broker_ids, free_ports(len(self.broker_ids)), strict=True))
         scheme = self.security.scheme

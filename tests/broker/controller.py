@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from aiohttp import web
 
@@ -103,12 +101,7 @@ class Controller:
         port: int = 0,
         security: Security = PLAINTEXT,
         rebalance: RebalanceSettings | None = None,
-        threaded: bool = False,
     ) -> None:
-        self.threaded = threaded
-        """Serve and reconcile on an event loop of its own, in a thread: a test that loads its
-        own loop heavily cannot starve the controller (the operator is a process of its
-        own; brokers' liveness does not wait on their loop either)."""
         self.security = security
         """TLS with the operator's certificate: heartbeats only from the broker they name,
         as the operator takes them."""
@@ -136,30 +129,12 @@ class Controller:
         self._runner: web.AppRunner | None = None
         self._task: asyncio.Task[None] | None = None
         self._peers: PeerIdentities | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
         return f"{self.security.scheme}://127.0.0.1:{self.port}"
 
     async def start(self) -> Controller:
-        if self.threaded:
-            self._loop = asyncio.new_event_loop()
-            self._thread = threading.Thread(
-                target=self._loop.run_forever, name="controller", daemon=True
-            )
-            self._thread.start()
-            await self._in_thread(self._start())
-        else:
-            await self._start()
-        return self
-
-    async def _in_thread(self, work: Coroutine[Any, Any, None]) -> None:
-        assert self._loop is not None
-        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self._loop))
-
-    async def _start(self) -> None:
         app = web.Application()
         app.router.add_post("/v1/heartbeat", self._heartbeat)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
@@ -175,19 +150,9 @@ class Controller:
         await site.start()
         self.port = self._runner.addresses[0][1]
         self._task = asyncio.create_task(self._reconcile_loop())
+        return self
 
     async def stop(self) -> None:
-        if self._loop is None or self._thread is None:
-            await self._stop()
-            return
-        loop, thread = self._loop, self._thread
-        await self._in_thread(self._stop())
-        loop.call_soon_threadsafe(loop.stop)
-        await asyncio.to_thread(thread.join)
-        loop.close()
-        self._loop = self._thread = None
-
-    async def _stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
