@@ -142,14 +142,21 @@ class Liveness:
         return self._with(broker_id, session), HeartbeatResult(HeartbeatOutcome.RENEWED, previous)
 
     def paused(self, since_ms: int, now_ms: int) -> Liveness:
-        """The controller did not run from `since_ms` to `now_ms`: every session still open,
-        and a start-up grace period under way at `since_ms`, are moved on by that time."""
+        """The controller did not run from `since_ms` to `now_ms`: it knows nothing of the
+        brokers newer than `since_ms`, so every session still live then starts anew at
+        `now_ms`, as a newly elected controller starts them (KRaft's failover does the
+        same). Brokers that died during the stall therefore expire together, one session
+        timeout after it, and are fenced in one decision: fenced one by one, followers would
+        leave the ISR before the leader, and the ISR recorded would be its last member only.
+        A start-up grace period under way at `since_ms` is moved on by the stall."""
         gap = now_ms - since_ms
         if gap <= 0:
             return self
         sessions = {
-            b: replace(s, last_heartbeat_ms=s.last_heartbeat_ms + gap)
-            if not s.expired and s.last_heartbeat_ms <= since_ms
+            b: replace(s, last_heartbeat_ms=now_ms)
+            if not s.expired
+            and s.last_heartbeat_ms <= since_ms
+            and not self._silent_too_long(s, since_ms)
             else s
             for b, s in self.sessions.items()
         }

@@ -166,9 +166,10 @@ async def test_wiped_replica_is_never_elected_empty(local_cluster: LocalCluster)
             return set(s.isr) == set(REPLICAS) and s.high_watermark >= 40
 
         await until(all_in_sync, 30, "1, 2 and 3 in the ISR with the records committed")
-        # The operator is paused while all three die, so that it fences them in one
-        # decision: the ISR it keeps is 1, 2, 3 (followers fenced one by one would leave it
-        # first, and the wiped one would never be a candidate).
+        # The operator is paused while all three die. It starts every session anew when it
+        # runs again, so all three expire together and are fenced in one decision: the ISR it
+        # keeps is 1, 2, 3 (followers fenced one by one would leave it first, and the wiped
+        # one would never be a candidate).
         w.fault("SIGSTOP operator")
         cluster.pause("operator")
         try:

@@ -138,10 +138,29 @@ def test_a_stall_of_the_controller_fences_nobody() -> None:
     assert live.view(14_500).live_brokers() == (1, 2)
     live, outcome = beat(live, 1, 7, 14_600)
     assert outcome is HeartbeatOutcome.RENEWED
-    # Broker 2 died meanwhile: fenced one session timeout of running time after its last
-    # heartbeat (4_200 + 10_000 of stall + T).
-    assert live.state(2, 14_200 + T) is BrokerState.LIVE
-    assert live.state(2, 14_200 + T + 1) is BrokerState.FENCED
+    # Broker 2 died meanwhile: its session started anew when the controller resumed, as a
+    # newly elected controller starts it, so it is fenced one session timeout after that.
+    assert live.state(2, 14_500 + T) is BrokerState.LIVE
+    assert live.state(2, 14_500 + T + 1) is BrokerState.FENCED
+
+
+def test_brokers_that_died_during_a_stall_are_fenced_together() -> None:
+    # Heartbeats in different phases: fenced one by one, the followers would leave the ISR
+    # before the leader, and the ISR recorded for the leaderless partition would be one
+    # member only.
+    live = Liveness.start(0, T)
+    for broker, at in ((1, 4_010), (2, 4_090), (3, 4_050)):
+        live, _ = beat(live, broker, broker + 6, at)
+    live = live.paused(4_100, 9_000)
+    assert live.view(9_000 + T).live_brokers() == (1, 2, 3)
+    assert live.view(9_000 + T + 1).live_brokers() == ()
+
+
+def test_a_stall_does_not_revive_a_broker_already_silent_too_long_before_it() -> None:
+    live, _ = beat(Liveness.start(0, T), 1, 7, 1_000)
+    # 1_000 + T had passed when the stall began: its session was over, only not judged yet.
+    live = live.paused(1_000 + T + 1, 20_000)
+    assert live.state(1, 20_000) is BrokerState.FENCED
 
 
 def test_a_stall_neither_revives_a_fenced_broker_nor_moves_a_later_heartbeat() -> None:
