@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -293,8 +294,15 @@ class ScriptedBrokers:
         interval_ms: int = 100,
         *,
         tls: Callable[[int], ssl.SSLContext | bool] | None = None,
+        own_thread: bool = False,
     ) -> None:
         self.tls = tls or (lambda _id: True)
+        self.own_thread = own_thread
+        """Step and heartbeat on an event loop of their own, in a thread: real brokers are
+        other processes, and a caller's loop busy with other work (an API emulator
+        answering hundreds of writes) would otherwise silence them all at once."""
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.operators = operators
         """The heartbeat URLs of the operators running now."""
         self.interval_s = interval_ms / 1000
@@ -303,19 +311,52 @@ class ScriptedBrokers:
         self._sessions: dict[int, aiohttp.ClientSession] = {}
 
     async def __aenter__(self) -> ScriptedBrokers:
+        if not self.own_thread:
+            self._open_sessions()
+            self._task = asyncio.create_task(self._run())
+            return self
+        started = threading.Event()
+
+        def main() -> None:
+            async def run() -> None:
+                self._loop = asyncio.get_running_loop()
+                self._open_sessions()
+                self._task = asyncio.create_task(self._run())
+                started.set()
+                try:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await self._task
+                finally:
+                    await self._close_sessions()
+
+            asyncio.run(run())
+
+        self._thread = threading.Thread(target=main, name="scripted-brokers", daemon=True)
+        self._thread.start()
+        await asyncio.to_thread(started.wait)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._thread is not None:
+            if self._loop is not None and self._task is not None:
+                self._loop.call_soon_threadsafe(self._task.cancel)
+            await asyncio.to_thread(self._thread.join)
+            self._thread = None
+            return
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self._close_sessions()
+
+    def _open_sessions(self) -> None:
         for b in self.brokers:
             self._sessions[b] = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=5),
                 connector=aiohttp.TCPConnector(ssl=self.tls(b)),
             )
-        self._task = asyncio.create_task(self._run())
-        return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+    async def _close_sessions(self) -> None:
         for session in self._sessions.values():
             await session.close()
         self._sessions.clear()
