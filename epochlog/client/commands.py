@@ -353,6 +353,11 @@ async def consume(
         max_records=min(max_records or 500, 500),
     )
     try:
+        if follow:
+            # Resolved before the first wait, and said: what a caller may produce after this
+            # line is read (a start of "latest" resolved later would skip it).
+            at = await consumer.seek(start)
+            progress.say(f"consume {partition}: following from offset {at}")
         while max_records is None or count < max_records:
             records = await consumer.poll()
             if max_records is not None:

@@ -147,18 +147,32 @@ async def test_consume_follow_waits_for_new_records(cluster: Cluster) -> None:
     assert lines(out)[0]["offset"] == 0
     rc, out, _ = await run("offsets", *env_boot)
     latest = lines(out)[0]["offset"]
-    follower = asyncio.create_task(
-        run("consume", *env_boot, "--from", "latest", "--follow", "--max", "2", "-q")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *("-m", "epochlog.cli", "consume", *env_boot, "--from", "latest", "--follow"),
+        *("--max", "2"),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "EPOCHLOG_LOG_LEVEL": "warning"},
     )
-    # The consumer starts and waits at the end of the log.
-    await asyncio.sleep(1.0)
-    assert not follower.done()
-    rc, _, err = await run("produce", *env_boot, "f1", "f2")
-    assert rc == 0, err
-    rc, out, err = await follower
-    assert rc == 0, err
-    assert [(r["offset"], r["value"]) for r in lines(out)] == [(latest, "f1"), (latest + 1, "f2")]
-    assert err == ""
+    try:
+        # The consumer says where it starts once it resolved "latest"; records produced
+        # after that line are its to read.
+        assert proc.stderr is not None
+        said = (await proc.stderr.readline()).decode()
+        assert said == f"consume cli-0: following from offset {latest}\n", said
+        assert proc.returncode is None
+        rc, _, err = await run("produce", *env_boot, "f1", "f2")
+        assert rc == 0, err
+        out_b, err_b = await proc.communicate()
+    finally:
+        if proc.returncode is None:  # ended by the hang detector: leave no process behind
+            proc.kill()
+    assert proc.returncode == 0, err_b.decode()
+    got = [(r["offset"], r["value"]) for r in lines(out_b.decode())]
+    assert got == [(latest, "f1"), (latest + 1, "f2")]
+    assert err_b.decode().startswith("consume cli-0: 2 records"), err_b.decode()
 
 
 async def test_a_partition_nobody_hosts_is_a_clear_error(cluster: Cluster) -> None:

@@ -63,37 +63,46 @@ def test_every_acknowledged_order_lands_once_across_failover_and_restart(
     client = background.run(_client(cluster))
     producer = SteadyProducer(client, list(names), rate=100, make_value=_value)
     background.run(producer.start())
+    # A failure must stop the producer and the queries too: they would go on working this
+    # package's cluster and Spark session, which later tests share, for the rest of the run.
     queries = start_job(spark, config)
-    audit = queries[AUDIT]
+    try:
+        audit = queries[AUDIT]
 
-    # Mid-stream: the job has written records, and the producer is going.
-    patience = Patience("the job to read its first records", 60)
-    while sum(p["numInputRows"] for p in audit.recentProgress) < 50:
-        patience.check()
-        assert audit.isActive, audit.exception()
-        time.sleep(0.1)
+        # Mid-stream: the job has written records, and the producer is going.
+        patience = Patience("the job to read its first records", 60)
+        while sum(p["numInputRows"] for p in audit.recentProgress) < 50:
+            patience.check()
+            assert audit.isActive, audit.exception()
+            time.sleep(0.1)
 
-    victim = f"{TOPIC}-0"
-    old = background.run(cluster.wait_leader(victim))
-    assert old.leader is not None
-    killed_at = time.monotonic()
-    cluster.kill(f"broker-{old.leader}")
-    new = background.run(
-        cluster.wait_leader(
-            victim, not_in={old.leader}, min_leader_epoch=old.leader_epoch + 1, timeout=LONG_S
+        victim = f"{TOPIC}-0"
+        old = background.run(cluster.wait_leader(victim))
+        assert old.leader is not None
+        killed_at = time.monotonic()
+        cluster.kill(f"broker-{old.leader}")
+        new = background.run(
+            cluster.wait_leader(
+                victim, not_in={old.leader}, min_leader_epoch=old.leader_epoch + 1, timeout=LONG_S
+            )
         )
-    )
-    background.run(
-        producer.wait_ack(victim, min_epoch=new.leader_epoch, after=killed_at, timeout=LONG_S)
-    )
-    acked = len(producer.acks)
-    while len(producer.acks) < acked + 100:
-        time.sleep(0.05)
-    background.run(producer.stop())
-    assert not producer.failed, producer.failed[:3]
-    for query in queries.values():
-        query.processAllAvailable()
-    _check(spark, config, producer)
+        background.run(
+            producer.wait_ack(victim, min_epoch=new.leader_epoch, after=killed_at, timeout=LONG_S)
+        )
+        acked = len(producer.acks)
+        while len(producer.acks) < acked + 100:
+            time.sleep(0.05)
+        background.run(producer.stop())
+        assert not producer.failed, producer.failed[:3]
+        for query in queries.values():
+            query.processAllAvailable()
+        _check(spark, config, producer)
+    except BaseException:
+        stop_job(queries)
+        raise
+    finally:
+        background.run(producer.stop())
+        background.run(client.close())
 
     # Stopped; more orders while it is down; started again from the checkpoint.
     stop_job(queries)
