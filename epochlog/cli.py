@@ -175,7 +175,7 @@ def _cmd_pipeline_run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     try:
-        from epochlog_spark.job import await_job, start_job
+        from epochlog_spark.job import Job
         from epochlog_spark.session import local_session
     except ImportError as exc:
         print(
@@ -183,15 +183,15 @@ def _cmd_pipeline_run(args: argparse.Namespace) -> int:
         )
         return 2
     spark = local_session(args.master, "epochlog-orders")
-    queries = start_job(spark, config)
+    job = Job(spark, config)
     print(
-        f"pipeline: queries {', '.join(queries)} running on {args.master}; outputs in "
+        f"pipeline: queries {', '.join(job.queries)} running on {args.master}; outputs in "
         f"{config.output}, checkpoints in {config.checkpoint}"
         + ("" if config.available_now else "; Ctrl-C stops them"),
         flush=True,
     )
     try:
-        await_job(spark, queries)
+        job.wait()
     except KeyboardInterrupt:
         print("pipeline: stopped", flush=True)
     finally:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
     from epochlog_spark.config import JobConfig
+    from epochlog_spark.job import Job
 
 WINDOW_MS: Final = 60_000
 WATERMARK_MS: Final = 60_000
@@ -120,13 +121,13 @@ class PipelineAct:
             token=credentials.token,
         )
         self.spark: SparkSession | None = None
-        self.queries: dict[str, StreamingQuery] = {}
+        self.job: Job | None = None
 
     async def start(self) -> None:
         await asyncio.to_thread(self._start)
 
     def _start(self) -> None:
-        from epochlog_spark.job import start_job
+        from epochlog_spark.job import Job
         from epochlog_spark.session import SHORT_RUN_JAVA_OPTIONS, local_session
 
         # The demo prints its own story: Spark's and the source's logs only when they
@@ -137,14 +138,16 @@ class PipelineAct:
             worker_env={"EPOCHLOG_LOG_LEVEL": "warning"},
             java_options=SHORT_RUN_JAVA_OPTIONS,
         )
-        self.queries = start_job(self.spark, self.config)
+        self.job = job = Job(self.spark, self.config)
         # Each query's first micro-batch (an empty topic) starts its Python workers: once
         # it is done, the job keeps up with the producer from the first record.
-        while any(q.lastProgress is None for q in self.queries.values()):
-            for q in self.queries.values():
-                if not q.isActive:
-                    raise RuntimeError(f"query {q.name} stopped: {q.exception()}")
+        while any(q.lastProgress is None for q in job.queries.values()):
+            job.check()
             time.sleep(0.1)
+
+    @property
+    def queries(self) -> dict[str, StreamingQuery]:
+        return {} if self.job is None else self.job.queries
 
     def progress(self) -> str:
         """Micro-batches done so far and records they read, per query."""
@@ -162,31 +165,28 @@ class PipelineAct:
         return await asyncio.to_thread(self._finish, logs, acks)
 
     def _finish(self, logs: dict[str, list[tuple[int, str]]], acks: list[WorkloadAck]) -> Report:
-        from epochlog_spark.job import await_job, start_job, stop_job
+        from epochlog_spark.job import Job
 
         assert self.spark is not None
         # Stopping interrupts a micro-batch in flight; Spark logs the interruption as an
         # error with a stack trace, which here is expected: the batch runs again later.
         # The killed tasks log it from their own threads after `stop` returns, so the
         # level stays off until the final run is done; that run's failure, if any, is
-        # raised by `await_job`.
+        # raised by `Job.wait`.
+        assert self.job is not None
         self.spark.sparkContext.setLogLevel("OFF")
         try:
-            stop_job(self.queries)
-            for q in self.queries.values():
-                if q.exception() is not None:
-                    raise RuntimeError(f"query {q.name} failed: {q.exception()}")
-            final = start_job(self.spark, replace(self.config, available_now=True))
-            await_job(self.spark, final)
+            self.job.check()
+            self.job.stop()
+            Job(self.spark, replace(self.config, available_now=True)).wait()
         finally:
             self.spark.sparkContext.setLogLevel("ERROR")
         return self._report(logs, acks)
 
     def stop(self) -> None:
-        from epochlog_spark.job import stop_job
-
         if self.spark is not None:
-            stop_job(self.queries)
+            if self.job is not None:
+                self.job.stop()
             self.spark.stop()
             self.spark = None
 

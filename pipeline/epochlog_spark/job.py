@@ -31,6 +31,7 @@ import sys
 from collections.abc import Sequence
 from typing import Final
 
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
@@ -114,32 +115,113 @@ def dead_letters(orders: DataFrame) -> DataFrame:
     return orders.where(~F.col("ok")).select("topic", "partition", "offset", "value", "error")
 
 
-def start_job(spark: SparkSession, config: JobConfig) -> dict[str, StreamingQuery]:
-    """Start the three queries; they run until stopped (or, with available_now, until the
-    topic's current end is processed)."""
+WORKER_START_FAILURE: Final = "Python worker failed to connect back"
+"""How Spark reports a Python worker that did not connect back to the JVM in time. Spark
+waits a fixed 10 s for the worker that plans a Python data source's micro-batches (no
+setting changes it), which a loaded driver can exceed; nothing was read or written."""
+MAX_RESTARTS: Final = 3
+"""Restarts of one query after a Python worker failed to start, before its failure stands."""
+
+
+def _frames(spark: SparkSession, config: JobConfig) -> dict[str, DataFrame]:
     register(spark)
     records = read_topic(spark, config)
     orders = parse_orders(records)
-    frames = {
+    return {
         REVENUE: revenue(orders, config),
         AUDIT: audit(records),
         DEAD_LETTERS: dead_letters(orders),
     }
-    queries = {}
-    for name, frame in frames.items():
-        writer = (
-            frame.writeStream.format("parquet")
-            .queryName(name)
-            .outputMode("append")
-            .option("path", config.path(name))
-        )
-        writer = (
-            writer.trigger(availableNow=True)
-            if config.available_now
-            else writer.trigger(processingTime=config.trigger_interval)
-        )
-        queries[name] = writer.start(checkpointLocation=config.checkpoint_of(name))
-    return queries
+
+
+def _start(name: str, frame: DataFrame, config: JobConfig) -> StreamingQuery:
+    writer = (
+        frame.writeStream.format("parquet")
+        .queryName(name)
+        .outputMode("append")
+        .option("path", config.path(name))
+    )
+    writer = (
+        writer.trigger(availableNow=True)
+        if config.available_now
+        else writer.trigger(processingTime=config.trigger_interval)
+    )
+    return writer.start(checkpointLocation=config.checkpoint_of(name))
+
+
+def start_job(spark: SparkSession, config: JobConfig) -> dict[str, StreamingQuery]:
+    """Start the three queries; they run until stopped (or, with available_now, until the
+    topic's current end is processed)."""
+    return {name: _start(name, frame, config) for name, frame in _frames(spark, config).items()}
+
+
+def restartable(failure: str, restarts: int) -> bool:
+    """A query that ended with `failure` after `restarts` restarts is started again: only
+    when a Python worker did not start in time, which starting it again from its
+    checkpoint mends without losing or repeating anything (the sinks are exactly once)."""
+    return WORKER_START_FAILURE in failure and restarts < MAX_RESTARTS
+
+
+class Job:
+    """The three queries, with the restarts a worker start failure calls for.
+
+    `check()` raises the first failure that stands and starts again, from its checkpoint,
+    a query whose Python worker failed to start (up to `MAX_RESTARTS` times each)."""
+
+    def __init__(self, spark: SparkSession, config: JobConfig) -> None:
+        self.spark = spark
+        self.config = config
+        self.queries = start_job(spark, config)
+        self.restarts: dict[str, int] = dict.fromkeys(self.queries, 0)
+
+    def check(self) -> list[str]:
+        """Restart what may be restarted; raise a failure that may not. The names restarted."""
+        restarted = []
+        for name, query in list(self.queries.items()):
+            failure = None if query.isActive else query.exception()
+            if failure is None:
+                continue
+            if not restartable(str(failure), self.restarts[name]):
+                raise failure
+            self.restarts[name] += 1
+            print(
+                f"pipeline: query {name}: a Python worker did not start in time; starting "
+                f"again from its checkpoint ({self.restarts[name]} of {MAX_RESTARTS})",
+                file=sys.stderr,
+                flush=True,
+            )
+            self.queries[name] = _start(name, _frames(self.spark, self.config)[name], self.config)
+            restarted.append(name)
+        return restarted
+
+    def running(self) -> bool:
+        """Some query has not ended (a failure, not restarted, is raised by `check`)."""
+        self.check()
+        return any(q.isActive for q in self.queries.values())
+
+    def process_all_available(self) -> None:
+        """Until every query processed what its source has now (restarting as `check`)."""
+        for name in self.queries:
+            while True:
+                try:
+                    self.queries[name].processAllAvailable()
+                    break
+                except StreamingQueryException:
+                    if not self.check():
+                        raise
+
+    def stop(self) -> None:
+        stop_job(self.queries)
+
+    def wait(self) -> None:
+        """Until every query ended; the first failure that stands stops the others and is
+        raised."""
+        try:
+            while self.running():
+                self.spark.streams.awaitAnyTermination()
+                self.spark.streams.resetTerminated()
+        finally:
+            self.stop()
 
 
 def stop_job(queries: dict[str, StreamingQuery]) -> None:
@@ -148,24 +230,11 @@ def stop_job(queries: dict[str, StreamingQuery]) -> None:
             query.stop()
 
 
-def await_job(spark: SparkSession, queries: dict[str, StreamingQuery]) -> None:
-    """Until every query ended; the first failure stops the others and is raised."""
-    try:
-        while any(q.isActive for q in queries.values()):
-            spark.streams.awaitAnyTermination()
-            spark.streams.resetTerminated()
-            for query in queries.values():
-                if not query.isActive and query.exception() is not None:
-                    raise query.exception()  # type: ignore[misc]
-    finally:
-        stop_job(queries)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """`spark-submit job.py ...`: the session comes from spark-submit's configuration."""
     config = config_from_args(build_parser().parse_args(argv))
     spark = SparkSession.builder.appName("epochlog-orders").getOrCreate()
-    await_job(spark, start_job(spark, config))
+    Job(spark, config).wait()
     return 0
 
 

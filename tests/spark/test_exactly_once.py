@@ -23,7 +23,7 @@ from epochlog.client import Client
 from epochlog.devcluster.local import LocalCluster
 from epochlog.devcluster.local_workload import SteadyProducer
 from epochlog_spark.config import JobConfig
-from epochlog_spark.job import AUDIT, start_job, stop_job
+from epochlog_spark.job import AUDIT, Job
 from epochlog_spark.orders import order_event
 from tests.spark.conftest import Background
 from tests.spark.helpers import (
@@ -65,15 +65,13 @@ def test_every_acknowledged_order_lands_once_across_failover_and_restart(
     background.run(producer.start())
     # A failure must stop the producer and the queries too: they would go on working this
     # package's cluster and Spark session, which later tests share, for the rest of the run.
-    queries = start_job(spark, config)
+    job = Job(spark, config)
     try:
-        audit = queries[AUDIT]
-
         # Mid-stream: the job has written records, and the producer is going.
         patience = Patience("the job to read its first records", 60)
-        while sum(p["numInputRows"] for p in audit.recentProgress) < 50:
+        while sum(p["numInputRows"] for p in job.queries[AUDIT].recentProgress) < 50:
             patience.check()
-            assert audit.isActive, audit.exception()
+            job.check()
             time.sleep(0.1)
 
         victim = f"{TOPIC}-0"
@@ -94,30 +92,28 @@ def test_every_acknowledged_order_lands_once_across_failover_and_restart(
             time.sleep(0.05)
         background.run(producer.stop())
         assert not producer.failed, producer.failed[:3]
-        for query in queries.values():
-            query.processAllAvailable()
+        job.process_all_available()
         _check(spark, config, producer)
     except BaseException:
-        stop_job(queries)
+        job.stop()
         raise
     finally:
         background.run(producer.stop())
         background.run(client.close())
 
     # Stopped; more orders while it is down; started again from the checkpoint.
-    stop_job(queries)
+    job.stop()
     background.run(cluster.restart(f"broker-{old.leader}"))
     more = produce(
         background,
         cluster,
         [(f"{TOPIC}-{n % PARTITIONS}", _value(n)) for n in range(10_000, 10_300)],
     )
-    queries = start_job(spark, config)
+    job = Job(spark, config)
     try:
-        for query in queries.values():
-            query.processAllAvailable()
+        job.process_all_available()
     finally:
-        stop_job(queries)
+        job.stop()
     _check(
         spark,
         config,
