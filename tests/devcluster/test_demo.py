@@ -32,6 +32,10 @@ def test_demo_loses_nothing_acknowledged(tmp_path: Path) -> None:
                 str(state),
                 "--duration",
                 "1",
+                # Acknowledged records to wait for before the failover and after it: a count,
+                # not what a second of producing yields on this machine.
+                "--min-records",
+                str(MIN_RECORDS),
                 *TIMINGS,
                 # Leadership goes back soon after the restarted broker has caught up.
                 "--leader-imbalance-check-interval-ms",
