@@ -39,14 +39,15 @@ typecheck: venv
 	$(BIN)/mypy
 
 unit: venv
-	$(PYTEST)
+	$(PYTEST) -m "not scenario"
 
+# The whole-system scenarios (marked `scenario`: the demo, the nemesis) run in `make e2e`.
 test: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy
-	$(PYTEST)
+	$(PYTEST) -m "not scenario"
 
 demo: venv
 	$(BIN)/epochlog demo
@@ -74,6 +75,7 @@ images:
 
 # Slow scenarios on real images and whole clusters; builds the images when missing.
 e2e: venv
+	$(PYTEST) -m scenario tests
 	$(BIN)/pytest -q -p no:cacheprovider e2e
 
 sim: venv

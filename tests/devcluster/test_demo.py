@@ -19,6 +19,7 @@ MIN_RECORDS = 150
 
 
 @pytest.mark.slow
+@pytest.mark.scenario
 def test_demo_loses_nothing_acknowledged(tmp_path: Path) -> None:
     state = tmp_path / "demo"
     try:

@@ -32,6 +32,7 @@ PARTITIONS = {"nem-0": 2, "nem-1": 2, "nem-2": 1}
 
 
 @pytest.mark.slow
+@pytest.mark.scenario
 @pytest.mark.parametrize("seed", SEEDS)
 async def test_nemesis(local_cluster: LocalCluster, seed: int) -> None:
     for name, min_isr in PARTITIONS.items():
