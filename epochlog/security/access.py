@@ -108,6 +108,10 @@ def load_policy(path: str | Path) -> AccessPolicy:
         text = p.read_text()
     except OSError as exc:
         raise ValueError(f"access policy {p}: {exc.strerror or exc}") from None
+    if not text.strip():
+        # Most often a file caught half-written (truncated, not yet filled): taken as a
+        # policy it would know no token and grant nothing, shutting every client out.
+        raise ValueError(f"access policy {p} is empty (a policy that grants nothing is {{}})")
     data: Any
     try:
         if p.suffix in (".yaml", ".yml"):

@@ -86,6 +86,21 @@ def test_a_bad_policy_file_names_the_file_and_the_problem(
     assert problem in str(err.value)
 
 
+@pytest.mark.parametrize("name", ["policy.yaml", "policy.json"])
+@pytest.mark.parametrize("text", ["", "\n  \n"])
+def test_an_empty_policy_file_is_refused_not_taken_for_a_policy_that_grants_nothing(
+    tmp_path: Path, name: str, text: str
+) -> None:
+    # A policy rewritten in place is empty for a moment: a broker that read it then
+    # shut every client out (401) until the next valid write.
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ValueError, match="is empty"):
+        load_policy(path)
+    path.write_text("{}")
+    assert load_policy(path) == AccessPolicy()
+
+
 def test_a_missing_policy_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="No such file"):
         load_policy(tmp_path / "nope.json")
