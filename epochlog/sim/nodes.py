@@ -41,6 +41,7 @@ from epochlog_broker.core import (
     SendToLeader,
 )
 from epochlog_broker.log.config import LogConfig
+from epochlog_broker.log.partition_log import PartitionLog
 from epochlog_broker.log.simfs import CrashFileSystem
 from epochlog_broker.replication.fetch_backoff import FetchBackoff
 from epochlog_broker.replication.fetch_session import SessionFetchAnswer, SessionFetchRequest
@@ -194,6 +195,8 @@ class SimBroker(Process):
         self._waiters: dict[int, Reply] = {}
         self._next_request = 0
         self._flush_scheduled = False
+        self._decoded: dict[str, tuple[PartitionLog, int, int, list[tuple[int, int, str]]]] = {}
+        """Per partition: the log, its rewrites, the offset read up to and the records."""
 
     @property
     def now(self) -> int:
@@ -562,16 +565,33 @@ class SimBroker(Process):
         if self.core is None or partition not in self.core.partitions:
             return None
         host = self.core.partitions[partition]
-        records = []
-        offset = host.log.log_start_offset
-        while offset < host.log.log_end_offset:
-            batch = host.log.read_records(offset)
+        log = host.log
+        # The audit reads every log every few simulated milliseconds: what was decoded
+        # before is kept while the log has only grown (`PartitionLog.rewrites`).
+        cached = self._decoded.get(partition)
+        if (
+            cached is not None
+            and cached[0] is log
+            and cached[1] == log.rewrites
+            and cached[2] <= log.log_end_offset
+            and log.failed is None
+        ):
+            # Retention may have moved the log start past what was read.
+            records, offset = cached[3], max(cached[2], log.log_start_offset)
+        else:
+            records, offset = [], log.log_start_offset
+        while offset < log.log_end_offset:
+            batch = log.read_records(offset)
             if not batch:
                 break
             for r in batch:
                 records.append((r.offset, r.leader_epoch, (r.value or b"").decode()))
             offset = batch[-1].offset + 1
-        return records, host.replica.high_watermark
+        start = log.log_start_offset
+        if records and records[0][0] < start:
+            records = [r for r in records if r[0] >= start]
+        self._decoded[partition] = (log, log.rewrites, offset, records)
+        return list(records), host.replica.high_watermark
 
 
 def _broker(p: Process) -> SimBroker:

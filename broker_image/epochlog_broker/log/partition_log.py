@@ -131,6 +131,10 @@ class PartitionLog:
         self.recovery = RecoveryReport(partition=name)
         self._failed: str | None = None
         self._closed = False
+        self.rewrites = 0
+        """Times records this log held above its start were dropped (a truncation, or
+        starting over): while it is unchanged, a copy of offsets below the log end is still
+        what the log holds there."""
 
     # -- open / recovery --------------------------------------------------------------
 
@@ -732,6 +736,7 @@ class PartitionLog:
             raise self._fail(exc) from exc
 
     def _start_over(self, offset: int) -> None:
+        self.rewrites += 1
         for seg in self.segments:
             seg.close()
             self._remove_segment_files(seg.base_offset)
@@ -762,6 +767,7 @@ class PartitionLog:
             )
             return True
         old_end = self.log_end_offset
+        self.rewrites += 1
         try:
             removed = False
             while len(self.segments) > 1 and self.active.base_offset >= offset:
