@@ -740,7 +740,7 @@ def _finish(
     # follower shows 0 between two heartbeats rather than a figure that moves with time.
     got = obs.received.get(d.leader) if d.leader is not None else None
     as_of = view.now_ms if got is None else min(view.now_ms, got.received_ms)
-    lags = {r: lag_ms(r, last_caught_up, as_of, view.started_ms) for r in last_caught_up}
+    lags = {r: lag_ms(r, last_caught_up, as_of, view.lag_floor_ms) for r in last_caught_up}
     if d.leader is not None:
         lags[d.leader] = 0
     status = PartitionStatus(

@@ -77,9 +77,9 @@ def merge_caught_up_times(
     return merged
 
 
-def lag_ms(replica: int, last_caught_up: Mapping[int, int], now_ms: int, started_ms: int) -> int:
+def lag_ms(replica: int, last_caught_up: Mapping[int, int], now_ms: int, floor_ms: int) -> int:
     """How long `replica` has not been caught up, as far as this controller has seen."""
-    since = max(last_caught_up.get(replica, started_ms), started_ms)
+    since = max(last_caught_up.get(replica, floor_ms), floor_ms)
     return max(0, now_ms - since)
 
 
@@ -158,7 +158,7 @@ def _lagging(
 ) -> IsrRemoval | None:
     if member == leader or lag_as_of_ms is None:
         return None
-    lag = lag_ms(member, last_caught_up, lag_as_of_ms, liveness.started_ms)
+    lag = lag_ms(member, last_caught_up, lag_as_of_ms, liveness.lag_floor_ms)
     if lag <= replica_lag_time_max_ms:
         return None
     return IsrRemoval(

@@ -92,10 +92,20 @@ class Liveness:
     started_ms: int
     session_timeout_ms: int = DEFAULT_BROKER_SESSION_TIMEOUT_MS
     sessions: Mapping[int, BrokerSession] = field(default_factory=dict)
+    resumed_ms: int | None = None
+    """When this controller last ran again after a stall (`paused`), if it stalled."""
 
     def __post_init__(self) -> None:
         if self.session_timeout_ms <= 0:
             raise ValueError(f"session_timeout_ms must be positive, not {self.session_timeout_ms}")
+
+    @property
+    def lag_floor_ms(self) -> int:
+        """Lag is counted from no earlier than this: the controller's start, or the end of
+        its latest stall. What a leader reported before a stall says nothing of its
+        followers during it; counting that time as lag took caught-up followers out of
+        the ISR the moment the controller ran again."""
+        return max(self.started_ms, self.resumed_ms or self.started_ms)
 
     @classmethod
     def start(
@@ -161,7 +171,7 @@ class Liveness:
             for b, s in self.sessions.items()
         }
         started = self.started_ms + gap if self.in_grace(since_ms) else self.started_ms
-        return replace(self, started_ms=started, sessions=sessions)
+        return replace(self, started_ms=started, sessions=sessions, resumed_ms=now_ms)
 
     def in_grace(self, now_ms: int) -> bool:
         return now_ms - self.started_ms <= self.session_timeout_ms
@@ -196,6 +206,10 @@ class LivenessView:
     @property
     def started_ms(self) -> int:
         return self.liveness.started_ms
+
+    @property
+    def lag_floor_ms(self) -> int:
+        return self.liveness.lag_floor_ms
 
     @property
     def session_timeout_ms(self) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from epochlog_operator.isr import assess_isr
 from epochlog_operator.liveness import BrokerState, HeartbeatOutcome, Liveness
 
 T = 3_000  # brokerSessionTimeoutMs
@@ -182,3 +183,35 @@ def test_a_stall_during_the_grace_period_extends_it() -> None:
     # After the grace period, a stall does not start it again.
     later = Liveness.start(0, T).paused(10_000, 30_000)
     assert later.state(1, 30_000) is BrokerState.FENCED
+
+
+def test_lag_after_a_stall_counts_from_its_end() -> None:
+    """A follower the leader last reported caught up just before the controller stalled is
+    not lagging when the controller runs again: the controller heard nothing of it during
+    the stall, and counts its lag from the stall's end, as a newly started controller
+    does. Lag it saw before the stall is not lost either: it is judged again from then."""
+    lv = Liveness.start(0, 3000).heartbeat(1, 1, 10_000)[0].heartbeat(3, 1, 10_000)[0]
+    assert lv.lag_floor_ms == 0
+    after = lv.paused(10_050, 13_100)
+    assert after.lag_floor_ms == 13_100
+    view = after.view(13_150)
+    removals = assess_isr(
+        isr=(1, 3),
+        leader=1,
+        isr_broker_epochs={1: 1, 3: 1},
+        liveness=view,
+        last_caught_up={3: 10_000},
+        replica_lag_time_max_ms=3000,
+        lag_as_of_ms=13_150,
+    )
+    assert removals == {}
+    later = assess_isr(
+        isr=(1, 3),
+        leader=1,
+        isr_broker_epochs={1: 1, 3: 1},
+        liveness=after.heartbeat(1, 1, 15_000)[0].heartbeat(3, 1, 15_000)[0].view(16_200),
+        last_caught_up={3: 10_000},
+        replica_lag_time_max_ms=3000,
+        lag_as_of_ms=16_200,
+    )
+    assert list(later) == [3]
