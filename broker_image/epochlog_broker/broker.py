@@ -72,6 +72,7 @@ from epochlog_broker.core import (
     RECOVERY_INTERVAL_MS,
     BatchReadResult,
     BrokerCore,
+    DeleteRecordsDone,
     Effect,
     PreparedBatch,
     ProduceDone,
@@ -160,6 +161,8 @@ class Broker:
         self._report_now = asyncio.Event()
         self._faults_reported = 0
         self._waiters: dict[int, asyncio.Future[ProduceDone]] = {}
+        self._deletes: dict[int, asyncio.Future[DeleteRecordsDone]] = {}
+        """DeleteRecords waiting for the low watermark, by request id (as `_waiters`)."""
         self._next_request = 0
         self._parts: dict[str, _Partition] = {}
         self._sessions_held: dict[int, Signal] = {}
@@ -393,6 +396,10 @@ class Broker:
                 waiter = self._waiters.pop(e.request_id, None)
                 if waiter is not None and not waiter.done():
                     waiter.set_result(e)
+            elif isinstance(e, DeleteRecordsDone):
+                deleted = self._deletes.pop(e.request_id, None)
+                if deleted is not None and not deleted.done():
+                    deleted.set_result(e)
             elif isinstance(e, SendToLeader):
                 self._send_to_leader(e)
             elif isinstance(e, SendSession):
@@ -443,9 +450,13 @@ class Broker:
 
     def _fail_waiters(self, error: EpochlogError) -> None:
         waiters, self._waiters = self._waiters, {}
+        deletes, self._deletes = self._deletes, {}
         for waiter in waiters.values():
             if not waiter.done():
                 waiter.set_exception(error)
+        for deleted in deletes.values():
+            if not deleted.done():
+                deleted.set_exception(error)
 
     # -- clients ---------------------------------------------------------------------------
 
@@ -538,17 +549,40 @@ class Broker:
         return self.current_core().list_offsets(name, at, leader_epoch=leader_epoch)
 
     async def delete_records(
-        self, name: str, before_offset: int, leader_epoch: int | None
+        self, name: str, before_offset: int, leader_epoch: int | None, timeout_ms: int
     ) -> tuple[int, int]:
-        """DeleteRecords at the leader: (the new log start offset, its leader epoch)."""
-        async with self._disk:
-            core = self.current_core()
-            try:
-                start = core.delete_records(name, before_offset, leader_epoch=leader_epoch)
-            finally:
-                self.run_deferred()
-            epoch = core.partitions[name].replica.leader_epoch
-        return start, epoch
+        """DeleteRecords at the leader: (the new log start offset, its leader epoch), once
+        the in-sync replicas' log starts reached it (the core's `DeleteRecordsDone`)."""
+        request_id = self._next_request
+        self._next_request += 1
+        waiter: asyncio.Future[DeleteRecordsDone] = asyncio.get_running_loop().create_future()
+        self._deletes[request_id] = waiter
+        try:
+            async with self._disk:
+                core = self.current_core()
+                try:
+                    effects = core.delete_records(
+                        name,
+                        before_offset,
+                        request_id=request_id,
+                        now_ms=now_ms(),
+                        timeout_ms=timeout_ms,
+                        leader_epoch=leader_epoch,
+                    )
+                finally:
+                    self.run_deferred()
+                self.run(effects)
+            # The core answers by the deadline; this only guards against a lost answer.
+            done = await asyncio.wait_for(waiter, timeout_ms / 1000 + 5)
+        except TimeoutError:
+            raise RequestTimedOutError(
+                f"{name}: no answer in {timeout_ms} ms", leader_epoch=leader_epoch
+            ) from None
+        finally:
+            self._deletes.pop(request_id, None)
+        if done.error is not None:
+            raise done.error
+        return done.log_start_offset, done.leader_epoch
 
     # -- replication: leader side ----------------------------------------------------------
 

@@ -53,7 +53,10 @@ Protocol with the shell:
   `delete_records` (a leader, DeleteRecords) moves a log start up to the HW the same
   way. Leaders carry their log start in fetch answers; followers take it up to their
   own HW, and a follower whose log ends below the leader's log start starts its log
-  over there.
+  over there. Followers report their log start in every fetch; a DeleteRecords is
+  answered by a `DeleteRecordsDone` once the leader's low watermark (the smallest log
+  start of the in-sync replicas) reaches the new start, or with REQUEST_TIMED_OUT at
+  its deadline (`tick`), as Kafka's.
 - Storage faults stay inside the partition: an I/O error, a full disk or damaged
   data of one log (at open or later) takes only that replica offline
   (`Hosted.fault`; `storage_error_of(name)` for the heartbeat). Its requests
@@ -137,6 +140,8 @@ from epochlog_broker.replication.follower import (
     Truncate,
 )
 from epochlog_broker.replication.leader import (
+    DeleteRecordsCompleted,
+    DeleteRecordsFailed,
     Leader,
     LeaderAction,
     ProduceCompleted,
@@ -305,7 +310,20 @@ class Restart:
     reason: str
 
 
-Effect = SendToLeader | SendSession | ProduceDone | Restart
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsDone:
+    """A DeleteRecords request is answered: the low watermark reached `log_start_offset`
+    (`error` None), or it failed (REQUEST_TIMED_OUT, the leadership ended). Records
+    below the offset are deleted at the leader either way."""
+
+    request_id: int
+    partition: str
+    log_start_offset: int
+    leader_epoch: int
+    error: EpochlogError | None = None
+
+
+Effect = SendToLeader | SendSession | ProduceDone | DeleteRecordsDone | Restart
 
 
 @dataclass(frozen=True, slots=True)
@@ -523,10 +541,14 @@ class BrokerCore:
         """Replicas taken offline so far: the shell reports a new one at once."""
         self._deferred: list[Effect] = []
         self._pending: dict[int, _Pending] = {}
+        self._pending_deletes: dict[int, tuple[str, int]] = {}
+        """DeleteRecords waiting for the low watermark: request id -> (partition, epoch)."""
         self._high_watermark_checkpoint: HighWatermarkCheckpoint | None = None
         self._log_start_checkpoint: LogStartCheckpoint | None = None
         self._log_starts_dirty = False
         """A log start moved since the log-start-offset-checkpoint was last written."""
+        self._log_starts_taken: set[str] = set()
+        """Partitions whose log start moved to a leader's since that checkpoint was written."""
         self._maybe_dirty = False
         """Something was appended since `dirty` last answered False."""
         self.fetch_sessions: dict[int, FollowerSession[_WantedFetch]] = {}
@@ -1024,6 +1046,7 @@ class BrokerCore:
             # stop at a high watermark): a checkpoint behind it understates.
             max(self.high_watermark_checkpoint.get(pa.name) or 0, plog.log_start_offset),
             plog.epochs,
+            plog.log_start_offset,
         )
         assignment = Assignment(
             pa.leader,
@@ -1254,6 +1277,15 @@ class BrokerCore:
         for a in actions:
             if isinstance(a, ProposeIsr):
                 continue  # reported in the next heartbeat
+            if isinstance(a, DeleteRecordsCompleted | DeleteRecordsFailed):
+                waiting = self._pending_deletes.pop(a.request_id, None)
+                if waiting is not None:
+                    error = a.error if isinstance(a, DeleteRecordsFailed) else None
+                    name, epoch = waiting
+                    out.append(
+                        DeleteRecordsDone(a.request_id, name, a.log_start_offset, epoch, error)
+                    )
+                continue
             p = self._pending.pop(a.request_id, None)
             if p is None:
                 continue
@@ -1345,9 +1377,10 @@ class BrokerCore:
         return []
 
     def _waiting_leaders(self) -> list[Leader]:
-        """Leaders with produce requests waiting: only they have deadlines (an idle
-        broker's timers cost nothing per partition)."""
+        """Leaders with produce or DeleteRecords requests waiting: only they have
+        deadlines (an idle broker's timers cost nothing per partition)."""
         names = {p.partition for p in self._pending.values()}
+        names.update(name for name, _epoch in self._pending_deletes.values())
         return [
             role
             for name in sorted(names)
@@ -1460,11 +1493,25 @@ class BrokerCore:
             self._check_session_high_watermark(host, role)
 
     def delete_records(
-        self, name: str, before_offset: int, *, leader_epoch: int | None = None
-    ) -> int:
-        """DeleteRecords: records below `before_offset` (-1: the high watermark) go; the
-        log start offset after it (Kafka's low watermark). Bounded by the high watermark
-        (OFFSET_OUT_OF_RANGE above it); an offset below the log start changes nothing."""
+        self,
+        name: str,
+        before_offset: int,
+        *,
+        request_id: int,
+        now_ms: int,
+        timeout_ms: int,
+        leader_epoch: int | None = None,
+    ) -> list[Effect]:
+        """DeleteRecords: records below `before_offset` (-1: the high watermark) go from
+        the leader's log at once, durably. Bounded by the high watermark
+        (OFFSET_OUT_OF_RANGE above it); an offset below the log start changes nothing.
+
+        The answer is a `DeleteRecordsDone` with the log start after it, once the low
+        watermark (`Leader.low_watermark`) reaches that start: a new leader elected from
+        the ISR then serves nothing below it. Answered before, a failover could bring
+        back records the client was told were deleted. After `timeout_ms` it fails with
+        REQUEST_TIMED_OUT; the deletion at the leader stands and the followers catch up.
+        """
         host = self._get(name)
         role = self._leader(host, leader_epoch)
         high_watermark = role.high_watermark
@@ -1486,8 +1533,17 @@ class BrokerCore:
         self._delete_below_start(host)
         if host.fault is not None:
             raise self._offline_error(host)
-        log.info("records_deleted", partition=name, logStartOffset=plog.log_start_offset)
-        return plog.log_start_offset
+        start = plog.log_start_offset
+        log.info("records_deleted", partition=name, logStartOffset=start)
+        self._pending_deletes[request_id] = (name, role.leader_epoch)
+        return self._leader_effects(
+            role.on_records_deleted(
+                request_id=request_id,
+                log_start_offset=start,
+                now_ms=now_ms,
+                timeout_ms=timeout_ms,
+            )
+        )
 
     def _checkpointed_partitions(self) -> list[str]:
         # Every partition on disk keeps its line, whatever its role (KAFKA-1647).
@@ -1692,6 +1748,11 @@ class BrokerCore:
         s = self.fetch_sessions.get(leader_id)
         if s is None:
             return None
+        for name, w in list(s.wanted.items()):
+            host = self.partitions.get(name)
+            moved = w if host is None else self._with_log_start(host, w)
+            if moved is not w:
+                s.want(name, moved)
         return s.build(
             max_wait_ms=self.replica_fetch_max_wait_ms,
             max_bytes=self.replica_fetch_response_max_bytes,
@@ -1731,7 +1792,8 @@ class BrokerCore:
             log.info("fetch_session_opened", leader=leader_id, sessionId=answer.session_id)
         effects: list[Effect] = []
         for w, pa in s.on_answer(answer):
-            effects += self.on_leader_answer(w.sent, pa).effects
+            effects += self.on_leader_answer(w.sent, pa, checkpoint=False).effects
+        effects += self._checkpoint_taken_log_starts()
         # Partitions still syncing send their new persisted ends as soon as they have them.
         s.delay_ms = 0 if answer.has_data or s.awaiting_syncs else self.fetch_backoff.idle_fetch_ms
         return LeaderAnswerApplied(effects, "ok")
@@ -1751,8 +1813,20 @@ class BrokerCore:
                 e.leader_id, self.broker_id, self.broker_epoch
             )
         assert isinstance(e.request, FetchRequest)
-        s.want(host.log.name, _WantedFetch(e, e.request, e.session))
+        s.want(host.log.name, self._with_log_start(host, _WantedFetch(e, e.request, e.session)))
         host.fetching_from = e.leader_id
+
+    @staticmethod
+    def _with_log_start(host: Hosted, w: _WantedFetch) -> _WantedFetch:
+        """`w` reporting the log start as it is now (Kafka's LogStartOffset of a replica
+        fetch), which the leader's low watermark counts. The start moves after a fetch is
+        wanted (the follower takes the leader's start from the answer that wanted it):
+        a changed start lists the partition again in the session, as a moved position."""
+        start = host.log.log_start_offset
+        if w.request.log_start_offset == start:
+            return w
+        request = replace(w.request, log_start_offset=start)
+        return _WantedFetch(replace(w.sent, request=request), request, w.session)
 
     def _drop_fetch(self, host: Hosted) -> None:
         if host.fetching_from is not None:
@@ -1794,10 +1868,18 @@ class BrokerCore:
         return self._follower_effects(host, follower.on_epoch_end_offset(answer))
 
     def on_leader_answer(
-        self, sent: SendToLeader, answer: LeaderAnswer | EpochlogError | None, failure: str = ""
+        self,
+        sent: SendToLeader,
+        answer: LeaderAnswer | EpochlogError | None,
+        failure: str = "",
+        *,
+        checkpoint: bool = True,
     ) -> LeaderAnswerApplied:
         """What came back for `sent`: the leader's answer, its typed error, or nothing
-        (None: no answer in time, no connection; `failure` says why, for the log)."""
+        (None: no answer in time, no connection; `failure` says why, for the log).
+        A log start taken from the answer is checkpointed before this returns, unless
+        `checkpoint` is False: then the caller does it once for a whole session answer
+        (`_checkpoint_taken_log_starts`), still before the next fetch goes out."""
         host = self.partitions.get(sent.partition)
         if host is None:
             return LeaderAnswerApplied([], "stale")  # deleted since: reassigned away
@@ -1820,16 +1902,42 @@ class BrokerCore:
         if isinstance(answer, FetchData) and host.session == sent.session:
             host.leader_high_watermark = answer.high_watermark
             self._take_leader_log_start(host, answer.log_start_offset)
+        if checkpoint:
+            effects += self._checkpoint_taken_log_starts()
         return LeaderAnswerApplied(effects, "ok")
 
     def _take_leader_log_start(self, host: Hosted, leader_log_start: int) -> None:
         """A follower moves its log start up to the leader's, as far as its own high
-        watermark (Kafka's log start propagation); the next retention pass
-        checkpoints it and deletes the segments below it."""
+        watermark (Kafka's log start propagation); the next retention pass deletes the
+        segments below it."""
         target = min(leader_log_start, host.replica.high_watermark)
         if host.fault is None and target > host.log.log_start_offset:
             host.log.advance_log_start(target)
+            self._log_starts_taken.add(host.log.name)
             self._log_starts_dirty = True
+
+    def _checkpoint_taken_log_starts(self) -> list[Effect]:
+        """Write the log starts taken from leaders' answers before the next fetch reports
+        this replica's position: a replica that counts toward a high watermark or joins an
+        ISR with a log start held only in memory comes back from a crash with its old one,
+        and serves again what the leader deleted (with a deposed leader's tail below it,
+        records never committed). One write for a whole session answer; log starts move
+        with retention and DeleteRecords, not with every fetch."""
+        if not self._log_starts_taken:
+            return []
+        taken, self._log_starts_taken = self._log_starts_taken, set()
+        try:
+            self._write_log_starts()
+        except _DISK_ERRORS as exc:
+            # One checkpoint file holds every partition's start: each one that moved goes
+            # offline (retried by recovery) rather than fetch on with its start in memory.
+            effects: list[Effect] = []
+            for name in sorted(taken):
+                host = self.partitions.get(name)
+                if host is not None and host.fault is None:
+                    effects += self._take_offline(host, exc)
+            return effects
+        return []
 
     def _leader_failed(
         self, host: Hosted, sent: SendToLeader, error: EpochlogError | None, failure: str

@@ -82,6 +82,7 @@ def session_request(body: SessionFetchBody) -> SessionFetchRequest:
                     p.fetch_offset,
                     p.last_fetched_epoch,
                     p.persisted_log_end_offset,
+                    p.log_start_offset,
                 ),
             )
             for p in body.partitions
@@ -106,6 +107,7 @@ def session_body(request: SessionFetchRequest) -> dict[str, Any]:
                 fetch_offset=f.fetch_offset,
                 last_fetched_epoch=f.last_fetched_epoch,
                 persisted_log_end_offset=f.persisted,
+                log_start_offset=f.log_start_offset,
             )
             for name, f in request.partitions
         ],

@@ -343,8 +343,20 @@ async def delete_records(request: web.Request) -> web.Response:
     broker = request.app[BROKER_KEY]
     name = request.match_info["name"]
     _allow(request, Operation.WRITE, name)
+    cfg = broker.config
     before = int_param(request.query, Params.BEFORE_OFFSET, minimum=-1)
-    start, epoch = await broker.delete_records(name, before, optional_epoch(request.query))
+    # As produce's: the request timeout (30 s by default, as the DeleteRecords of
+    # Kafka's admin client) bounds the wait for the followers' log starts.
+    timeout_ms = int_param(
+        request.query,
+        Params.TIMEOUT_MS,
+        cfg.default_timeout_ms,
+        minimum=1,
+        maximum=cfg.max_timeout_ms,
+    )
+    start, epoch = await broker.delete_records(
+        name, before, optional_epoch(request.query), timeout_ms
+    )
     return _answer(DeleteRecordsAnswer(log_start_offset=start, leader_epoch=epoch))
 
 

@@ -16,6 +16,10 @@ Checks:
   or above a log start must be there (`removed_by_retention` counts the others).
 - diverged: two replicas hold different records at an offset below both of
   their high watermarks (audited during the run and at the end).
+- deleted-records-resurfaced: the leader the status names holds a record below an
+  offset a DeleteRecords was answered for: records a client was told were deleted
+  are readable again (audited during the run and at the end). Unclean elections
+  void it, as they void acked-lost.
 - duplicate / phantom: a record appears twice in a replica's log, or a record
   nobody sent appears.
 - consumer-offsets / producer-offsets: offsets a consumer read, or a producer
@@ -46,6 +50,9 @@ Checks:
   leader because every ISR member lost its disk: it waits rather than guess).
 - not-replicated: after healing and settling, a live replica lacks an
   acknowledged record.
+- isr-not-restored: the liveness bound after healing, a live replica of a led
+  partition holds its leader's whole log but is not in the ISR (a proposal
+  refused, voided or lost on the way must be made again).
 
 A Partition deleted and created again is one history: its statuses, epochs,
 leader writes and client observations are judged by name across the delete,
@@ -59,8 +66,8 @@ caught up; a replica that lost its disk may lead only after refetching.
 `check_observations` runs the subset that needs no simulator ground truth, for
 runs on real processes (`epochlog.devcluster.nemesis`): everything above except
 two-leaders (which process appended as leader in which epoch is known only
-inside the simulator; diverged covers its consequence), the two ISR checks
-(they need every follower fetch with the leader's log end at that moment) and
+inside the simulator; diverged covers its consequence), the ISR checks (they
+need every follower fetch with the leader's log end at that moment) and
 no-leader (the real-process runner judges liveness itself, by waiting).
 """
 
@@ -124,6 +131,7 @@ class Checker:
         self.lag_max_ms = lag_max_ms
         self.violations: list[Violation] = []
         self._reported_stuck: set[tuple[str, int, int]] = set()
+        self._reported_resurfaced: set[tuple[str, int]] = set()
         self._restored_at: dict[tuple[str, int], int] = {}
         self.removed_by_retention: dict[str, int] = {}
         """Acknowledged or read records found below the final log start, per partition."""
@@ -145,6 +153,40 @@ class Checker:
         for partition, status in statuses.items():
             if status is not None and status.leader is not None:
                 self._check_stuck(now, partition, status)
+        self._check_deletions(now, logs, statuses)
+
+    def _check_deletions(
+        self,
+        now: int,
+        logs: Mapping[str, Mapping[int, ReplicaLog]],
+        statuses: Mapping[str, PartitionStatus | None],
+    ) -> None:
+        """The leader holds no record below an answered DeleteRecords' offset. A leader
+        whose log is empty there (a wiped disk not yet replaced in the status) shows
+        nothing deleted, and is not judged until it holds records."""
+        for partition, status in statuses.items():
+            if status is None or status.leader is None:
+                continue
+            deleted = [d for d in self.h.deletions if d.partition == partition and d.time <= now]
+            replica = logs.get(partition, {}).get(status.leader)
+            if not deleted or replica is None:
+                continue
+            d = max(deleted, key=lambda d: d.offset)
+            records = replica[0]  # in offset order, from the log start
+            key = (partition, status.leader_epoch)
+            if not records or records[0][0] >= d.offset or key in self._reported_resurfaced:
+                continue
+            self._reported_resurfaced.add(key)
+            first = records[0]
+            self._flag(
+                "deleted-records-resurfaced",
+                now,
+                partition,
+                f"leader {status.leader} (leaderEpoch {status.leader_epoch}) holds "
+                f"{_rec(first)} at offset {first[0]}, below {d.offset}: DeleteRecords was "
+                f"answered for the records below it at t={d.time} (leaderEpoch "
+                f"{d.leader_epoch}, {d.client})",
+            )
 
     def _check_agreement(
         self,
@@ -302,6 +344,8 @@ class Checker:
         self._check_isr_removals()
         if healed_at is not None:
             self._check_liveness(healed_at, liveness_bound_ms, logs, statuses)
+            if end >= healed_at + liveness_bound_ms:
+                self._check_isr_restored(end, healed_at, logs, statuses, log_starts or {})
             served = {p: r for p, r in logs.items() if not self._lost_every_copy(statuses.get(p))}
             self._check_replicated(end, served, log_starts or {})
         return sorted(self.violations, key=lambda v: v.time)
@@ -337,6 +381,7 @@ class Checker:
         self._check_epochs()
         self._check_acks_and_reads(end, logs, statuses, log_starts)
         self._check_client_offsets()
+        self._check_deletions(end, logs, statuses)
 
     def _check_log_contents(
         self, end: int, partition: str, broker: int, records: list[tuple[int, int, str]]
@@ -653,6 +698,38 @@ class Checker:
                     f"faults healed at t={healed_at}; a leader was recorded {when} "
                     f"(bound {bound_ms} ms)",
                 )
+
+    def _check_isr_restored(
+        self,
+        end: int,
+        healed_at: int,
+        logs: Mapping[str, Mapping[int, ReplicaLog]],
+        statuses: Mapping[str, PartitionStatus | None],
+        log_starts: LogStarts,
+    ) -> None:
+        """Once the faults are long healed, a live replica holding its leader's whole log
+        is in the ISR: a proposal refused, voided or lost on the way is made again."""
+        for partition, replicas in logs.items():
+            status = statuses.get(partition)
+            leader = status.leader if status is not None else None
+            if status is None or leader is None or leader not in replicas:
+                continue
+            starts = log_starts.get(partition, {})
+            records = replicas[leader][0]
+            leader_end = _start_of(records, starts, leader) + len(records)
+            for b in status.replicas:
+                if b in status.isr or b not in replicas:
+                    continue
+                recs = replicas[b][0]
+                if _start_of(recs, starts, b) + len(recs) == leader_end:
+                    self._flag(
+                        "isr-not-restored",
+                        end,
+                        partition,
+                        f"broker {b} holds leader {leader}'s whole log (to offset "
+                        f"{leader_end}) {end - healed_at} ms after the faults healed, but is "
+                        f"not in the ISR {list(status.isr)}",
+                    )
 
     def _lost_every_copy(self, final: PartitionStatus | None) -> bool:
         """Leaderless because every ISR member lost its disk: the controller may not tell

@@ -1,7 +1,7 @@
 """What happened in a run, as the checker needs it: client observations and ground truth.
 
 Clients record what they were told (acknowledgements with offsets, records read,
-high watermarks and latest offsets seen). The simulated processes record the
+high watermarks and latest offsets seen, DeleteRecords answered). The simulated processes record the
 ground truth only a simulator can see: which broker appended as leader in
 which epoch, every status the controller wrote, every follower fetch the
 leader served with the leader's log end at that moment, process lifetimes and
@@ -58,6 +58,17 @@ class OffsetSeen:
 
 
 @dataclass(frozen=True, slots=True)
+class Deleted:
+    """A DeleteRecords a client was answered: the records below `offset` are deleted."""
+
+    client: str
+    partition: str
+    offset: int
+    leader_epoch: int
+    time: int
+
+
+@dataclass(frozen=True, slots=True)
 class StatusWrite:
     partition: str
     status: PartitionStatus
@@ -101,6 +112,7 @@ class History:
     acks: list[Ack] = field(default_factory=list)
     reads: list[Read] = field(default_factory=list)
     offsets: list[OffsetSeen] = field(default_factory=list)
+    deletions: list[Deleted] = field(default_factory=list)
     status_writes: list[StatusWrite] = field(default_factory=list)
     leader_writes: dict[tuple[str, int], set[tuple[int, int]]] = field(default_factory=dict)
     """(partition, leaderEpoch) -> (broker, brokerEpoch) of every process that appended as

@@ -340,22 +340,32 @@ class Client:
     ) -> OffsetAndEpoch:
         """Kafka's DeleteRecords: the records below `before_offset` (-1: below the high
         watermark) are deleted on every replica; answers (the log start offset after it,
-        leaderEpoch). Above the high watermark it is OFFSET_OUT_OF_RANGE; below the log
-        start nothing changes. Retried across leader changes for up to `timeout_ms`: the
-        log start only moves up, so asking again is harmless."""
+        leaderEpoch) once every in-sync replica's log starts there (the leader answers
+        REQUEST_TIMED_OUT while one does not, and the deletion at the leader stands).
+        Above the high watermark it is OFFSET_OUT_OF_RANGE; below the log start nothing
+        changes. Retried across leader changes for up to `timeout_ms`: the log start only
+        moves up, so asking again is harmless."""
         check_partition_name(partition)
         if before_offset < -1:
             raise ValueError(f"before_offset {before_offset}: an offset, or -1 for the HW")
         timeout_s = (timeout_ms / 1000) if timeout_ms is not None else self.request_timeout_s
+        deadline = asyncio.get_running_loop().time() + timeout_s
 
         async def once(leader: PartitionLeader) -> OffsetAndEpoch:
             path = f"/v1/partitions/{leader.partition}/delete-records"
+            # The leader waits for its followers up to what is left of our timeout.
+            wait_ms = max(1, int((deadline - asyncio.get_running_loop().time()) * 1000))
             answer, _ = await self.transport.request(
                 "POST",
                 leader.url,
                 path,
-                params={Params.BEFORE_OFFSET: str(before_offset), **self._epoch_param(leader)},
-                timeout_s=self.request_timeout_s,
+                params={
+                    Params.BEFORE_OFFSET: str(before_offset),
+                    Params.TIMEOUT_MS: str(wait_ms),
+                    **self._epoch_param(leader),
+                },
+                # The broker answers by timeoutMs; the margin covers the trip and its disk.
+                timeout_s=wait_ms / 1000 + min(5.0, self.request_timeout_s),
             )
             return parse_delete_records_answer(answer, leader.url + path)
 

@@ -201,18 +201,27 @@ def _paths() -> dict[str, Any]:
             "post": {
                 "operationId": "deleteRecords",
                 "summary": "Delete the records below an offset (Kafka's DeleteRecords): the "
-                "log start offset moves there, on every replica. Bounded by the high "
-                "watermark (OFFSET_OUT_OF_RANGE above it).",
+                "leader's log start offset moves there at once; the answer comes once "
+                "every in-sync replica's log starts there too (the low watermark), or "
+                "REQUEST_TIMED_OUT after timeoutMs (the deletion at the leader stands). "
+                "Bounded by the high watermark (OFFSET_OUT_OF_RANGE above it).",
                 "parameters": [
                     _query(
                         Params.BEFORE_OFFSET,
                         "Records below this offset go; -1: below the high watermark.",
                         {"type": "integer", "minimum": -1},
                     ),
+                    _query(
+                        Params.TIMEOUT_MS,
+                        "How long to wait for the in-sync replicas' log starts.",
+                        _INT,
+                    ),
                     _EPOCH,
                 ],
                 "responses": {
-                    "200": _json("DeleteRecordsAnswer", "The new log start offset."),
+                    "200": _json(
+                        "DeleteRecordsAnswer", "The new log start offset, on every ISR member."
+                    ),
                     **_ERRORS,
                 },
             },

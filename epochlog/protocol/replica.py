@@ -53,14 +53,17 @@ OffsetOrUndefined = Annotated[int, Field(strict=True, ge=UNDEFINED_OFFSET)]
 class PartitionFetchBody(WireModel):
     """One partition of a fetch session request: at which leader epoch, from which
     offset (and the epoch of the batch before it, so the leader can tell whether the
-    logs diverge), and how much of its log the follower has fsynced (the only part
-    the leader counts; fetches are pipelined, so it may lag the fetch offset)."""
+    logs diverge), how much of its log the follower has fsynced (the only part
+    the leader counts; fetches are pipelined, so it may lag the fetch offset), and
+    where the follower's log starts (Kafka's LogStartOffset: a DeleteRecords answer
+    waits until every in-sync replica's log starts at or above its offset)."""
 
     partition: PartitionName
     leader_epoch: NonNegativeInt
     fetch_offset: NonNegativeInt
     persisted_log_end_offset: NonNegativeInt
     last_fetched_epoch: EpochOrNone = NO_EPOCH
+    log_start_offset: NonNegativeInt = 0
 
     @model_validator(mode="after")
     def _persisted_within_log(self) -> PartitionFetchBody:
@@ -100,7 +103,9 @@ class EpochQueryBody(WireModel):
 
 class EpochAnswerBody(WireModel):
     """The largest epoch at or below the one asked for and where it ends; NO_EPOCH and
-    UNDEFINED_OFFSET when the leader has none."""
+    UNDEFINED_OFFSET when the leader has none. NO_EPOCH with an offset: the leader holds
+    no epoch at or below the one asked for, and its history begins at that offset (the
+    follower starts its log over there)."""
 
     epoch: EpochOrNone
     end_offset: OffsetOrUndefined

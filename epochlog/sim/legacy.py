@@ -28,6 +28,15 @@ configured into any of these behaviours.
   heard of in an assignment, then log end, and never restores the status from
   the assignments brokers hold. A stale, longer tail that heard of the newest
   epoch wins, and acknowledged records of that epoch are truncated away.
+- `history-start-divergence`: a leader asked where an epoch below its history
+  ends answers (that epoch, where the history begins), as Kafka's
+  LeaderEpochFileCache does, and the follower truncates there, keeping its own
+  records of that epoch below it; a log start a follower takes from its leader
+  stays in memory until the next retention pass writes it. A deposed leader's
+  never committed tail then comes back as committed data after a crash.
+- `refuse-once`: the controller sends a refused ISR proposal's refusal in one
+  heartbeat answer only; if that answer is lost, the leader keeps the proposal
+  pending (and the replica in its HW quorum) until the partitionEpoch moves.
 """
 
 from __future__ import annotations
@@ -53,6 +62,8 @@ NO_OFFSET_GATE: Final = "no-offset-gate"
 COUNT_LAG: Final = "count-lag"
 LATE_MAXIMAL_ISR: Final = "late-maximal-isr"
 RANK_BY_KNOWN_EPOCH: Final = "rank-by-known-epoch"
+HISTORY_START_DIVERGENCE: Final = "history-start-divergence"
+REFUSE_ONCE: Final = "refuse-once"
 
 LEGACY: Final = {
     TRUNCATE_TO_HW: "truncate to the local HW on becoming follower (KAFKA-1211, pre KIP-101)",
@@ -65,6 +76,9 @@ LEGACY: Final = {
     "recorded (pre KIP-497)",
     RANK_BY_KNOWN_EPOCH: "after a lost status, rank logs by the epoch a broker knows from an "
     "assignment instead of restoring the status from the brokers",
+    HISTORY_START_DIVERGENCE: "take a leader's 'my history begins here' for a divergence point "
+    "and keep a log start learned from the leader in memory until the next retention pass",
+    REFUSE_ONCE: "send a refused ISR proposal's refusal in one heartbeat answer only",
 }
 
 COUNT_LAG_MAX_MESSAGES: Final = 20
@@ -101,8 +115,12 @@ class UngatedLateLeader(UngatedLeader, LateMaximalIsrLeader):
     pass
 
 
+def _epoch_end_at_history_start(self: Leader, epoch: int) -> tuple[int, int]:
+    return self.epochs.end_offset_for(epoch, self.log_end_offset)
+
+
 def replica_class(legacy: frozenset[str]) -> type[Replica]:
-    if not legacy & {TRUNCATE_TO_HW, NO_OFFSET_GATE, LATE_MAXIMAL_ISR}:
+    if not legacy & {TRUNCATE_TO_HW, NO_OFFSET_GATE, LATE_MAXIMAL_ISR, HISTORY_START_DIVERGENCE}:
         return Replica
     leader: type[Leader] = Leader
     if NO_OFFSET_GATE in legacy and LATE_MAXIMAL_ISR in legacy:
@@ -111,6 +129,8 @@ def replica_class(legacy: frozenset[str]) -> type[Replica]:
         leader = UngatedLeader
     elif LATE_MAXIMAL_ISR in legacy:
         leader = LateMaximalIsrLeader
+    if HISTORY_START_DIVERGENCE in legacy:
+        leader = type("HistoryStartLeader", (leader,), {"_epoch_end": _epoch_end_at_history_start})
     follower = TruncatingFollower if TRUNCATE_TO_HW in legacy else Follower
     return type("LegacyReplica", (Replica,), {"leader_class": leader, "follower_class": follower})
 
@@ -146,6 +166,11 @@ class LegacyBrokerCore(BrokerCore):
                 host.dirty = False
                 host.log.flush()
         return []
+
+    def _checkpoint_taken_log_starts(self) -> list[Effect]:
+        if HISTORY_START_DIVERGENCE in self.legacy:
+            return []  # the next retention pass writes them
+        return super()._checkpoint_taken_log_starts()
 
     def _checkpointed_partitions(self) -> list[str]:
         if DROP_HW_CHECKPOINT not in self.legacy:

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from epochlog.checker.history import History, Refusal, StatusWrite
+from epochlog.checker.history import Deleted, History, Refusal, StatusWrite
 from epochlog.protocol.batch import Record
 from epochlog.protocol.errors import EpochlogError, InvalidRequestError
 from epochlog.protocol.heartbeat import BrokerHeartbeat, HeartbeatResponse
@@ -32,6 +32,7 @@ from epochlog.sim import legacy as legacy_mod
 from epochlog.sim.world import CONTROLLER, TIMEOUT, Process, World
 from epochlog_broker.core import (
     BrokerCore,
+    DeleteRecordsDone,
     Effect,
     LeaderAnswer,
     ProduceDone,
@@ -42,7 +43,7 @@ from epochlog_broker.core import (
 )
 from epochlog_broker.log.config import LogConfig
 from epochlog_broker.log.partition_log import PartitionLog
-from epochlog_broker.log.simfs import CrashFileSystem
+from epochlog_broker.log.simfs import CrashFileSystem, ProcessStopped
 from epochlog_broker.replication.fetch_backoff import FetchBackoff
 from epochlog_broker.replication.fetch_session import SessionFetchAnswer, SessionFetchRequest
 from epochlog_broker.replication.leader import Leader
@@ -338,16 +339,82 @@ class SimBroker(Process):
         self.run(self.core.take_deferred())
         self.after(self.config.retention_check_ms, self._retention)
 
-    def delete_records(self, partition: str, before_offset: int) -> int | None:
-        """DeleteRecords at this broker: the new log start, or None if it refused."""
-        if self.core is None:
-            return None
+    def crash_in_retention(self, steps: int, *, torn: bool = False) -> bool:
+        """Run a retention pass now and lose power at its file operation number `steps`
+        (the log start checkpoint, a segment's files, a directory sync; right after the
+        pass if it has fewer), unsynced writes torn at random with `torn`. True when the
+        crash stopped the pass."""
+        core = self.core
+        if core is None or not self.alive:
+            return False
+        stopped = False
+        self.fs.stop_after(steps)
         try:
-            return self.core.delete_records(partition, before_offset)
-        except EpochlogError:
-            return None
+            core.enforce_retention(self.now)
+        except ProcessStopped:
+            stopped = True
         finally:
-            self.run(self.core.take_deferred())
+            self.fs.stop_after(None)
+        self.kill(power_loss=True, torn=torn)
+        return stopped
+
+    def delete_records(self, partition: str, before_offset: int) -> int | None:
+        """DeleteRecords at this broker, not waiting for its answer: the leader's new log
+        start, or None if it refused. The answer, when it comes, goes into the history
+        as a client's would (`Sim.delete_records` waits for it)."""
+        core = self.core
+        if core is None:
+            return None
+        refused: list[EpochlogError] = []
+
+        def answered(result: object) -> None:
+            if isinstance(result, EpochlogError):
+                refused.append(result)
+            elif isinstance(result, DeleteRecordsDone) and result.error is None:
+                self.history.deletions.append(
+                    Deleted(
+                        f"broker {self.broker_id}'s caller",
+                        partition,
+                        result.log_start_offset,
+                        result.leader_epoch,
+                        self.world.now,
+                    )
+                )
+
+        self.handle_delete_records(partition, before_offset, None, answered)
+        host = core.partitions.get(partition)
+        return None if refused or host is None else host.log.log_start_offset
+
+    def handle_delete_records(
+        self,
+        partition: str,
+        before_offset: int,
+        leader_epoch: int | None,
+        reply: Reply,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """DeleteRecords: `reply` gets the `DeleteRecordsDone` once the low watermark
+        reaches the new log start (or it timed out), or the error that refused it."""
+        core = self.core
+        assert core is not None
+        rid = self._next_request
+        self._next_request += 1
+        self._waiters[rid] = reply
+        try:
+            effects = core.delete_records(
+                partition,
+                before_offset,
+                request_id=rid,
+                now_ms=self.now,
+                timeout_ms=timeout_ms or self.config.request_timeout_ms,
+                leader_epoch=leader_epoch,
+            )
+        except EpochlogError as exc:
+            self._waiters.pop(rid, None)
+            self.run(core.take_deferred())
+            reply(exc)
+            return
+        self.run(effects)
 
     def _tick(self) -> None:
         assert self.core is not None
@@ -370,7 +437,7 @@ class SimBroker(Process):
 
     def run(self, effects: list[Effect]) -> None:
         for e in effects:
-            if isinstance(e, ProduceDone):
+            if isinstance(e, ProduceDone | DeleteRecordsDone):
                 reply = self._waiters.pop(e.request_id, None)
                 if reply is not None:
                     reply(e)
@@ -661,6 +728,8 @@ class SimController(Process):
         response, _ = self.core.on_heartbeat(hb, self.world.now, self.store.inputs())
         if legacy_mod.RANK_BY_KNOWN_EPOCH in self.legacy:
             self.core.handed.clear()  # nor does it remember what it handed out
+        if legacy_mod.REFUSE_ONCE in self.legacy:
+            self.core.rejected.pop(hb.broker_id, None)  # handed out once, then forgotten
         reply(response)
 
     def _reconcile(self) -> None:

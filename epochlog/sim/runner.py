@@ -9,13 +9,18 @@ producers stopped half-way, and runs every check of `checker`, including the
 liveness ones that only make sense once the faults are gone.
 
 Fault kinds (`FAULTS`): kill, power-loss, pause, partition, one-way,
-controller, lossy-network, double-kill, all-crash, kill-on-isr-change,
-recreate, rolling-restart, wipe, preferred-leader, retention, reassign.
+controller, lossy-network, lost-answer, double-kill, all-crash,
+kill-on-isr-change, recreate, rolling-restart, wipe, preferred-leader,
+retention, retention-crash, reassign.
 
 With retention enabled, each partition keeps by time (a few seconds), by size (a
 few segments) or everything, drawn per seed (`_retention_settings`), so segments
 are deleted and log starts move on every replica while the other faults strike;
-the retention fault also calls DeleteRecords at a leader.
+the retention fault also calls DeleteRecords at a leader. The brokers' retention
+pass runs every 500 ms or at the production interval (5 minutes: never within a
+run), and the high watermark checkpoint every second or every 5 s, drawn per
+seed: a window that a fast interval closes stays open for minutes in a real
+cluster, and the schedules must find what happens in it.
 
 The controller runs preferred leader election with a short check interval
 (`PREFERRED_CHECK_MS`), so leadership moves back to preferred replicas after
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import os
+import random
 import sys
 import time
 import traceback
@@ -35,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from epochlog.checker.checks import Violation
+from epochlog.protocol.heartbeat import HeartbeatResponse
 from epochlog.resources import PartitionSpec
 from epochlog.sim.legacy import check_names
 from epochlog.sim.nodes import SimConfig
@@ -68,10 +75,26 @@ FAULTS: Final = {
     "preferred-leader": "SIGKILL a partition's preferred replica while it leads and restart it: "
     "the controller's balance check moves leadership back under load, and at times the old or "
     "the new leader is killed or cut off in the middle of that handover",
+    "retention-crash": "power loss of a broker in the middle of a retention pass it runs at "
+    "once, at one of its file operations (the log start checkpoint, a segment's files, a "
+    "directory sync), at times with torn writes; restart later",
+    "lost-answer": "the controller's next one to three heartbeat answers to a broker are lost "
+    "(at times only answers that carry assignments or refused ISR proposals); or a follower "
+    "is cut off from the controller until fenced while it still fetches, and the answers "
+    "refusing its leader's proposals to add it back are lost",
 }
 
 PREFERRED_CHECK_MS: Final = 2000
 """The controller's leader imbalance check interval in random runs (production: 5 min)."""
+
+RETENTION_CHECK_MS: Final = (500, 300_000)
+"""The brokers' retention pass interval, drawn per seed: every 500 ms, or the broker's
+default of 5 minutes, so never within a run. A pass also writes the log starts that
+moved in memory; at the production interval, a window that a fast pass closes in
+half a second stays open for the whole run."""
+
+CHECKPOINT_INTERVAL_MS: Final = (1000, 5000)
+"""The high watermark checkpoint interval, drawn per seed: fast, or the broker's default."""
 
 LIVENESS_BOUND_MS: Final = 10_000
 
@@ -100,8 +123,6 @@ class ScheduleResult:
 
 def build(seed: int, settings: RunSettings) -> Sim:
     """The cluster of a random run, before anything started."""
-    import random
-
     rng = random.Random(seed ^ 0x5EED)
     specs = []
     for i in range(2):
@@ -124,7 +145,13 @@ def build(seed: int, settings: RunSettings) -> Sim:
     network = NetworkConfig()
     if "lossy-network" in settings.faults and rng.random() < 0.5:
         network = NetworkConfig(drop_rate=0.02, duplicate_rate=0.02)
-    config = SimConfig(rebalance=RebalanceSettings(check_interval_ms=PREFERRED_CHECK_MS))
+    # Their own random source: the draws above stay as they were for every seed.
+    intervals = random.Random(seed ^ 0x1E7A)
+    config = SimConfig(
+        rebalance=RebalanceSettings(check_interval_ms=PREFERRED_CHECK_MS),
+        retention_check_ms=intervals.choice(RETENTION_CHECK_MS),
+        checkpoint_interval_ms=intervals.choice(CHECKPOINT_INTERVAL_MS),
+    )
     return Sim(
         seed,
         brokers=3,
@@ -138,8 +165,6 @@ def build(seed: int, settings: RunSettings) -> Sim:
 def _retention_settings(seed: int, specs: list[PartitionSpec]) -> list[PartitionSpec]:
     """Each partition keeps a few seconds, a few 16 KiB segments, or everything (its own
     random source: the draws of the other settings stay as they were for every seed)."""
-    import random
-
     rng = random.Random(seed ^ 0x7E7E)
     out = []
     for s in specs:
@@ -261,6 +286,16 @@ class _Nemesis:
             self._delete_records(rng.choice(sim.specs).name)
         elif kind == "reassign":
             self._reassign(rng.choice(sim.specs).name)
+        elif kind == "retention-crash":
+            if sim.brokers[b].alive:
+                sim.crash_in_retention(b, rng.randint(0, 12), torn=rng.random() < 0.5)
+                self._later(300, 5000, lambda: self._restart_if_down(b))
+        elif kind == "lost-answer":
+            shape = rng.random()
+            if shape < 1 / 3:
+                self._fence_a_fetching_follower(rng.choice(sim.specs).name)
+            else:
+                self._lose_answers(b, rng.randint(1, 3), carrying=shape < 2 / 3)
         elif kind == "all-crash":
             down = [x for x, br in sim.brokers.items() if br.alive]
             for x in down:
@@ -270,6 +305,68 @@ class _Nemesis:
                 t += rng.randint(300, 3000)
                 self._at(t, functools.partial(self._restart_if_down, x))
         self._next()
+
+    def _lose_answers(
+        self,
+        b: int,
+        count: int,
+        *,
+        carrying: bool,
+        refusals_only: bool = False,
+        within_ms: tuple[int, int] = (1000, 5000),
+    ) -> None:
+        """Lose the controller's next `count` heartbeat answers to `b` (with `carrying`,
+        only those that hand out assignments or refuse ISR proposals; with
+        `refusals_only`, those that refuse ISR proposals): the heartbeats arrive and
+        count, their answers never do."""
+        sim = self.sim
+
+        def match(message: object) -> bool:
+            if not isinstance(message, HeartbeatResponse):
+                return False
+            if refusals_only:
+                return bool(message.rejected_isr_proposals)
+            return not carrying or bool(
+                message.assignments or message.rejected_isr_proposals or message.stop_replicas
+            )
+
+        holds = [sim.hold(CONTROLLER, b, match) for _ in range(count)]
+
+        def lose() -> None:
+            for h in holds:
+                sim.lose(h)
+
+        # Not guarded by the fault phase: no hold may outlive it and take answers later.
+        sim.world.after(self.rng.randint(*within_ms), lose)
+
+    def _fence_a_fetching_follower(self, name: str) -> None:
+        """A follower of `name` is cut off from the controller long enough to be fenced
+        while it goes on fetching, so its leader proposes it back under its old
+        brokerEpoch and the controller refuses; the answers carrying the refusals to the
+        leader are lost. At times the follower is restarted once it is heard again."""
+        sim, rng = self.sim, self.rng
+        leader = sim.leader(name)
+        followers = [m for m in sim.isr(name) if m != leader and sim.brokers[m].alive]
+        if leader is None or not followers:
+            return
+        f = rng.choice(followers)
+        sim.cut(f, CONTROLLER)
+        timeout = sim.config.session_timeout_ms
+        self._lose_answers(
+            leader,
+            rng.randint(1, 2),
+            carrying=True,
+            refusals_only=True,
+            within_ms=(timeout + 3000, timeout + 8000),
+        )
+        restart = rng.random() < 0.5
+
+        def heal() -> None:
+            self._uncut([(f, CONTROLLER)])
+            if restart and sim.brokers[f].alive:
+                sim.restart(f)
+
+        self._later(sim.config.session_timeout_ms + 500, sim.config.session_timeout_ms + 4000, heal)
 
     def _roll(self, order: list[int]) -> None:
         """Restart `order` one by one as a StatefulSet roll does: SIGTERM (a controlled

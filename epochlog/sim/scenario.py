@@ -11,8 +11,9 @@
     sim.wipe(3)                          # broker 3's disk is lost; restart(3) boots it empty
     sim.recreate("t-0")                  # delete the Partition, create it again (no status)
     held = sim.hold(1, 2)                # the next message 1 -> 2 waits ...
-    sim.release(held)                    # ... until now
+    sim.release(held)                    # ... until now (sim.lose(held): never)
     pending = sim.produce_async("t-0", ["m2"])   # returns at once; the world is not run
+    sim.delete_records("t-0", 1)         # DeleteRecords: the new log start, or the error
     sim.wait_for(lambda: pending.done)   # pending.result is a `Produced`
     sim.refusals("t-0")                  # rejected ISR proposals, reasons for no leader
     sim.advance(5_000)
@@ -32,7 +33,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from epochlog.checker.checks import Checker, ReplicaLog, Timing, Violation
-from epochlog.checker.history import Ack, History, OffsetSeen, Refusal
+from epochlog.checker.history import Ack, Deleted, History, OffsetSeen, Refusal
 from epochlog.protocol.errors import EpochlogError
 from epochlog.resources import PartitionSpec, PartitionStatus
 from epochlog.sim.clients import ClientConfig, SimConsumer, SimOffsetsClient, SimProducer
@@ -45,7 +46,7 @@ from epochlog.sim.nodes import (
     SimPartitionStore,
 )
 from epochlog.sim.world import CONTROLLER, TIMEOUT, Hold, NetworkConfig, Process, World
-from epochlog_broker.core import ProduceDone, ReadResult
+from epochlog_broker.core import DeleteRecordsDone, ProduceDone, ReadResult
 from epochlog_broker.replication.leader import Leader
 from epochlog_broker.replication.messages import Acks
 
@@ -203,6 +204,13 @@ class Sim:
         self._fault(f"kill broker {broker} ({how})")
         self.brokers[broker].kill(power_loss=power_loss or torn, torn=torn)
 
+    def crash_in_retention(self, broker: int, steps: int, *, torn: bool = False) -> None:
+        """Power loss of `broker` in the middle of a retention pass it runs now, at the
+        pass's file operation number `steps` (`SimBroker.crash_in_retention`)."""
+        how = " (torn writes)" if torn else ""
+        self._fault(f"power loss of broker {broker} at step {steps} of a retention pass{how}")
+        self.brokers[broker].crash_in_retention(steps, torn=torn)
+
     def restart(self, broker: int) -> None:
         b = self.brokers[broker]
         if b.alive:
@@ -298,6 +306,13 @@ class Sim:
         what = type(hold.message).__name__ if hold.captured else "nothing held; cancelled"
         self._fault(f"release the message {_node(hold.src)} -> {_node(hold.dst)} ({what})")
         return self.world.release(hold)
+
+    def lose(self, hold: Hold) -> bool:
+        """The held message is lost: never delivered (a hold that caught nothing yet is
+        cancelled). True when a message was lost."""
+        what = type(hold.message).__name__ if hold.captured else "nothing held; cancelled"
+        self._fault(f"lose the message {_node(hold.src)} -> {_node(hold.dst)} ({what})")
+        return self.world.discard(hold)
 
     def delete_partition(self, name: str) -> None:
         """Delete the Partition resource: its status is gone, the brokers keep their data."""
@@ -451,6 +466,43 @@ class Sim:
                 OffsetSeen("scenario", partition, "latest", offset, epoch, target, self.now)
             )
             return int(offset)
+        return result if isinstance(result, EpochlogError) else None
+
+    def delete_records(
+        self,
+        partition: str,
+        before_offset: int,
+        *,
+        to: int | None = None,
+        timeout_ms: int | None = None,
+    ) -> int | EpochlogError | None:
+        """DeleteRecords at the leader (or broker `to`), run until the answer: the new log
+        start, once the in-sync replicas' log starts reached it; the typed error
+        (REQUEST_TIMED_OUT after `timeout_ms` while they did not: the deletion at the
+        leader stands); None when nothing answered. An answered deletion goes into the
+        history, for deleted-records-resurfaced."""
+        status = self.status(partition)
+        target = to if to is not None else (status.leader if status else None)
+        epoch = status.leader_epoch if status and to is None else None
+        if target is None:
+            return None
+        wait = timeout_ms or self.config.request_timeout_ms
+        result = self._call(
+            target,
+            lambda dst, reply: _broker(dst).handle_delete_records(
+                partition, before_offset, epoch, reply, wait
+            ),
+            wait + 500,
+        )
+        if isinstance(result, DeleteRecordsDone):
+            if result.error is not None:
+                return result.error
+            self.history.deletions.append(
+                Deleted(
+                    "scenario", partition, result.log_start_offset, result.leader_epoch, self.now
+                )
+            )
+            return result.log_start_offset
         return result if isinstance(result, EpochlogError) else None
 
     def read(self, partition: str, offset: int = 0) -> ReadResult | EpochlogError | None:

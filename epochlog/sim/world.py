@@ -217,6 +217,15 @@ class World:
         self.after(self._delay(), lambda: self._arrive(hold.src, hold.dst, deliver))
         return True
 
+    def discard(self, hold: Hold) -> bool:
+        """Lose a held message: it is never delivered; a hold that caught nothing yet is
+        disarmed. True when a message was lost."""
+        hold.released = True
+        if hold in self.holds:
+            self.holds.remove(hold)
+        hold._deliver = None
+        return hold.captured
+
     def _take(
         self, src: int, dst: int, message: object, deliver: Callable[[Process], None]
     ) -> bool:

@@ -75,8 +75,10 @@ def progress_only(before: PartitionReport, after: PartitionReport) -> bool:
 class ControllerCore:
     liveness: Liveness
     heartbeats: dict[int, ReceivedHeartbeat] = field(default_factory=dict)
-    rejected: dict[int, list[RejectedIsrProposal]] = field(default_factory=dict)
-    """Refused proposals per leader broker, to send with its next heartbeat answer."""
+    rejected: dict[int, list[tuple[int, RejectedIsrProposal]]] = field(default_factory=dict)
+    """Refused proposals per leader broker, with the brokerEpoch of the process that made
+    them: each heartbeat answer repeats those its report still carries (`_refusals_for`),
+    so one lost answer cannot leave a proposal pending at the leader for ever."""
     handed: dict[str, HeldAssignment] = field(default_factory=dict)
     """The newest assignment this controller handed to any broker, per partition name.
     Brokers report what they hold one heartbeat later; a status restored in between
@@ -204,7 +206,7 @@ class ControllerCore:
                 assignments[name] = assignment
                 self._handed(assignment)
         self.reports.sent(heartbeat, assignments)
-        rejected = tuple(self.rejected.pop(broker, ()))
+        rejected = self._refusals_for(broker, received)
         view = self.liveness.view(now_ms)
         brokers = {
             b: got.heartbeat.address
@@ -378,17 +380,49 @@ class ControllerCore:
                         )
                     )
                 self.rejected.setdefault(leader, []).extend(
-                    RejectedIsrProposal(
-                        name=name,
-                        leader_epoch=report.leader_epoch,
-                        partition_epoch=report.partition_epoch,
-                        replica=r.replica,
-                        reason=r.reason,
-                        proposal_id=r.proposal_id,
+                    (
+                        got.heartbeat.broker_epoch,
+                        RejectedIsrProposal(
+                            name=name,
+                            leader_epoch=report.leader_epoch,
+                            partition_epoch=report.partition_epoch,
+                            replica=r.replica,
+                            reason=r.reason,
+                            proposal_id=r.proposal_id,
+                        ),
                     )
                     for r in decision.rejected_proposals
                 )
         return decision
+
+    def _refusals_for(
+        self, broker: int, received: ReceivedHeartbeat
+    ) -> tuple[RejectedIsrProposal, ...]:
+        """The refusals to answer `broker`'s heartbeat with: every refused proposal that
+        its report, as it stands after this heartbeat, still carries. A leader keeps one
+        proposal pending until it hears the refusal (or the partitionEpoch moves), so a
+        refusal is said again until the report shows it was heard, as Kafka's controller
+        answers every AlterPartition request; the others are forgotten. The cost is the
+        refusals outstanding for this broker, not its partition count."""
+        outstanding = self.rejected.get(broker)
+        if not outstanding:
+            return ()
+        epoch = received.heartbeat.broker_epoch
+        keep = []
+        for broker_epoch, r in outstanding:
+            report = received.partition(r.name)
+            if (
+                broker_epoch == epoch
+                and report is not None
+                and report.leader_epoch == r.leader_epoch
+                and any(p.proposal_id == r.proposal_id for p in report.isr_proposals)
+            ):
+                keep.append((broker_epoch, r))
+        if keep:
+            self.rejected[broker] = keep
+        else:
+            del self.rejected[broker]
+        return tuple(r for _e, r in keep)
 
     def _unrefused(self, name: str) -> Mapping[int, ReceivedHeartbeat]:
         """The latest heartbeats, without proposals for `name` that were refused before."""

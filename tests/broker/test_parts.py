@@ -270,7 +270,7 @@ def test_session_body_is_strict_and_errors_come_back_typed() -> None:
         2,
         3,
         4,
-        (("t-0", FetchRequest(1, 2, 5, 6, 4, persisted_log_end_offset=5)),),
+        (("t-0", FetchRequest(1, 2, 5, 6, 4, persisted_log_end_offset=5, log_start_offset=2)),),
         ("t-1",),
         500,
         100,

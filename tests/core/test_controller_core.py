@@ -62,7 +62,9 @@ def test_a_late_heartbeat_of_a_dead_process_is_fenced() -> None:
     assert response.fenced
 
 
-def test_refused_proposals_reach_the_leader_once() -> None:
+def test_a_refusal_is_repeated_until_the_leader_reports_it_heard() -> None:
+    """Each heartbeat answer repeats the refusal while the leader's report still carries
+    the refused proposal (an answer may be lost); once the report drops it, no more."""
     core = ControllerCore.start(0)
     p = elect(core, 10)
     assert p.status is not None
@@ -84,7 +86,14 @@ def test_refused_proposals_reach_the_leader_once() -> None:
     response, _ = core.on_heartbeat(hb(1, 1, 40, report), 40, {"t-0": p})
     assert [r.replica for r in response.rejected_isr_proposals] == [3]
     response, _ = core.on_heartbeat(hb(1, 1, 50, report), 50, {"t-0": p})
+    assert [r.replica for r in response.rejected_isr_proposals] == [3]
+    heard = report.model_copy(update={"isr_proposals": ()})
+    response, _ = core.on_heartbeat(hb(1, 1, 60, heard), 60, {"t-0": p})
     assert response.rejected_isr_proposals == ()
+    response, _ = core.on_heartbeat(hb(1, 1, 70, report), 70, {"t-0": p})
+    assert response.rejected_isr_proposals == ()
+    # ...and the refused proposal, should an old report still carry it, is never decided.
+    assert core.decide("t-0", p, 80).rejected_proposals == ()
 
 
 def test_leadership_of_a_previous_process_is_not_handed_to_its_successor() -> None:

@@ -1,19 +1,21 @@
 """Retention and DeleteRecords in the broker core, on the crash-simulating disk: spec
 settings from the assignment, the log-start-offset-checkpoint written before segments go
 (so a power loss keeps the new start), the leader's log start carried to a follower, and
-DeleteRecords bounded by the high watermark."""
+DeleteRecords bounded by the high watermark and answered once the in-sync replicas' log
+starts reached it."""
 
 from __future__ import annotations
 
 import pytest
 
 from epochlog.protocol.batch import Record
-from epochlog.protocol.errors import OffsetOutOfRangeError
+from epochlog.protocol.errors import OffsetOutOfRangeError, RequestTimedOutError
 from epochlog.protocol.heartbeat import HeartbeatResponse, PartitionAssignment
-from epochlog_broker.core import BrokerCore
+from epochlog_broker.core import BrokerCore, DeleteRecordsDone, Effect
 from epochlog_broker.log.checkpoints import LOG_START_OFFSET_CHECKPOINT, read_log_starts
 from epochlog_broker.log.simfs import CrashFileSystem
 from epochlog_broker.replication.messages import Acks
+from tests.core.test_fetch_sessions import round_trip
 
 NAME = "orders-0"
 T0 = 1_700_000_000_000
@@ -92,6 +94,18 @@ def test_time_retention_follows_the_clock_passed_in() -> None:
     assert len(plog.segments) == 1
 
 
+def delete(c: BrokerCore, before: int, *, rid: int = 0, now_ms: int = T0) -> list[Effect]:
+    return c.delete_records(NAME, before, request_id=rid, now_ms=now_ms, timeout_ms=1000)
+
+
+def deleted(c: BrokerCore, before: int) -> int:
+    """DeleteRecords answered at once (a sole-member ISR): the new log start."""
+    [done] = delete(c, before)
+    assert isinstance(done, DeleteRecordsDone)
+    assert done.error is None, done
+    return done.log_start_offset
+
+
 def test_delete_records_is_bounded_by_the_high_watermark() -> None:
     fs = CrashFileSystem()
     c = core(fs)
@@ -99,10 +113,47 @@ def test_delete_records_is_bounded_by_the_high_watermark() -> None:
     fill(c, 12)
     hw = c.partitions[NAME].replica.high_watermark
     with pytest.raises(OffsetOutOfRangeError):
-        c.delete_records(NAME, hw + 1)
-    assert c.delete_records(NAME, 5) == 5
-    assert c.delete_records(NAME, 2) == 5, "below the log start: nothing changes"
+        delete(c, hw + 1)
+    assert deleted(c, 5) == 5
+    assert deleted(c, 2) == 5, "below the log start: nothing changes"
     assert c.list_offsets(NAME, "earliest")[0] == 5
-    assert c.delete_records(NAME, -1) == hw
+    assert deleted(c, -1) == hw
     fs.crash()
     assert core(fs, epoch=2).partitions[NAME].log.log_start_offset == hw
+
+
+def test_delete_records_is_answered_once_the_follower_reports_the_new_log_start() -> None:
+    """The leader's log start moves at once; the answer waits until the follower took it
+    from a fetch answer and said so in its next fetch (Kafka's low watermark)."""
+    fs = CrashFileSystem()
+    leader, follower = core(fs, 1), core(fs, 2)
+    for c in (leader, follower):
+        c.on_heartbeat_response(assign((1, 2), retention_ms=-1), T0)
+    fill(leader, 12)
+    for i in range(3):
+        round_trip(leader, follower, 1, T0 + i)
+    assert follower.partitions[NAME].replica.high_watermark == 12
+    assert delete(leader, 8, rid=7) == [], "the follower's log still starts at 0"
+    assert leader.partitions[NAME].log.log_start_offset == 8
+    assert leader.next_deadline_ms() == T0 + 1000
+    assert round_trip(leader, follower, 1, T0 + 10) == []  # brings the log start
+    assert follower.partitions[NAME].log.log_start_offset == 8
+    assert round_trip(leader, follower, 1, T0 + 20) == [DeleteRecordsDone(7, NAME, 8, 1)]
+    assert leader.next_deadline_ms() is None
+
+
+def test_delete_records_times_out_while_the_follower_does_not_fetch() -> None:
+    fs = CrashFileSystem()
+    leader, follower = core(fs, 1), core(fs, 2)
+    for c in (leader, follower):
+        c.on_heartbeat_response(assign((1, 2), retention_ms=-1), T0)
+    fill(leader, 12)
+    for i in range(3):
+        round_trip(leader, follower, 1, T0 + i)
+    assert delete(leader, 8, rid=7) == []
+    assert leader.tick(T0 + 999) == []
+    [done] = leader.tick(T0 + 1000)
+    assert isinstance(done, DeleteRecordsDone)
+    assert done.request_id == 7
+    assert isinstance(done.error, RequestTimedOutError)
+    assert leader.partitions[NAME].log.log_start_offset == 8, "the deletion stands"

@@ -183,7 +183,7 @@ class Cluster:
                 self.proposals.append(a)
                 if self.auto_accept_proposals and a.partition_epoch == self.partition_epoch:
                     self.set_isr(set(a.isr))
-            else:
+            elif isinstance(a, ProduceCompleted | ProduceFailed):
                 self.completed[a.request_id] = a
 
     @property

@@ -90,6 +90,18 @@ def test_answered_partitions_are_listed_again_and_errors_leave_the_session() -> 
     assert "b" not in s.known
 
 
+def test_a_moved_log_start_lists_the_partition_again() -> None:
+    """The leader's low watermark counts the log start each fetch reports: a follower
+    that moved its log start says so, even with its position unchanged."""
+    s: FollowerSession[W] = FollowerSession(1, 2, 1)
+    s.want("a", W(fetch(4)))
+    build(s)
+    s.on_answer(SessionFetchAnswer(7))
+    s.want("a", W(FetchRequest(2, 1, 1, 4, log_start_offset=3)))
+    request = build(s)
+    assert [(n, f.fetch_offset, f.log_start_offset) for n, f in request.partitions] == [("a", 4, 3)]
+
+
 def syncing(offset: int, persisted: int) -> FetchRequest:
     return FetchRequest(2, 1, 1, offset, persisted_log_end_offset=persisted)
 

@@ -334,8 +334,10 @@ def test_offsets_for_leader_epoch_uses_history_and_validates_epoch():
     ask = leader.offsets_for_leader_epoch
     assert ask(OffsetsForLeaderEpochRequest(2, 3, 1)) == EpochEndOffset(1, 4)
     assert ask(OffsetsForLeaderEpochRequest(2, 3, 2)) == EpochEndOffset(2, 12)
-    # Below the first epoch (its head removed): that epoch, ending where the history starts.
-    assert ask(OffsetsForLeaderEpochRequest(2, 3, 0)) == EpochEndOffset(0, 0)
+    # Below the first epoch (its head removed): no epoch of ours, and where the history
+    # starts, so that the follower starts over there instead of keeping records of an
+    # epoch nothing here vouches for.
+    assert ask(OffsetsForLeaderEpochRequest(2, 3, 0)) == EpochEndOffset(UNDEFINED, 0)
     with pytest.raises(FencedLeaderEpochError):
         ask(OffsetsForLeaderEpochRequest(2, 2, 1))
 

@@ -17,7 +17,13 @@ from epochlog_broker.replication.follower import (
     StartAt,
     Truncate,
 )
-from epochlog_broker.replication.messages import Batch, EpochEndOffset, FetchData
+from epochlog_broker.replication.messages import (
+    UNDEFINED,
+    Batch,
+    DivergingEpoch,
+    EpochEndOffset,
+    FetchData,
+)
 
 from .test_follower import batches, make_follower
 from .test_leader import make_leader
@@ -67,21 +73,54 @@ def test_a_log_with_records_never_starts_over_on_a_batch() -> None:
     assert (f.log_end_offset, len(f.epochs)) == (12, 1)
 
 
-def test_a_leader_that_started_over_keeps_a_followers_committed_head() -> None:
+def test_a_follower_of_a_leader_that_started_over_starts_over_at_its_log_start() -> None:
     """Soak seed 3295: a broker whose log started over at the leader's log start (49) is
-    elected with an empty history; a follower asking where its epoch 3 ends must hear
-    "at 49", not "unknown", or it truncates to 0, starts over there and a later leader
-    hands out offsets 0..48 again."""
+    elected with an empty history; a follower asking where its epoch 3 ends must not
+    truncate to 0 (a later leader would hand out offsets 0..48 again). The leader's
+    history begins at 49: the follower starts its log over there, in one durable step,
+    and its log end stays 49."""
     leader = make_leader(epoch=4, log_end=49, hw=49)
     assert leader.epochs.entries == (EpochEntry(4, 49),)
     f = make_follower(history=((2, 0), (3, 30)), log_end=49, hw=49, epoch=4)
     [query] = f.start()
     assert isinstance(query, SendOffsetsForLeaderEpoch)
     answer = leader.offsets_for_leader_epoch(query.request)
-    assert answer == EpochEndOffset(3, 49)
+    assert answer == EpochEndOffset(UNDEFINED, 49)
     actions = f.on_epoch_end_offset(answer)
-    assert not any(isinstance(a, (Truncate, StartAt)) for a in actions)
-    assert (f.log_end_offset, f.epochs.latest_epoch) == (49, 3)
-    [send] = actions
+    assert not any(isinstance(a, Truncate) for a in actions)
+    assert actions[0] == StartAt(49)
+    assert (f.log_end_offset, len(f.epochs), f.high_watermark) == (49, 0, 49)
+    [send] = actions[1:]
     assert isinstance(send, SendFetch)
     assert send.request.fetch_offset == 49
+
+
+def test_a_deposed_leaders_tail_below_the_leaders_history_is_not_kept() -> None:
+    """The leader's history begins at 55 in epoch 2 (its log started over there); a
+    follower holding epoch 1 up to 65, of which only 0..29 were ever committed, hears
+    that none of its epochs is the leader's and starts over at 55: it keeps none of its
+    epoch-1 records, neither above 55 nor below (30..54 were never committed)."""
+    leader = make_leader(epoch=3, log_end=80, hw=80, history=((2, 55), (3, 80)))
+    f = make_follower(history=((1, 0),), log_end=65, hw=30, epoch=3)
+    [query] = f.start()
+    assert isinstance(query, SendOffsetsForLeaderEpoch)
+    answer = leader.offsets_for_leader_epoch(query.request)
+    assert answer == EpochEndOffset(UNDEFINED, 55)
+    actions = f.on_epoch_end_offset(answer)
+    assert actions[0] == StartAt(55)
+    assert (f.log_end_offset, len(f.epochs)) == (55, 0)
+
+
+def test_a_fetch_from_below_the_leaders_history_diverges_to_its_start() -> None:
+    """The same with KIP-320 fetches (no epoch query first): the leader answers a diverging
+    epoch UNDEFINED ending at 55 and the follower starts over there."""
+    leader = make_leader(epoch=3, log_end=80, hw=80, history=((2, 55), (3, 80)))
+    f = make_follower(history=((1, 0),), log_end=65, hw=30, epoch=3, find_divergence_first=False)
+    [send] = f.start()
+    assert isinstance(send, SendFetch)
+    decision = leader.on_fetch(send.request, 0)
+    assert isinstance(decision.answer, DivergingEpoch)
+    assert (decision.answer.epoch, decision.answer.end_offset) == (UNDEFINED, 55)
+    actions = f.on_fetch_response(decision.answer)
+    assert actions[0] == StartAt(55)
+    assert f.log_end_offset == 55

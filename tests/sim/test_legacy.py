@@ -9,15 +9,19 @@ from epochlog.sim.legacy import (
     ACK_BEFORE_FSYNC,
     COUNT_LAG,
     DROP_HW_CHECKPOINT,
+    HISTORY_START_DIVERGENCE,
     LATE_MAXIMAL_ISR,
     LEGACY,
     NO_OFFSET_GATE,
     RANK_BY_KNOWN_EPOCH,
+    REFUSE_ONCE,
     TRUNCATE_TO_HW,
 )
 from epochlog.sim.scenario import Sim
 from tests.sim import scenarios
 from tests.sim.helpers import checks
+from tests.sim.test_deposed_leader import deposed_leader_tail
+from tests.sim.test_lost_refusal import lost_refusal
 from tests.sim.test_state_recovery import P, recreated_after_failover
 
 A, B, C = 1, 2, 3
@@ -30,6 +34,8 @@ EXERCISED = {
     COUNT_LAG,
     LATE_MAXIMAL_ISR,
     RANK_BY_KNOWN_EPOCH,
+    HISTORY_START_DIVERGENCE,
+    REFUSE_ONCE,
 }
 
 
@@ -157,3 +163,28 @@ def test_rank_by_known_epoch_loses_acked_records_after_a_recreate() -> None:
     sim.heal()
     sim.advance(10_000)
     flagged(sim, "acked-lost")
+
+
+def test_history_start_divergence_serves_a_deposed_leaders_tail_as_committed() -> None:
+    """The deposed leader's scenario with the answer Kafka's epoch cache gives below its
+    history, and the learned log start held in memory: A comes back from a crash with
+    its log start at 0 and serves its never committed epoch-1 tail where B had
+    acknowledged other records: acked-lost."""
+    sim = deposed_leader_tail("sigkill", legacy=[HISTORY_START_DIVERGENCE])
+    assert sim.brokers[A].replica_log_start("t-0") == 0
+    sim.heal_all()
+    sim.advance(5000)
+    flagged(sim, "acked-lost")
+
+
+def test_refuse_once_keeps_a_proposal_pending_after_one_lost_answer() -> None:
+    """The lost refusal's scenario with the refusal handed out once: C never rejoins the
+    ISR, and once it dies the ISR [A, B] takes no acks=all write."""
+    out = lost_refusal([REFUSE_ONCE])
+    assert not out.rejoined
+    assert not out.acked_without_c
+    out.sim.advance(15_000)
+    flagged(out.sim, "isr-not-restored")
+    good = lost_refusal()
+    good.sim.advance(15_000)
+    passes(good.sim)

@@ -24,6 +24,14 @@ from dataclasses import dataclass, field
 
 _DIR = -1
 
+
+class ProcessStopped(BaseException):
+    """The simulated process died at this file operation (`CrashFileSystem.stop_after`).
+
+    A BaseException, as a real process's death is nothing the code under test can
+    catch: no disk-error handler of the log or the broker takes it for an I/O error."""
+
+
 _Op = tuple[str, int, bytes]  # ("write", offset, data) | ("truncate", size, b"")
 _DirOp = tuple[str, str, str, int]  # ("link"|"unlink"|"rename", name, new_name, inode)
 
@@ -130,8 +138,24 @@ class CrashFileSystem:
         self.syncs = 0
         self._next_ino = 1
         self._faults: dict[str, list[int]] = {}
+        self._stop_countdown: int | None = None
 
     # -- fault injection ------------------------------------------------------------
+
+    def stop_after(self, calls: int | None) -> None:
+        """Let `calls` mutating calls (write, truncate, sync, create, rename, remove,
+        rmdir, sync_dir) through, then raise `ProcessStopped` on the next one, which has
+        no effect: the process dies right there (None disarms). The caller then crashes
+        the file system, as a power loss at that point would."""
+        self._stop_countdown = calls
+
+    def _step(self) -> None:
+        if self._stop_countdown is None:
+            return
+        if self._stop_countdown == 0:
+            self._stop_countdown = None
+            raise ProcessStopped()
+        self._stop_countdown -= 1
 
     def fail_next(self, op: str, count: int = 1, *, error: int = errno.EIO) -> None:
         """Make the next `count` calls of `op` ("write", "truncate", "sync") raise `error`
@@ -139,6 +163,7 @@ class CrashFileSystem:
         self._faults.setdefault(op, []).extend([error] * count)
 
     def check_fault(self, op: str, path: str) -> None:
+        self._step()
         pending = self._faults.get(op)
         if pending:
             code = pending.pop(0)
@@ -173,6 +198,7 @@ class CrashFileSystem:
         if ino is None:
             if not create:
                 raise FileNotFoundError(2, "no such file", path)
+            self._step()
             ino = self._next_ino
             self._next_ino += 1
             self.inodes[ino] = _Inode()
@@ -226,6 +252,7 @@ class CrashFileSystem:
             raise FileNotFoundError(2, "no such file", src)
         if d.entries[name] == _DIR:
             raise IsADirectoryError(21, "renaming directories is not supported", src)
+        self._step()
         d.entries[new_name] = d.entries.pop(name)
         d.pending.append(("rename", name, new_name, 0))
 
@@ -236,6 +263,7 @@ class CrashFileSystem:
             raise FileNotFoundError(2, "no such file", path)
         if ino == _DIR:
             raise IsADirectoryError(21, "is a directory", path)
+        self._step()
         del d.entries[name]
         d.pending.append(("unlink", name, "", 0))
 
@@ -246,6 +274,7 @@ class CrashFileSystem:
             raise NotADirectoryError(20, "not a directory", path)
         if self.dirs[path].entries:
             raise OSError(errno.ENOTEMPTY, "directory not empty", path)
+        self._step()
         del d.entries[name]
         d.pending.append(("unlink", name, "", 0))
         self._removed_dirs[path] = self.dirs.pop(path)
@@ -254,6 +283,7 @@ class CrashFileSystem:
         d = self.dirs.get(_norm(path))
         if d is None:
             raise FileNotFoundError(2, "no such directory", path)
+        self._step()
         d.durable = dict(d.entries)
         d.pending.clear()
         self.syncs += 1
@@ -264,6 +294,7 @@ class CrashFileSystem:
         """Lose everything not durable; with `rng`, keep a random legal part of it."""
         self.generation += 1
         self._faults.clear()
+        self._stop_countdown = None
         for ino, inode in self.inodes.items():
             data = bytearray(inode.durable)
             if rng is not None and inode.pending:

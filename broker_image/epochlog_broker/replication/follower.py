@@ -239,9 +239,18 @@ class Follower:
             return 0
         return min(leader_epoch_end.end_offset, own_end)
 
+    def _diverged(self, answer: EpochEndOffset) -> list[FollowerAction]:
+        if answer.epoch == UNDEFINED and answer.end_offset != UNDEFINED:
+            # The leader's history begins above every epoch we hold: it can vouch for
+            # none of our records, and everything below that offset is below its log
+            # start. Keeping our records below it would keep a deposed leader's never
+            # committed tail, readable again if our log start went back in a crash.
+            return self._start_at(answer.end_offset) + self._send_fetch()
+        return self._truncate(self.divergence_point(answer)) + self._send_fetch()
+
     def on_epoch_end_offset(self, answer: EpochEndOffset) -> list[FollowerAction]:
         self._require(FollowerState.FINDING_DIVERGENCE)
-        return self._truncate(self.divergence_point(answer)) + self._send_fetch()
+        return self._diverged(answer)
 
     def on_fetch_response(self, answer: FetchData | DivergingEpoch) -> list[FollowerAction]:
         self._require(FollowerState.FETCHING)
@@ -251,8 +260,7 @@ class Follower:
                 f"following epoch {self.leader_epoch}"
             )
         if isinstance(answer, DivergingEpoch):
-            point = self.divergence_point(EpochEndOffset(answer.epoch, answer.end_offset))
-            return self._truncate(point) + self._send_fetch()
+            return self._diverged(EpochEndOffset(answer.epoch, answer.end_offset))
         self._leader_high_watermark = max(self._leader_high_watermark, answer.high_watermark)
         self._update_high_watermark()
         if not answer.batches:

@@ -30,9 +30,13 @@ Protocol with the shell:
   the proposal. `heartbeat()` is the per-partition part of the heartbeat.
 - Clients: `latest_offset()` / `client_high_watermark()` raise the retriable
   OffsetNotAvailableError until the HW reaches the log end at election.
+- DeleteRecords: once the log start has moved (durably) to `log_start_offset`,
+  `on_records_deleted(...)`; the request is answered when the low watermark
+  reaches that offset, or fails at its deadline (`tick`).
 - Leaving leadership: `resign()` fails everything still waiting.
 
-Actions returned: `ProduceCompleted`, `ProduceFailed`, `ProposeIsr`.
+Actions returned: `ProduceCompleted`, `ProduceFailed`, `DeleteRecordsCompleted`,
+`DeleteRecordsFailed`, `ProposeIsr`.
 
 High watermark (KIP-966, as Kafka 4.x): the HW is the smallest persisted log
 end of the maximal ISR (KIP-497), and it advances only while the recorded ISR
@@ -125,7 +129,27 @@ class ProposeIsr:
     """Numbers this leader's proposals, so that a refusal names the one it refuses."""
 
 
-LeaderAction = ProduceCompleted | ProduceFailed | ProposeIsr
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsCompleted:
+    """The low watermark reached `log_start_offset`: answer the DeleteRecords request."""
+
+    request_id: int
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsFailed:
+    """The DeleteRecords request is answered with `error`; the leader's own log start
+    stays where the request moved it."""
+
+    request_id: int
+    log_start_offset: int
+    error: EpochlogError
+
+
+LeaderAction = (
+    ProduceCompleted | ProduceFailed | DeleteRecordsCompleted | DeleteRecordsFailed | ProposeIsr
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +191,8 @@ class _Follower:
     last_fetch_time_ms: int | None = None
     fetch_points: deque[tuple[int, int]] = field(default_factory=deque)
     """(leader log end, time) of recent fetches the follower has not yet persisted up to."""
+    log_start_offset: int | None = None
+    """The follower's log start as its last fetch in this leader epoch reported it."""
 
 
 class Leader:
@@ -187,6 +213,7 @@ class Leader:
         epochs: EpochHistory,
         now_ms: int,
         reported_high_watermark: int = 0,
+        log_start_offset: int = 0,
     ) -> None:
         self.partition = partition
         self.broker_id = broker_id
@@ -220,6 +247,11 @@ class Leader:
                 f.last_caught_up_time_ms = now_ms
         self._acks_leader = Purgatory()
         self._acks_all = Purgatory()
+        self._deletes = Purgatory()
+        """DeleteRecords requests, by the log start they wait for (`last_offset`)."""
+        self._log_start_offset = log_start_offset
+        """The log start at election, or the largest one `on_records_deleted` was told of
+        since: a follower joins the ISR only with a log start at least this."""
         self._resigned = False
         # A sole-member ISR has its quorum complete at once (when minInsyncReplicas
         # is 1; below the minimum the HW stays at the checkpoint, KIP-966).
@@ -344,13 +376,13 @@ class Leader:
         return self._complete_leader_acks() + self._maybe_advance_high_watermark()
 
     def next_deadline_ms(self) -> int | None:
-        deadlines = [w.deadline_ms for w in self._acks_leader.waiting + self._acks_all.waiting]
-        return min(deadlines, default=None)
+        waiting = self._acks_leader.waiting + self._acks_all.waiting + self._deletes.waiting
+        return min((w.deadline_ms for w in waiting), default=None)
 
     def tick(self, now_ms: int) -> list[LeaderAction]:
-        """Fail the produce requests whose deadline passed (REQUEST_TIMED_OUT)."""
+        """Fail the requests whose deadline passed (REQUEST_TIMED_OUT)."""
         expired = self._acks_leader.pop_expired(now_ms) + self._acks_all.pop_expired(now_ms)
-        return [
+        actions: list[LeaderAction] = [
             ProduceFailed(
                 w.request_id,
                 w.last_offset,
@@ -362,22 +394,42 @@ class Leader:
             )
             for w in sorted(expired, key=lambda w: w.last_offset)
         ]
+        low = self.low_watermark(self._log_start_offset)
+        for w in self._deletes.pop_expired(now_ms):
+            actions.append(
+                DeleteRecordsFailed(
+                    w.request_id,
+                    w.last_offset,
+                    RequestTimedOutError(
+                        f"{self.partition}: records below {w.last_offset} are deleted on the "
+                        f"leader, but the low watermark ({'unknown' if low is None else low}) "
+                        "of the in-sync replicas did not reach it in time",
+                        leader=self.broker_id,
+                        leaderEpoch=self.leader_epoch,
+                    ),
+                )
+            )
+        return actions
 
     def resign(self) -> list[LeaderAction]:
         """Leadership ended: every waiting request fails; nothing further is accepted."""
         self._resigned = True
         waiting = self._acks_leader.pop_all() + self._acks_all.pop_all()
-        return [
-            ProduceFailed(
-                w.request_id,
-                w.last_offset,
-                NotLeaderOrFollowerError(
-                    f"{self.partition}: leadership of epoch {self.leader_epoch} ended",
-                    leaderEpoch=self.leader_epoch,
-                ),
-            )
+        actions: list[LeaderAction] = [
+            ProduceFailed(w.request_id, w.last_offset, self._ended())
             for w in sorted(waiting, key=lambda w: w.last_offset)
         ]
+        actions += [
+            DeleteRecordsFailed(w.request_id, w.last_offset, self._ended())
+            for w in self._deletes.pop_all()
+        ]
+        return actions
+
+    def _ended(self) -> NotLeaderOrFollowerError:
+        return NotLeaderOrFollowerError(
+            f"{self.partition}: leadership of epoch {self.leader_epoch} ended",
+            leaderEpoch=self.leader_epoch,
+        )
 
     def _complete_leader_acks(self) -> list[LeaderAction]:
         return [
@@ -434,6 +486,54 @@ class Leader:
         self._high_watermark = candidate
         return self._complete_all_acks()
 
+    # -- DeleteRecords and the low watermark ---------------------------------------------
+
+    def low_watermark(self, own_log_start: int) -> int | None:
+        """Kafka's low watermark: the smallest log start of this leader (`own_log_start`)
+        and of the members of the maximal ISR, as their fetches in this leader epoch
+        reported them; None while a member has not fetched yet (its log start is unknown).
+
+        ISR members, because they are who the controller may elect cleanly: once each of
+        them starts its log at an offset, no leader that can follow this one serves a
+        record below it. A replica outside the ISR becomes leader only through an unclean
+        election, and takes the leader's log start when it fetches. The maximal ISR
+        (recorded plus proposed, KIP-497) because a proposed replica may be recorded at
+        any moment, as for the high watermark.
+        """
+        starts = [own_log_start]
+        for r in self.maximal_isr - {self.broker_id}:
+            f = self._followers.get(r)
+            if f is None or f.log_start_offset is None:
+                return None
+            starts.append(f.log_start_offset)
+        return min(starts)
+
+    def on_records_deleted(
+        self, *, request_id: int, log_start_offset: int, now_ms: int, timeout_ms: int
+    ) -> list[LeaderAction]:
+        """DeleteRecords moved this log's start to `log_start_offset`, durably. The
+        request is answered when the low watermark reaches it (`DeleteRecordsCompleted`,
+        maybe at once), or fails with REQUEST_TIMED_OUT after `timeout_ms` (`tick`)."""
+        self._check_leader_epoch(self.leader_epoch)
+        # The leader's log start only moves up while it leads (retention, DeleteRecords),
+        # so the largest one told of is at most the current one and at least every
+        # offset waited for: the low watermark computed with it reaches a waiting
+        # offset exactly when the one with the current start does.
+        self._log_start_offset = max(self._log_start_offset, log_start_offset)
+        self._deletes.add(Waiting(request_id, log_start_offset, now_ms + timeout_ms))
+        return self._complete_deletes()
+
+    def _complete_deletes(self) -> list[LeaderAction]:
+        if not self._deletes.waiting:
+            return []
+        low = self.low_watermark(self._log_start_offset)
+        if low is None:
+            return []
+        return [
+            DeleteRecordsCompleted(w.request_id, w.last_offset)
+            for w in self._deletes.pop_below(low + 1)
+        ]
+
     # -- follower fetches ----------------------------------------------------------------
 
     def on_fetch(self, request: FetchRequest, now_ms: int) -> FetchDecision:
@@ -469,10 +569,9 @@ class Leader:
                 leaderEpoch=self.leader_epoch,
             )
         f.broker_epoch = request.broker_epoch
+        f.log_start_offset = request.log_start_offset
         if request.last_fetched_epoch != UNDEFINED:
-            epoch, end = self._epochs.end_offset_for(
-                request.last_fetched_epoch, self._log_end_offset
-            )
+            epoch, end = self._epoch_end(request.last_fetched_epoch)
             if epoch < request.last_fetched_epoch or end < request.fetch_offset:
                 # Its position says nothing about our log; it must truncate first.
                 return FetchDecision(
@@ -481,6 +580,7 @@ class Leader:
         self._record_fetch(f, request.persisted, now_ms)
         actions = self._maybe_propose(request)
         actions += self._maybe_advance_high_watermark()
+        actions += self._complete_deletes()
         return FetchDecision(
             ReadRange(
                 self.leader_epoch,
@@ -533,7 +633,13 @@ class Leader:
             return []
         if f.last_fetch_time_ms is None or at_ms > f.last_fetch_time_ms:
             self._record_fetch(f, f.log_end_offset, at_ms)
-        again = FetchRequest(replica_id, f.broker_epoch, self.leader_epoch, f.log_end_offset)
+        again = FetchRequest(
+            replica_id,
+            f.broker_epoch,
+            self.leader_epoch,
+            f.log_end_offset,
+            log_start_offset=f.log_start_offset or 0,
+        )
         return self._maybe_propose(again)
 
     def _maybe_propose(self, request: FetchRequest) -> list[LeaderAction]:
@@ -541,6 +647,12 @@ class Leader:
             return []
         end = request.persisted
         if end < self._high_watermark or end < self.epoch_start_offset:
+            return []
+        if request.log_start_offset < self._log_start_offset:
+            # Not before its log starts where ours did at election or where a DeleteRecords
+            # moved it since: an ISR member may be elected, and one holding records below
+            # an answered DeleteRecords would serve them again. It takes our log start
+            # from the next answers (and writes it before it fetches again).
             return []
         self._proposals_made += 1
         self._proposed = ProposeIsr(
@@ -555,8 +667,22 @@ class Leader:
 
     def offsets_for_leader_epoch(self, request: OffsetsForLeaderEpochRequest) -> EpochEndOffset:
         self._check_leader_epoch(request.leader_epoch)
-        epoch, end = self._epochs.end_offset_for(request.epoch, self._log_end_offset)
-        return EpochEndOffset(epoch, end)
+        return EpochEndOffset(*self._epoch_end(request.epoch))
+
+    def _epoch_end(self, epoch: int) -> tuple[int, int]:
+        """Where `epoch` ends in this log (KIP-279), for a follower's divergence check.
+
+        An epoch below the first one this history holds gets (UNDEFINED, where the
+        history begins), not Kafka's (epoch, that offset): the records of that epoch
+        were removed with the log's head, or never were here (this log started over at
+        a leader's log start), so nothing can show that the follower's records of it
+        match ours. The follower starts its log over at that offset (`Follower`),
+        which also drops what it holds below it: all of it is below our log start.
+        """
+        entries = self._epochs.entries
+        if entries and epoch < entries[0].epoch:
+            return UNDEFINED, entries[0].start_offset
+        return self._epochs.end_offset_for(epoch, self._log_end_offset)
 
     # -- controller ----------------------------------------------------------------------
 
@@ -581,8 +707,8 @@ class Leader:
         # void: the recorded ISR now says who is in.
         self._proposed = None
         if self.below_min_isr:
-            return self._refuse_all_acks()
-        return self._maybe_advance_high_watermark()
+            return self._refuse_all_acks() + self._complete_deletes()
+        return self._maybe_advance_high_watermark() + self._complete_deletes()
 
     def on_isr_proposal_rejected(self, proposal_id: int | None = None) -> list[LeaderAction]:
         """The controller refused proposal `proposal_id` (None: the pending one): if it is
@@ -593,7 +719,7 @@ class Leader:
         ):
             return []
         self._proposed = None
-        return self._maybe_advance_high_watermark()
+        return self._maybe_advance_high_watermark() + self._complete_deletes()
 
     def heartbeat(self) -> LeaderHeartbeat:
         return LeaderHeartbeat(

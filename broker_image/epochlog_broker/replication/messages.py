@@ -64,6 +64,9 @@ class FetchRequest:
     just below `fetch_offset` (UNDEFINED for an empty log); the leader uses it to
     detect a diverged log (KIP-320). `leader_epoch` is the follower's view of the
     current leader epoch and `broker_epoch` identifies the follower's process.
+    `log_start_offset` is the follower's log start (Kafka's FetchRequest
+    LogStartOffset of a replica fetch): the leader's low watermark, which a
+    DeleteRecords answer waits for, is the smallest of them.
     """
 
     replica_id: int
@@ -72,6 +75,7 @@ class FetchRequest:
     fetch_offset: int
     last_fetched_epoch: int = UNDEFINED
     persisted_log_end_offset: int | None = None
+    log_start_offset: int = 0
 
     def __post_init__(self) -> None:
         if self.persisted_log_end_offset is None:

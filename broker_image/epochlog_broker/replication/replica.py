@@ -53,6 +53,7 @@ class LogFacts:
     persisted_log_end_offset: int
     high_watermark: int
     epochs: EpochHistory
+    log_start_offset: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +174,7 @@ class Replica:
                 epochs=log.epochs,
                 now_ms=now_ms,
                 reported_high_watermark=self._served_high_watermark,
+                log_start_offset=log.log_start_offset,
             )
             return Transition(TransitionKind.BECAME_LEADER, tuple(actions))
         follower = self.follower_class(
