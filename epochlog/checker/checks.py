@@ -50,9 +50,11 @@ Checks:
   leader because every ISR member lost its disk: it waits rather than guess).
 - not-replicated: after healing and settling, a live replica lacks an
   acknowledged record.
-- isr-not-restored: the liveness bound after healing, a live replica of a led
-  partition holds its leader's whole log but is not in the ISR (a proposal
-  refused, voided or lost on the way must be made again).
+- isr-not-restored: at the end, a live replica of a led partition holds its
+  leader's whole log but has been out of the ISR for the liveness bound or
+  longer, counted from the heal at the earliest (a proposal refused, voided or
+  lost on the way must be made again); not judged while the network keeps
+  dropping messages after the heal.
 
 A Partition deleted and created again is one history: its statuses, epochs,
 leader writes and client observations are judged by name across the delete,
@@ -106,6 +108,8 @@ class Timing:
     """A leader reports a follower as caught up (as of its heartbeat) while its last fetch
     that read to the log end is at most this old: the controller learns of a stop that
     much later."""
+    lossy: bool = False
+    """The network drops messages for the whole run, after the heal too."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,6 +329,16 @@ class Checker:
             previous = w.status
         return joined
 
+    def _left(self, partition: str, member: int) -> int:
+        """When `member` last left the ISR (as recorded in the status); 0 if never in it."""
+        left = 0
+        previous: PartitionStatus | None = None
+        for w in self._writes(partition):
+            if member not in w.status.isr and previous is not None and member in previous.isr:
+                left = w.time
+            previous = w.status
+        return left
+
     def _writes(self, partition: str) -> Iterable[StatusWrite]:
         return (w for w in self.h.status_writes if w.partition == partition)
 
@@ -344,8 +358,9 @@ class Checker:
         self._check_isr_removals()
         if healed_at is not None:
             self._check_liveness(healed_at, liveness_bound_ms, logs, statuses)
-            if end >= healed_at + liveness_bound_ms:
-                self._check_isr_restored(end, healed_at, logs, statuses, log_starts or {})
+            self._check_isr_restored(
+                end, healed_at, liveness_bound_ms, logs, statuses, log_starts or {}
+            )
             served = {p: r for p, r in logs.items() if not self._lost_every_copy(statuses.get(p))}
             self._check_replicated(end, served, log_starts or {})
         return sorted(self.violations, key=lambda v: v.time)
@@ -703,12 +718,20 @@ class Checker:
         self,
         end: int,
         healed_at: int,
+        bound_ms: int,
         logs: Mapping[str, Mapping[int, ReplicaLog]],
         statuses: Mapping[str, PartitionStatus | None],
         log_starts: LogStarts,
     ) -> None:
-        """Once the faults are long healed, a live replica holding its leader's whole log
-        is in the ISR: a proposal refused, voided or lost on the way is made again."""
+        """A live replica holding its leader's whole log at the end is in the ISR, unless it
+        left less than `bound_ms` before (counted from the heal at the earliest): a
+        proposal refused, voided or lost on the way is made again. One that left for lag
+        after the heal (a lost fetch waits out the replica request timeout) has that
+        long to come back; whether it should have left is the ISR checks' call. Not
+        judged on a network that keeps dropping messages: each lost fetch waits out the
+        replica request timeout (5 s by default), and the ISR may churn for as long."""
+        if self.timing.lossy:
+            return
         for partition, replicas in logs.items():
             status = statuses.get(partition)
             leader = status.leader if status is not None else None
@@ -719,6 +742,8 @@ class Checker:
             leader_end = _start_of(records, starts, leader) + len(records)
             for b in status.replicas:
                 if b in status.isr or b not in replicas:
+                    continue
+                if end - max(healed_at, self._left(partition, b)) < bound_ms:
                     continue
                 recs = replicas[b][0]
                 if _start_of(recs, starts, b) + len(recs) == leader_end:

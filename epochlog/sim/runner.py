@@ -18,9 +18,10 @@ few segments) or everything, drawn per seed (`_retention_settings`), so segments
 are deleted and log starts move on every replica while the other faults strike;
 the retention fault also calls DeleteRecords at a leader. The brokers' retention
 pass runs every 500 ms or at the production interval (5 minutes: never within a
-run), and the high watermark checkpoint every second or every 5 s, drawn per
-seed: a window that a fast interval closes stays open for minutes in a real
-cluster, and the schedules must find what happens in it.
+run), the high watermark checkpoint every second or every 5 s, and a follower
+waits 0.5 s or 5 s for a leader's answer, drawn per seed: a window that a fast
+interval closes stays open for minutes in a real cluster, and the schedules
+must find what happens in it.
 
 The controller runs preferred leader election with a short check interval
 (`PREFERRED_CHECK_MS`), so leadership moves back to preferred replicas after
@@ -96,6 +97,10 @@ half a second stays open for the whole run."""
 CHECKPOINT_INTERVAL_MS: Final = (1000, 5000)
 """The high watermark checkpoint interval, drawn per seed: fast, or the broker's default."""
 
+REPLICA_REQUEST_TIMEOUT_MS: Final = (500, 5000)
+"""How long a follower waits for a leader's answer, drawn per seed: fast, or the
+broker's default (`--replica-request-timeout-ms`); fast on a lossy network."""
+
 LIVENESS_BOUND_MS: Final = 10_000
 
 
@@ -151,6 +156,13 @@ def build(seed: int, settings: RunSettings) -> Sim:
         rebalance=RebalanceSettings(check_interval_ms=PREFERRED_CHECK_MS),
         retention_check_ms=intervals.choice(RETENTION_CHECK_MS),
         checkpoint_interval_ms=intervals.choice(CHECKPOINT_INTERVAL_MS),
+        # A network that keeps dropping messages after the heal keeps the fast timeout: at
+        # 5 s for each lost fetch, the settle phase would measure the timeout, not the rules.
+        replica_request_timeout_ms=(
+            REPLICA_REQUEST_TIMEOUT_MS[0]
+            if network.drop_rate
+            else intervals.choice(REPLICA_REQUEST_TIMEOUT_MS)
+        ),
     )
     return Sim(
         seed,

@@ -135,6 +135,7 @@ class Sim:
             fetch_wait_ms=self.config.replica_fetch_idle_ms,
             max_network_delay_ms=self.world.net.max_delay_ms,
             caught_up_window_ms=self.config.caught_up_window_ms,
+            lossy=self.world.net.drop_rate > 0,
         )
         self.checker = Checker(self.history, timing, self._lag_max_ms)
         self._client = Process(self.world, SCENARIO_CLIENT, "scenario")

@@ -38,11 +38,11 @@ def test_unknown_names_are_refused(args: list[str], capsys: pytest.CaptureFixtur
 # Each old behaviour, with the fault kinds that provoke it, is found within this many seeds.
 LEGACY_RUNS = {
     # KAFKA-1211: a restarted follower truncates to its HW and is elected: broker kills.
-    "truncate-to-hw": (["--legacy", "truncate-to-hw", "--faults", "kill"], 40),
+    "truncate-to-hw": (["--legacy", "truncate-to-hw", "--faults", "kill"], 80),
     "ack-before-fsync": (["--legacy", "ack-before-fsync", "--faults", "all-crash"], 80),
     "drop-hw-checkpoint+truncate-to-hw": (
         ["--legacy", "drop-hw-checkpoint", "--legacy", "truncate-to-hw", "--faults", "kill"],
-        40,
+        80,
     ),
     # Records arrive a few per second per partition, so a new leader's HW is behind the
     # old one's only in a minority of failovers.
@@ -50,6 +50,14 @@ LEGACY_RUNS = {
     "count-lag": (["--legacy", "count-lag"], 60),
     "late-maximal-isr": (["--legacy", "late-maximal-isr", "--faults", "kill-on-isr-change"], 40),
     "rank-by-known-epoch": (["--legacy", "rank-by-known-epoch", "--faults", "recreate"], 150),
+    # A deposed leader's tail, or deleted records, back after a crash: DeleteRecords and
+    # retention at the production interval under kills and partitions.
+    "history-start-divergence": (
+        ["--legacy", "history-start-divergence", "--faults", "retention,kill,partition"],
+        40,
+    ),
+    # A follower fenced while it fetches, the refusals to its leader lost.
+    "refuse-once": (["--legacy", "refuse-once", "--faults", "lost-answer"], 40),
 }
 
 
