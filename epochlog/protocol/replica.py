@@ -63,7 +63,8 @@ class PartitionFetchBody(WireModel):
     fetch_offset: NonNegativeInt
     persisted_log_end_offset: NonNegativeInt
     last_fetched_epoch: EpochOrNone = NO_EPOCH
-    log_start_offset: NonNegativeInt = 0
+    log_start_offset: NonNegativeInt | None = None
+    """Absent from followers of versions before it (a rolling upgrade)."""
 
     @model_validator(mode="after")
     def _persisted_within_log(self) -> PartitionFetchBody:

@@ -161,3 +161,15 @@ def test_a_replica_joins_the_isr_only_with_its_log_start_at_the_leaders() -> Non
     )
     assert not [a for a in report(elected, 3, 5).actions if isinstance(a, ProposeIsr)]
     assert [a for a in report(elected, 3, 12).actions if isinstance(a, ProposeIsr)]
+
+
+def test_a_follower_that_does_not_report_its_log_start_joins_but_holds_deletions() -> None:
+    """A follower of a version before log starts were reported (a rolling upgrade) joins
+    the ISR as before; a DeleteRecords waits for it, and times out, rather than guess."""
+    lead = leader(isr=(1, 2))
+    report(lead, 2, 12)
+    delete(lead, 12)
+    old = FetchRequest(3, 1, lead.leader_epoch, END, last_fetched_epoch=lead.leader_epoch)
+    assert old.log_start_offset is None
+    assert [a for a in lead.on_fetch(old, 0).actions if isinstance(a, ProposeIsr)]
+    assert lead.low_watermark(12) is None

@@ -638,7 +638,7 @@ class Leader:
             f.broker_epoch,
             self.leader_epoch,
             f.log_end_offset,
-            log_start_offset=f.log_start_offset or 0,
+            log_start_offset=f.log_start_offset,
         )
         return self._maybe_propose(again)
 
@@ -648,11 +648,16 @@ class Leader:
         end = request.persisted
         if end < self._high_watermark or end < self.epoch_start_offset:
             return []
-        if request.log_start_offset < self._log_start_offset:
+        if (
+            request.log_start_offset is not None
+            and request.log_start_offset < self._log_start_offset
+        ):
             # Not before its log starts where ours did at election or where a DeleteRecords
             # moved it since: an ISR member may be elected, and one holding records below
             # an answered DeleteRecords would serve them again. It takes our log start
-            # from the next answers (and writes it before it fetches again).
+            # from the next answers (and writes it before it fetches again). A follower
+            # that does not report its log start (an older version, during a rolling
+            # upgrade) is let in as before; a DeleteRecords waits for it instead.
             return []
         self._proposals_made += 1
         self._proposed = ProposeIsr(

@@ -66,7 +66,8 @@ class FetchRequest:
     current leader epoch and `broker_epoch` identifies the follower's process.
     `log_start_offset` is the follower's log start (Kafka's FetchRequest
     LogStartOffset of a replica fetch): the leader's low watermark, which a
-    DeleteRecords answer waits for, is the smallest of them.
+    DeleteRecords answer waits for, is the smallest of them. None: not reported (a
+    follower of a version before it, during a rolling upgrade).
     """
 
     replica_id: int
@@ -75,7 +76,7 @@ class FetchRequest:
     fetch_offset: int
     last_fetched_epoch: int = UNDEFINED
     persisted_log_end_offset: int | None = None
-    log_start_offset: int = 0
+    log_start_offset: int | None = None
 
     def __post_init__(self) -> None:
         if self.persisted_log_end_offset is None:
