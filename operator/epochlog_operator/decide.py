@@ -660,9 +660,15 @@ def _expand(
     report: PartitionReport,
 ) -> None:
     assert old.leader is not None
-    epoch_start = report.epoch_start_offset or 0
-    if old.epoch_history and old.epoch_history[-1].epoch == old.leader_epoch:
-        epoch_start = max(epoch_start, old.epoch_history[-1].start_offset)
+    # The leader's own word on where its epoch starts (its log end when it became
+    # leader). The status's entry is the log end this controller last heard of when it
+    # elected it, which a stale report can put above the truth: a replica truncated to
+    # 203 after reporting 206 and was then elected; holding followers to 206 refused
+    # them for ever, and with minInsyncReplicas 2 the partition took no acks=all write.
+    epoch_start = report.epoch_start_offset
+    if epoch_start is None:
+        last = old.epoch_history[-1] if old.epoch_history else None
+        epoch_start = last.start_offset if last and last.epoch == old.leader_epoch else 0
     accepted, d.rejected = review_proposals(
         report,
         leader_epoch=old.leader_epoch,

@@ -161,6 +161,7 @@ def test_an_answer_that_does_not_fit_the_log_is_asked_again_after_a_backoff(
     applied = follower.on_session_answer(1, request, answer)
     again = only_send(applied.effects)
     # The same fetch; the session fills in the log start when it lists it.
+    assert isinstance(again.request, FetchRequest)
     assert replace(again.request, log_start_offset=0) == request.partitions[0][1]
     assert again.delay_ms == 50
     assert follower.partitions[NAME].leader_high_watermark is None

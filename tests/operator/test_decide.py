@@ -429,6 +429,29 @@ def test_a_proposal_below_the_leaders_epoch_start_offset_is_rejected() -> None:
     assert "below the leader's epoch start offset 42" in d.rejected_proposals[0].reason
 
 
+def test_the_leaders_reported_epoch_start_counts_over_the_one_recorded_at_election() -> None:
+    """Soak seed 9358: the controller recorded the new leader's epoch as starting at 42,
+    its last reported log end, but the broker had truncated to 40 before it took the
+    epoch. A follower at 41 of that leader's log is in sync and must be let in."""
+    c = started()
+    steady(c, 500, 1_000)
+    for now in range(1_500, 4_501, 500):
+        c.beat(2, now, partitions=[follower_report(1, log_end_offset=42)])
+        c.beat(3, now)
+    c.decide(4_500)
+    assert c.current.leader == 2
+    assert c.current.epoch_history[-1].start_offset == 42
+    c.beat(1, 5_000, epoch=2, partitions=[follower_report(1, log_end_offset=41)])
+    caught_up = IsrProposal(replica=1, broker_epoch=2, log_end_offset=41)
+    report = leader_report(
+        c.current, log_end_offset=41, epoch_start_offset=40, proposals=[caught_up]
+    )
+    c.beat(2, 5_000, partitions=[report])
+    d = c.decide(5_000)
+    assert d.rejected_proposals == ()
+    assert 1 in c.current.isr
+
+
 def test_a_report_for_an_old_leader_epoch_does_not_speak_for_followers() -> None:
     c = started()
     steady(c, 500, 1_000)

@@ -50,6 +50,10 @@ SOAK_FINDINGS = {
     3295: "broker 2's log started over at the leader's log start (49) and it was then elected "
     "with no epoch below 4; a follower asking where its epoch 3 ended heard 'unknown', "
     "truncated to 0 and started over there, and once elected it gave out offsets 0..48 again",
+    9358: "broker 2 reported log end 206, truncated to 203 as a follower and was then elected; "
+    "the controller held followers to the epoch start it had recorded (206) over the one the "
+    "leader reported (203) and refused every proposal, so t-1 (minInsyncReplicas 2) stayed "
+    "at ISR [2] with its high watermark stuck (found by isr-not-restored)",
 }
 """Seeds a soak (`make soak`) failed on, each fixed since: they stay clean."""
 
