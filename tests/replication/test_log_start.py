@@ -47,13 +47,32 @@ def test_a_follower_below_the_leaders_log_start_starts_over_there() -> None:
     assert f.state is FollowerState.FETCHING
 
 
-def test_out_of_range_without_a_later_log_start_still_stops_the_follower() -> None:
+def test_out_of_range_beyond_the_leaders_log_end_still_stops_the_follower() -> None:
     f = fetching(history=((1, 0),), log_end=4)
     assert f.on_error(OffsetOutOfRangeError("beyond the log end", logEndOffset=2)) == []
     assert f.state is FollowerState.STOPPED
+
+
+def test_a_late_below_the_log_start_answer_after_starting_over_is_asked_again() -> None:
+    """Soak seed 19984: the follower started over at the leader's log start (265) on one
+    answer; a second "fetch offset 0 is below the log start 265", for an older fetch,
+    stopped it for good. A log start at or below our log end cannot be about the fetch
+    we send now: fetch again."""
+    f = fetching()
+    f.on_error(
+        OffsetOutOfRangeError("fetch offset 0 is below the log start 265", logStartOffset=265)
+    )
+    assert f.log_end_offset == 265
+    [send] = f.on_error(
+        OffsetOutOfRangeError("fetch offset 0 is below the log start 265", logStartOffset=265)
+    )
+    assert isinstance(send, SendFetch)
+    assert send.request.fetch_offset == 265
+    assert f.state is FollowerState.FETCHING
     g = fetching(history=((1, 0),), log_end=50)
-    assert g.on_error(OffsetOutOfRangeError("x", logStartOffset=40)) == []
-    assert g.state is FollowerState.STOPPED
+    [again] = g.on_error(OffsetOutOfRangeError("x", logStartOffset=40))
+    assert isinstance(again, SendFetch)
+    assert (g.state, g.log_end_offset) == (FollowerState.FETCHING, 50)
 
 
 def test_an_empty_log_meeting_a_batch_that_holds_the_start_starts_at_its_base() -> None:

@@ -54,6 +54,9 @@ SOAK_FINDINGS = {
     "the controller held followers to the epoch start it had recorded (206) over the one the "
     "leader reported (203) and refused every proposal, so t-1 (minInsyncReplicas 2) stayed "
     "at ISR [2] with its high watermark stuck (found by isr-not-restored)",
+    19984: "broker 2 started its t-0 log over at the leader's log start (265) on an "
+    "OFFSET_OUT_OF_RANGE answer; a second one, for its older fetch at 0, stopped the follower "
+    "for good, and it never fetched again",
 }
 """Seeds a soak (`make soak`) failed on, each fixed since: they stay clean."""
 

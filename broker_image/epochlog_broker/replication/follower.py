@@ -41,8 +41,10 @@ Protocol with the shell:
   DeleteRecords removed, at the leader, everything from our log end up to that
   start (all of it committed): the follower starts its log over, empty, at the
   leader's log start (`StartAt`, Kafka's truncateFullyAndStartAt) and fetches
-  from there. Any other OFFSET_OUT_OF_RANGE stops it, as this follower holds no
-  rule for it (the leader's log lost data it had, i.e. an unclean election).
+  from there. One with a log start at or below our log end answers an older
+  fetch (from before such a start-over) and is asked again. Any other
+  OFFSET_OUT_OF_RANGE stops it, as this follower holds no rule for it (the
+  leader's log lost data it had, i.e. an unclean election).
   Everything else (UNKNOWN_LEADER_EPOCH: the leader has not learnt our epoch
   yet; timeouts; network failures) re-sends the last request, which waits out
   a backoff first (`fetch_backoff`; the broker core stamps the wait on it).
@@ -305,9 +307,14 @@ class Follower:
             isinstance(error, OffsetOutOfRangeError)
             and self.state is FollowerState.FETCHING
             and error.log_start_offset is not None
-            and error.log_start_offset > self._log_end_offset
         ):
-            return self._start_at(error.log_start_offset) + self._send_fetch()
+            if error.log_start_offset > self._log_end_offset:
+                return self._start_at(error.log_start_offset) + self._send_fetch()
+            # "Below the log start" although our log ends at or above it: the answer to
+            # a fetch from before we started over there (a late duplicate, or a retry's
+            # first answer), not to the fetch we would send now. Stopping on it left the
+            # follower stopped for good (soak seed 19984); ask again.
+            return self._send_fetch()
         if isinstance(error, _STOPPING_ERRORS):
             self.state = FollowerState.STOPPED
             self.stop_reason = error
