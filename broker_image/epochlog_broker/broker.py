@@ -51,6 +51,7 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import aiohttp
 import structlog
@@ -100,6 +101,8 @@ from epochlog_broker.replication.messages import (
 from epochlog_broker.replication.throttle import ByteRate
 
 log = structlog.get_logger("epochlog.broker")
+
+_T = TypeVar("_T")
 
 _PARTITION_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{0,252}$")
 
@@ -487,13 +490,7 @@ class Broker:
                 producer=producer,
             )
             self.run(effects)
-            # The core's purgatory answers by the deadline; this only guards against a
-            # lost answer.
-            done = await asyncio.wait_for(waiter, timeout_ms / 1000 + 5)
-        except TimeoutError:
-            raise RequestTimedOutError(
-                f"{name}: no answer in {timeout_ms} ms", leader_epoch=leader_epoch
-            ) from None
+            done = await _by_deadline(waiter, name, timeout_ms, leader_epoch)
         finally:
             self._waiters.pop(request_id, None)
         if done.error is not None:
@@ -572,12 +569,7 @@ class Broker:
                 finally:
                     self.run_deferred()
                 self.run(effects)
-            # The core answers by the deadline; this only guards against a lost answer.
-            done = await asyncio.wait_for(waiter, timeout_ms / 1000 + 5)
-        except TimeoutError:
-            raise RequestTimedOutError(
-                f"{name}: no answer in {timeout_ms} ms", leader_epoch=leader_epoch
-            ) from None
+            done = await _by_deadline(waiter, name, timeout_ms, leader_epoch)
         finally:
             self._deletes.pop(request_id, None)
         if done.error is not None:
@@ -997,3 +989,16 @@ class Broker:
             return None, None
         a = host.replica.assignment
         return a.leader, a.leader_epoch
+
+
+async def _by_deadline(
+    waiter: asyncio.Future[_T], name: str, timeout_ms: int, leader_epoch: int | None
+) -> _T:
+    """The core's answer to a request it holds (acks=all, DeleteRecords). The core answers
+    by the request's deadline; the margin only guards against an answer that got lost."""
+    try:
+        return await asyncio.wait_for(waiter, timeout_ms / 1000 + 5)
+    except TimeoutError:
+        raise RequestTimedOutError(
+            f"{name}: no answer in {timeout_ms} ms", leader_epoch=leader_epoch
+        ) from None

@@ -413,7 +413,8 @@ def test_a_proposal_for_a_restarted_broker_needs_its_new_broker_epoch() -> None:
     assert rejoined.isr_broker_epochs[3] == 2
 
 
-def test_a_proposal_below_the_leaders_epoch_start_offset_is_rejected() -> None:
+def broker_1_lost_to_2_at_42() -> Controller:
+    """Broker 1 leads, then falls silent; broker 2, last heard at log end 42, is elected."""
     c = started()
     steady(c, 500, 1_000)
     for now in range(1_500, 4_501, 500):
@@ -421,6 +422,11 @@ def test_a_proposal_below_the_leaders_epoch_start_offset_is_rejected() -> None:
         c.beat(3, now)
     c.decide(4_500)
     assert c.current.leader == 2
+    return c
+
+
+def test_a_proposal_below_the_leaders_epoch_start_offset_is_rejected() -> None:
+    c = broker_1_lost_to_2_at_42()
     c.beat(1, 5_000, epoch=2, partitions=[follower_report(1, log_end_offset=30)])
     behind = IsrProposal(replica=1, broker_epoch=2, log_end_offset=30)
     c.beat(2, 5_000, partitions=[leader_report(c.current, log_end_offset=42, proposals=[behind])])
@@ -433,13 +439,7 @@ def test_the_leaders_reported_epoch_start_counts_over_the_one_recorded_at_electi
     """Soak seed 9358: the controller recorded the new leader's epoch as starting at 42,
     its last reported log end, but the broker had truncated to 40 before it took the
     epoch. A follower at 41 of that leader's log is in sync and must be let in."""
-    c = started()
-    steady(c, 500, 1_000)
-    for now in range(1_500, 4_501, 500):
-        c.beat(2, now, partitions=[follower_report(1, log_end_offset=42)])
-        c.beat(3, now)
-    c.decide(4_500)
-    assert c.current.leader == 2
+    c = broker_1_lost_to_2_at_42()
     assert c.current.epoch_history[-1].start_offset == 42
     c.beat(1, 5_000, epoch=2, partitions=[follower_report(1, log_end_offset=41)])
     caught_up = IsrProposal(replica=1, broker_epoch=2, log_end_offset=41)
