@@ -21,6 +21,41 @@ from celpy.adapter import json_to_cel
 from celpy.evaluation import CELEvalError
 
 _ENV: Final = celpy.Environment()
+
+
+def _substring(text: celtypes.StringType, start: celtypes.IntType, end: Any = None) -> Any:
+    stop = len(text) if end is None else int(end)
+    if not 0 <= int(start) <= stop <= len(text):
+        return CELEvalError(f"substring({start}, {stop}) out of range for a string of {len(text)}")
+    return celtypes.StringType(text[int(start) : stop])
+
+
+def _index_of(text: celtypes.StringType, part: celtypes.StringType) -> celtypes.IntType:
+    return celtypes.IntType(text.find(part))
+
+
+def _last_index_of(text: celtypes.StringType, part: celtypes.StringType) -> celtypes.IntType:
+    return celtypes.IntType(text.rfind(part))
+
+
+# Kubernetes' string library (cel-go's ext.Strings), which every CRD rule may call and
+# cel-python does not have. Characters are code points, as in cel-go.
+STRING_FUNCTIONS: Final[dict[str, Any]] = {
+    "substring": _substring,
+    "indexOf": _index_of,
+    "lastIndexOf": _last_index_of,
+    "charAt": lambda text, i: celtypes.StringType(text[int(i)] if int(i) < len(text) else ""),
+    "lowerAscii": lambda text: celtypes.StringType(
+        "".join(c.lower() if c.isascii() else c for c in text)
+    ),
+    "upperAscii": lambda text: celtypes.StringType(
+        "".join(c.upper() if c.isascii() else c for c in text)
+    ),
+    "trim": lambda text: celtypes.StringType(text.strip()),
+    "replace": lambda text, old, new: celtypes.StringType(text.replace(old, new)),
+    "split": lambda text, sep: celtypes.ListType(celtypes.StringType(p) for p in text.split(sep)),
+    "join": lambda items, sep="": celtypes.StringType(str(sep).join(str(i) for i in items)),
+}
 RESULTS_KEPT: Final = 4096
 """Results remembered per rule (least recently used first out)."""
 
@@ -75,7 +110,7 @@ def compile_rule(spec: dict[str, Any]) -> CelRule:
     if not isinstance(text, str) or not text.strip():
         raise CelCompileError("rule: Required value")
     try:
-        program = _ENV.program(_ENV.compile(text))
+        program = _ENV.program(_ENV.compile(text), functions=STRING_FUNCTIONS)
     except Exception as exc:
         raise CelCompileError(f"compilation failed: {exc}") from exc
     message = spec.get("message") or f"failed rule: {text}"
