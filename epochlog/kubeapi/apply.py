@@ -44,6 +44,12 @@ class Conflict:
     def field(self) -> str:
         return "." + ".".join(self.path)
 
+    @property
+    def with_manager(self) -> str:
+        # As the API server prints an Apply manager; only Update managers, which the
+        # emulator does not record, add "using <apiVersion> at <time>".
+        return f'conflict with "{self.manager}"'
+
 
 class ApplyConflicts(Exception):
     def __init__(self, conflicts: list[Conflict]) -> None:
@@ -56,13 +62,8 @@ def conflict_message(conflicts: list[Conflict]) -> str:
     count = len(conflicts)
     if count == 1:
         c = conflicts[0]
-        return (
-            f'Apply failed with 1 conflict: conflict with "{c.manager}" using '
-            f"{c.api_version}: {c.field}"
-        )
-    lines = "\n".join(
-        f'- conflict with "{c.manager}" using {c.api_version}: {c.field}' for c in conflicts
-    )
+        return f"Apply failed with 1 conflict: {c.with_manager}: {c.field}"
+    lines = "\n".join(f"- {c.with_manager}: {c.field}" for c in conflicts)
     return f"Apply failed with {count} conflicts:\n{lines}"
 
 

@@ -540,9 +540,11 @@ class KubernetesApi(KubernetesEmulator):
             ) from exc
 
     def _create(self, rt: ResourceType, route: Route, request: Request) -> rendering.Response:
+        body = _json_body(request)
+        objects.check_type_meta(rt, body, request.body or b"")
         obj, warnings = self.create_object(
             rt,
-            _json_body(request),
+            body,
             route.namespace,
             field_validation=request.params.get("fieldValidation", "Warn"),
             dry_run=request.params.get("dryRun") == "All",
@@ -558,7 +560,9 @@ class KubernetesApi(KubernetesEmulator):
 
     def _update(self, rt: ResourceType, route: Route, request: Request) -> rendering.Response:
         old = self._existing(rt, route)
-        body = objects.check_identity(rt, _json_body(request), route.namespace)
+        sent = _json_body(request)
+        objects.check_type_meta(rt, sent, request.body or b"")
+        body = objects.check_identity(rt, sent, route.namespace)
         name = route.name or ""
         if body["metadata"].get("name") not in (None, name):
             raise errors.bad_request(
@@ -643,10 +647,7 @@ class KubernetesApi(KubernetesEmulator):
                 now=objects.now_rfc3339(),
             )
         except ApplyConflicts as exc:
-            causes = [
-                (c.field, f'conflict with "{c.manager}" using {c.api_version}')
-                for c in exc.conflicts
-            ]
+            causes = [(c.field, c.with_manager) for c in exc.conflicts]
             raise errors.apply_conflict(str(exc), causes) from exc
         field_validation = request.params.get("fieldValidation", "Warn")
         dry_run = request.params.get("dryRun") == "All"
@@ -870,7 +871,7 @@ def _delete_answer(rt: ResourceType, obj: dict[str, Any], held: bool) -> dict[st
         "status": "Success",
         "details": {
             "name": meta["name"],
-            "group": rt.group,
+            **({"group": rt.group} if rt.group else {}),
             "kind": rt.plural,
             "uid": meta.get("uid", ""),
         },

@@ -106,9 +106,11 @@ class ApiError(Exception):
 
 
 def _details(rt: ResourceType, name: str | None) -> dict[str, Any]:
-    details: dict[str, Any] = {"group": rt.group, "kind": rt.plural}
-    if name:
-        details["name"] = name
+    # As the API server's StatusDetails: name, group and kind, each omitted when empty.
+    details: dict[str, Any] = {"name": name} if name else {}
+    if rt.group:
+        details["group"] = rt.group
+    details["kind"] = rt.plural
     return details
 
 
@@ -142,12 +144,10 @@ def conflict(rt: ResourceType, name: str, why: str | None = None) -> ApiError:
 def invalid(rt: ResourceType, name: str, errors: list[FieldError]) -> ApiError:
     what = f'{rt.kind}.{rt.group} "{name}"' if rt.group else f'{rt.kind} "{name}"'
     listed = str(errors[0]) if len(errors) == 1 else "[" + ", ".join(map(str, errors)) + "]"
-    details = {
-        "name": name,
-        "group": rt.group,
-        "kind": rt.kind,
-        "causes": [e.cause() for e in errors],
-    }
+    details: dict[str, Any] = {"name": name, "group": rt.group, "kind": rt.kind}
+    if not rt.group:
+        del details["group"]
+    details["causes"] = [e.cause() for e in errors]
     return ApiError(422, "Invalid", f"{what} is invalid: {listed}", details)
 
 

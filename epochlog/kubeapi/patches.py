@@ -47,18 +47,41 @@ _DELETE_FROM = "$deleteFromPrimitiveList/"
 
 
 def _merge_list(old: Any, new: list[Any], key: str | None) -> list[Any]:
-    merged = list(old) if isinstance(old, list) else []
+    """The lists joined in the API server's order (strategicpatch.mergeSortedSlice): the
+    patch's items in the patch's order and the others in the object's, each taken
+    first where both are in the object and it comes first there."""
+    server = list(old) if isinstance(old, list) else []
+
+    def ident(item: Any) -> Any:
+        return item.get(key) if key is not None and isinstance(item, dict) else item
+
+    order = [ident(o) for o in server]
+    patched: list[Any] = []
     for item in new:
-        if key is None:
-            if item not in merged:
-                merged.append(copy.deepcopy(item))
-            continue
-        ident = item.get(key) if isinstance(item, dict) else None
-        at = [i for i, o in enumerate(merged) if isinstance(o, dict) and o.get(key) == ident]
-        if at:
-            merged[at[0]] = merge_patch(merged[at[0]], item)
+        at = [i for i, o in enumerate(server) if ident(o) == ident(item)]
+        if key is not None and at and isinstance(item, dict):
+            patched.append(merge_patch(server[at[0]], item))
+        elif all(ident(p) != ident(item) for p in patched):
+            patched.append(copy.deepcopy(item))
+    mine = {ident(p) for p in patched if not isinstance(ident(p), dict | list)}
+    only = [o for o in server if ident(o) not in mine]
+    merged: list[Any] = []
+    i = j = 0
+    while i < len(only) or j < len(patched):
+        if j >= len(patched):
+            merged.append(only[i])
+            i += 1
+        elif i >= len(only):
+            merged.append(patched[j])
+            j += 1
         else:
-            merged.append(copy.deepcopy(item))
+            left, right = ident(only[i]), ident(patched[j])
+            if right in order and order.index(left) < order.index(right):
+                merged.append(only[i])
+                i += 1
+            else:
+                merged.append(patched[j])
+                j += 1
     return merged
 
 

@@ -44,18 +44,35 @@ def _unparsable(detail: str) -> ApiError:
     return bad_request(f"unable to parse requirement: {detail}")
 
 
+_QUALIFIED_RULE = (
+    "a valid label key must consist of alphanumeric characters, '-', '_' or '.', and must "
+    "start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or "
+    "'123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') "
+    "with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+)
+# A character that ends a value: what the API server's lexer reads as the next token.
+_VALUE_END = re.compile(r"[=!(),<>]")
+
+
 def _check_key(key: str) -> None:
     prefix, slash, name = key.rpartition("/")
     problem = None
-    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+    if key.count("/") > 1:
+        problem = _QUALIFIED_RULE
+    elif slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
         problem = "prefix part must be a lowercase RFC 1123 subdomain"
     elif not name or len(name) > 63 or not _NAME.match(name):
-        problem = _NAME_RULE if len(name) <= 63 else "name part must be no more than 63 characters"
+        problem = _NAME_RULE if len(name) <= 63 else "name part must be no more than 63 bytes"
     if problem is not None:
         raise _unparsable(f'<nil>: Invalid value: "{key}": {problem}')
 
 
 def _check_value(key: str, value: str) -> None:
+    if value.startswith("("):
+        raise _unparsable("found '(', expected: identifier")
+    if end := _VALUE_END.search(value):
+        # The lexer ends the value there; what follows must end the requirement.
+        raise bad_request(f"found '{end.group()}', expected: ',' or 'end of string'")
     if len(value) > 63 or not _VALUE.match(value):
         rule = _VALUE_RULE if len(value) <= 63 else "must be no more than 63 characters"
         raise _unparsable(f'values[0][{key}]: Invalid value: "{value}": {rule}')
@@ -77,7 +94,7 @@ def _split(selector: str, *, keep_empty: bool = False) -> list[str]:
     parts.append(current)
     if keep_empty:
         if any(not p.strip() for p in parts):
-            raise _unparsable(f"found '', expected: identifier in {selector!r}")
+            raise bad_request("found '', expected: identifier after ','")
         return parts
     return [p for p in parts if p.strip()]
 
@@ -110,10 +127,9 @@ def _requirement(part: str) -> Callable[[Mapping[str, str]], bool]:
         key, values = m.group(1), [v.strip() for v in m.group(3).split(",")]
         _check_key(key)
         if values == [""]:
-            raise _unparsable(
-                f"values: Invalid value: []: for 'in', 'notin' operators, values set can't be "
-                f"empty (in {part.strip()!r})"
-            )
+            # The API server (1.35) takes an empty set: `in ()` matches nothing, `notin ()`
+            # everything.
+            values = []
         for value in values:
             _check_value(key, value)
         return _in_set(key, frozenset(values), negate=m.group(2) == "notin")

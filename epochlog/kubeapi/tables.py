@@ -3,9 +3,9 @@
 kubectl asks for `Accept: application/json;as=Table;g=meta.k8s.io;v=v1` and
 prints the server's columns. For custom resources the columns are the CRD's
 `additionalPrinterColumns`: each cell is the first result of the column's
-JSONPath, an integer for `integer` columns, text (Go's formatting for lists,
-`[1 2 3]`) for `string` columns, and an age (`5m30s`) for `date` columns, as
-the API server's table convertor does.
+JSONPath, an integer for `integer` columns, text for `string` columns (lists and
+maps as compact JSON, `[1,2,3]`, as kube-apiserver 1.35 prints them), and an
+age (`5m30s`) for `date` columns, as the API server's table convertor does.
 
 Only the JSONPath subset CRDs use in practice is understood: `.a.b`, `[n]`,
 `['key']` and filters `[?(@.field=="value")]`.
@@ -13,6 +13,7 @@ Only the JSONPath subset CRDs use in practice is understood: `.a.b`, `[n]`,
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -86,14 +87,12 @@ def find(obj: Any, path: str) -> list[Any]:
 
 
 def _go_text(value: Any) -> str:
-    """A value as Go's fmt prints a decoded JSON value."""
+    """A value as the table convertor prints it: scalars as Go's fmt, the rest as JSON."""
     match value:
         case bool():
             return "true" if value else "false"
-        case list():
-            return "[" + " ".join(_go_text(v) for v in value) + "]"
-        case dict():
-            return "map[" + " ".join(f"{k}:{_go_text(v)}" for k, v in sorted(value.items())) + "]"
+        case list() | dict():
+            return json.dumps(value, separators=(",", ":"), sort_keys=True)
         case None:
             return "<nil>"
         case _:

@@ -1,11 +1,19 @@
-"""Fixtures: the API emulator on a loopback port, an HTTP client for it, and the real kubectl."""
+"""Fixtures: the API emulator on a loopback port, an HTTP client for it, and the real kubectl.
+
+With `EPOCHLOG_TEST_APISERVER=real` (and `EPOCHLOG_KUBE_BIN`, the test cluster's
+binaries), `api` is a real kube-apiserver instead (tests/kube_apiserver.py), reset
+between tests: the same tests hold the emulator to the real server (`make e2e`).
+Tests of the emulator's own parts (its fault injection, its registry, its watch
+window setting) are marked `emulator_only` and are not run there.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import importlib.metadata
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +22,7 @@ import aiohttp
 import pytest
 
 from epochlog.kubeapi.apiserver import ApiServer
+from tests.kube_apiserver import KubeApiServer, bin_dir
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = REPO / "crds"
@@ -69,14 +78,42 @@ class Http:
         return await self.call("PATCH", path, body, content_type="application/merge-patch+json")
 
 
+REAL = os.environ.get("EPOCHLOG_TEST_APISERVER") == "real"
+
+
+@pytest.fixture(scope="session")
+def real_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeApiServer]:
+    found = bin_dir()
+    if found is None:
+        raise RuntimeError("EPOCHLOG_TEST_APISERVER=real needs EPOCHLOG_KUBE_BIN")
+    server = KubeApiServer(found, tmp_path_factory.mktemp("kube-apiserver"), CRDS)
+    # Started in a loop and thread of their own (a test's loop may be running already):
+    # it keeps no connection, only its processes.
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:
+        thread.submit(asyncio.run, server.__aenter__()).result()
+        try:
+            yield server
+        finally:
+            thread.submit(asyncio.run, server.__aexit__(None, None, None)).result()
+
+
 @pytest.fixture
-async def api() -> AsyncIterator[ApiServer]:
-    async with ApiServer(crds=CRDS) as server:
-        yield server
+async def api(request: pytest.FixtureRequest) -> AsyncIterator[ApiServer]:
+    if REAL:
+        server: KubeApiServer = request.getfixturevalue("real_apiserver")
+        await server.reset()
+        yield server  # type: ignore[misc]  # url and write_kubeconfig, as the emulator's
+        return
+    async with ApiServer(crds=CRDS) as emulator:
+        yield emulator
 
 
 @pytest.fixture
 async def http(api: ApiServer) -> AsyncIterator[Http]:
+    if isinstance(api, KubeApiServer):
+        async with api.session() as session:
+            yield Http(session)
+        return
     async with aiohttp.ClientSession(base_url=api.url) as session:
         yield Http(session)
 

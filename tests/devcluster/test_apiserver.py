@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -11,6 +12,7 @@ from kmock import resource
 from epochlog.kubeapi import emulator
 from epochlog.kubeapi.apiserver import ApiServer
 from tests.devcluster.conftest import EVENTS, PARTITIONS, Http, partition
+from tests.waiting import until
 
 ORDERS_0 = f"{PARTITIONS}/orders-0"
 STATUS = f"{ORDERS_0}/status"
@@ -251,10 +253,16 @@ async def test_namespaces_list_create_and_scope(http: Http) -> None:
         ("team-a", "orders-0"),
     ]
     await http.ok("DELETE", "/api/v1/namespaces/team-a")
-    status, _ = await http.call(
-        "GET", "/apis/epochlog.dev/v1alpha1/namespaces/team-a/partitions/orders-0"
-    )
-    assert status == 404
+
+    # A real server's namespace controller deletes what the namespace held, after the
+    # answer; the emulator does it at once.
+    async def emptied() -> bool:
+        status, _ = await http.call(
+            "GET", "/apis/epochlog.dev/v1alpha1/namespaces/team-a/partitions/orders-0"
+        )
+        return status == 404
+
+    await until(emptied, "the namespace's partition deleted", expected_s=30)
     status, body = await http.call("DELETE", "/api/v1/namespaces/default")
     assert status == 403
 
@@ -369,7 +377,7 @@ async def test_table_with_printer_columns(http: Http) -> None:
     ]
     (row,) = found["rows"]
     cells = row["cells"]
-    assert cells[:8] == ["orders-0", "orders", 0, 1, 4, "[1 2]", "[1 2 3]", 42]
+    assert cells[:8] == ["orders-0", "orders", 0, 1, 4, "[1,2]", "[1,2,3]", 42]
     assert re.fullmatch(r"\d+m", cells[8]), cells[8]  # the HW's age: 30 minutes and a bit
     assert cells[9] == "InSync"
     assert cells[10].endswith("s")
@@ -388,6 +396,7 @@ async def test_limit_and_continue(http: Http) -> None:
     assert [p["metadata"]["name"] for p in rest["items"]] == ["orders-2", "orders-3", "orders-4"]
 
 
+@pytest.mark.emulator_only
 async def test_injected_fault_takes_precedence(http: Http, api: ApiServer) -> None:
     # kmock's reaction DSL still works ahead of the emulated behaviour.
     api.handler["patch", resource("epochlog.dev", "v1alpha1", "partitions")] << 503
@@ -399,6 +408,7 @@ async def test_injected_fault_takes_precedence(http: Http, api: ApiServer) -> No
     assert (await http.ok("GET", ORDERS_0))["metadata"]["name"] == "orders-0"
 
 
+@pytest.mark.emulator_only
 async def test_a_listener_hears_every_request_also_past_the_ones_kept(
     http: Http, api: ApiServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -414,6 +424,7 @@ async def test_a_listener_hears_every_request_also_past_the_ones_kept(
     assert heard[1:] == [("GET", ORDERS_0, None)] * 10
 
 
+@pytest.mark.emulator_only
 async def test_in_process_objects_are_visible(http: Http, api: ApiServer) -> None:
     await http.ok("POST", PARTITIONS, partition())
     stored = api.handler.objects["epochlog.dev/v1alpha1/partitions", "default", "orders-0"]
@@ -475,18 +486,50 @@ async def test_crds_are_objects_and_creating_one_serves_it(http: Http) -> None:
             ],
         },
     }
-    created = await http.ok("POST", crds, crd)
-    assert {c["type"] for c in created["status"]["conditions"]} == {"NamesAccepted", "Established"}
+    await http.ok("POST", crds, crd)
+
+    # Established after the answer on a real server (the emulator establishes at once);
+    # served from then on.
+    async def established() -> bool:
+        got = await http.ok("GET", f"{crds}/widgets.example.dev")
+        conditions = (got.get("status") or {}).get("conditions") or []
+        return {c["type"] for c in conditions if c["status"] == "True"} >= {
+            "NamesAccepted",
+            "Established",
+        }
+
+    await until(established, "the CRD established", expected_s=10)
     widgets = "/apis/example.dev/v1/namespaces/default/widgets"
-    await http.ok("POST", widgets, {"metadata": {"name": "w"}, "spec": {"size": 2}})
+
+    async def served() -> bool:
+        status, _ = await http.call("GET", widgets)
+        return status == 200
+
+    await until(served, "widgets served", expected_s=10)
+    # A custom object's body must say what it is; a built-in kind's need not.
+    for untyped in ({"metadata": {"name": "w"}}, {"metadata": {"name": "w", "labels": {}}}):
+        status, body = await http.call("POST", widgets, untyped)
+        assert (status, body["reason"]) == (400, "BadRequest")
+        sent = json.dumps(untyped)  # as the client sent it
+        start = sent if len(sent) <= 30 else f"{sent[:30]} ..."
+        assert body["message"] == (
+            "the object provided is unrecognized (must be of type Widget): Object 'Kind' is "
+            f"missing in '{sent}' ({start})"
+        )
+    typed = {"apiVersion": "example.dev/v1", "kind": "Widget"}
+    await http.ok("POST", widgets, {**typed, "metadata": {"name": "w"}, "spec": {"size": 2}})
     status, body = await http.call(
-        "POST", widgets, {"metadata": {"name": "v"}, "spec": {"size": 0}}
+        "POST", widgets, {**typed, "metadata": {"name": "v"}, "spec": {"size": 0}}
     )
     assert status == 422
     assert "spec.size" in body["message"]
     await http.ok("DELETE", f"{crds}/widgets.example.dev")
-    status, _ = await http.call("GET", f"{widgets}/w")
-    assert status == 404
+
+    async def gone() -> bool:
+        status, _ = await http.call("GET", f"{widgets}/w")
+        return status == 404
+
+    await until(gone, "the widget gone with its CRD", expected_s=10)
 
 
 async def test_a_partition_named_other_than_its_topic_and_index_is_refused(http: Http) -> None:

@@ -122,7 +122,8 @@ async def test_watch_filters_namespace_and_selectors(http: Http) -> None:
 
 
 async def test_watch_ends_after_timeout_seconds(http: Http) -> None:
-    async with watching(http, "timeoutSeconds=1&resourceVersion=1") as watch:
+    version = (await http.ok("GET", PARTITIONS))["metadata"]["resourceVersion"]
+    async with watching(http, f"timeoutSeconds=1&resourceVersion={version}") as watch:
         assert await watch.ended()
 
 
@@ -178,6 +179,7 @@ async def test_watch_from_a_compacted_version_is_410_expired_and_ends(
         assert (await watch.next())["type"] == "MODIFIED"
 
 
+@pytest.mark.emulator_only
 async def test_a_watch_resumes_from_within_the_window(small: tuple[ApiServer, Http]) -> None:
     _, http = small
     await http.ok("POST", PARTITIONS, partition("orders-0"))
@@ -189,6 +191,7 @@ async def test_a_watch_resumes_from_within_the_window(small: tuple[ApiServer, Ht
     assert [e["object"]["status"]["highWatermark"] for e in replayed] == [1, 2, 3]
 
 
+@pytest.mark.emulator_only
 async def test_the_window_is_per_resource_type(small: tuple[ApiServer, Http]) -> None:
     _, http = small
     created = await http.ok("POST", PARTITIONS, partition("orders-0"))
@@ -224,6 +227,7 @@ def _on_first_partitions_watch(api: ApiServer, writes: int) -> list[Request]:
     return heard
 
 
+@pytest.mark.emulator_only
 async def test_kopf_lists_again_after_410(small: tuple[ApiServer, Http]) -> None:
     api, _ = small
     heard = _on_first_partitions_watch(api, WINDOW + 1)
@@ -269,6 +273,7 @@ async def test_kopf_lists_again_after_410(small: tuple[ApiServer, Http]) -> None
         await asyncio.wait_for(operator, 30)
 
 
+@pytest.mark.emulator_only
 async def test_kubectl_get_watch_reports_an_expired_version(
     small: tuple[ApiServer, Http], tmp_path: Path
 ) -> None:
