@@ -229,6 +229,15 @@ def _sim_epilog() -> str:
     )
 
 
+def _ip_address(value: str) -> str:
+    import ipaddress
+
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not an IP address: {value!r}") from exc
+
+
 def _broker_id(value: str) -> int:
     """An id, or "hostname": the digits that end the host name (a StatefulSet's ordinal)."""
     import re
@@ -292,6 +301,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
             host=host,
             port=port,
             advertised_address=args.advertised_address,
+            ip=args.ip,
             peers=parse_peers(args.peers or [], "https" if tls else "http"),
             peer_address_template=args.peer_address_template,
             heartbeat_interval_ms=args.heartbeat_interval_ms,
@@ -701,6 +711,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--advertised-address",
         default=env("EPOCHLOG_ADVERTISED_ADDRESS"),
         help="base URL others reach this broker at (default http://HOST:PORT)",
+    )
+    broker.add_argument(
+        "--ip",
+        type=_ip_address,
+        default=env("EPOCHLOG_BROKER_IP"),
+        help="IP address peers reach this broker at, reported to the controller so that "
+        "peers need not resolve the advertised name (a pod's status.podIP; env "
+        "EPOCHLOG_BROKER_IP)",
     )
     broker.add_argument(
         "--peers",

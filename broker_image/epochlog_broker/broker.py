@@ -55,7 +55,9 @@ from typing import TypeVar
 
 import aiohttp
 import structlog
+from yarl import URL
 
+from epochlog.client.transport import HostsResolver
 from epochlog.protocol.batch import Record
 from epochlog.protocol.bodies import HostedPartition, HostedRole, PartitionsListing
 from epochlog.protocol.epochs import reported_epoch
@@ -200,7 +202,12 @@ class Broker:
             raise
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(
-                limit=0, enable_cleanup_closed=True, ssl=self.client_ssl or True
+                limit=0,
+                enable_cleanup_closed=True,
+                ssl=self.client_ssl or True,
+                # A peer's host connects at the IP the controller reported for it, when it
+                # did; TLS still checks the name (BrokerHeartbeat.ip says why).
+                resolver=HostsResolver(self.config.peer_ips),
             )
         )
         self._fetchers = Fetchers(
@@ -245,6 +252,7 @@ class Broker:
             fs=OsFileSystem(),
             data_dir=self._claim.data_dir,
             address=cfg.address,
+            ip=cfg.ip,
             rack=cfg.rack,
             log_config=cfg.log,
             fetch_backoff=cfg.fetch_backoff,
@@ -874,6 +882,7 @@ class Broker:
             self.config.learned_peers.update(
                 {b: a for b, a in response.brokers.items() if b != self.config.broker_id}
             )
+            self._learn_peer_ips(response)
         restart = next((e for e in effects if isinstance(e, Restart)), None)
         if restart is not None:
             await self._restart(restart.reason)
@@ -883,6 +892,17 @@ class Broker:
         # Parked requests re-check: a role change answers them with an error.
         self._notify_all()
         self._shutdown_answer.notify()
+
+    def _learn_peer_ips(self, response: HeartbeatResponse) -> None:
+        ips = {}
+        for broker, ip in response.broker_ips.items():
+            host = URL(response.brokers.get(broker, "")).host
+            if broker != self.config.broker_id and host:
+                ips[host] = str(ip)
+        if ips != self.config.peer_ips:
+            # Replaced in place: the resolver reads this mapping at each connection.
+            self.config.peer_ips.clear()
+            self.config.peer_ips.update(ips)
 
     # -- state -----------------------------------------------------------------------------
 

@@ -43,6 +43,10 @@ class BrokerConfig:
     advertised_address: str | None = None
     """Base URL other brokers and clients use; default https://<host or hostname>:<port>
     (http:// in plaintext)."""
+    ip: str | None = None
+    """The IP address peers reach this broker at (a pod's, from the downward API),
+    reported in heartbeats; peers connect there by the advertised name's certificate
+    (`BrokerHeartbeat.ip`)."""
     tls: TlsFiles | None = None
     """The cluster CA, this broker's certificate and key, and the clients CA: TLS on the
     API listener and on every request to peers and the controller. None: plaintext,
@@ -61,6 +65,9 @@ class BrokerConfig:
     """Base URL of broker `{id}` for ids missing from `peers`."""
     learned_peers: dict[int, str] = field(default_factory=dict)
     """Addresses the controller reported in heartbeat answers (filled in while running)."""
+    peer_ips: dict[str, str] = field(default_factory=dict)
+    """Host of a peer's address -> the IP the controller reported for it (filled in while
+    running): where requests to that host connect."""
 
     heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
     heartbeat_timeout_ms: int | None = None

@@ -78,6 +78,7 @@ Protocol with the shell:
 from __future__ import annotations
 
 import functools
+import ipaddress
 import posixpath
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -491,6 +492,8 @@ class BrokerCore:
     fs: FileSystem
     data_dir: str
     address: str = ""
+    ip: str | None = None
+    """Reported in heartbeats (`BrokerHeartbeat.ip`)."""
     rack: str | None = None
     log_config: LogConfig = field(default_factory=LogConfig)
     partitions: dict[str, Hosted] = field(default_factory=dict)
@@ -903,6 +906,7 @@ class BrokerCore:
             broker_id=self.broker_id,
             broker_epoch=self.broker_epoch,
             address=self.address or f"broker-{self.broker_id}",
+            ip=ipaddress.ip_address(self.ip) if self.ip else None,
             storage_id=self.storage_id or None,
             time_ms=now_ms,
             full=plan.full,

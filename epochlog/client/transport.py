@@ -26,9 +26,10 @@ from epochlog.security.options import Credentials
 from epochlog.security.tls import client_context
 
 
-class _Resolver(aiohttp.abc.AbstractResolver):
+class HostsResolver(aiohttp.abc.AbstractResolver):
     """Names in `addresses` to their given address, the rest as usual: how a client outside
-    the brokers' network reaches them by the names they advertise (curl's --resolve)."""
+    the brokers' network reaches them by the names they advertise (curl's --resolve), and
+    how a broker reaches a peer at the IP the controller reported for it."""
 
     def __init__(self, addresses: Mapping[str, str]) -> None:
         self._addresses = addresses  # read at each connection: its owner may update it
@@ -77,7 +78,7 @@ class Transport:
                     limit=0,
                     enable_cleanup_closed=True,
                     ssl=self._ssl or True,
-                    resolver=_Resolver(self._resolve) if self._resolve is not None else None,
+                    resolver=HostsResolver(self._resolve) if self._resolve is not None else None,
                 ),
                 # A fresh session per client; no cookies or proxies from the environment
                 # must change where records go.

@@ -70,7 +70,7 @@ import enum
 from collections import Counter
 from typing import Annotated, Final, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, IPvAnyAddress, model_validator
 
 from epochlog.protocol.wire import BrokerId, BrokerKey, NonNegativeInt, PositiveInt, WireModel
 from epochlog.resources import (
@@ -188,6 +188,12 @@ class BrokerHeartbeat(WireModel):
     broker_id: BrokerId
     broker_epoch: NonNegativeInt
     address: Annotated[str, Field(min_length=1)]
+    ip: IPvAnyAddress | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The IP address peers reach this broker at (its pod's, from the downward API), when
+    it knows it. Peers connect there, checking the certificate against the advertised
+    name: cluster DNS may answer a restarted pod's name with its previous address for as
+    long as it caches answers (30 s with kubeadm's CoreDNS), and a follower that cannot
+    reach a new leader for that long falls out of the ISR. Older operators ignore it."""
     storage_id: str | None = None
     """The data directory's storage id (a UUID); None from brokers that do not report one."""
     time_ms: NonNegativeInt
@@ -344,6 +350,11 @@ class HeartbeatResponse(WireModel):
     rejected_isr_proposals: tuple[RejectedIsrProposal, ...] = ()
     brokers: dict[BrokerKey, str] = Field(default_factory=dict)
     """Address of every live broker, as it advertises itself: where to find a leader."""
+    broker_ips: dict[BrokerKey, IPvAnyAddress] = Field(
+        default_factory=dict, exclude_if=lambda v: not v
+    )
+    """The IP address of each live broker that reported one (`BrokerHeartbeat.ip`) from
+    that address: where to connect to the host of its advertised address."""
     controlled_shutdown: ControlledShutdownProgress | None = Field(
         default=None, exclude_if=lambda v: v is None
     )

@@ -208,11 +208,13 @@ class ControllerCore:
         self.reports.sent(heartbeat, assignments)
         rejected = self._refusals_for(broker, received)
         view = self.liveness.view(now_ms)
-        brokers = {
-            b: got.heartbeat.address
+        live = [
+            (b, got.heartbeat)
             for b, got in sorted(self.heartbeats.items())
             if view.is_live(b) and view.broker_epoch(b) == got.heartbeat.broker_epoch
-        }
+        ]
+        brokers = {b: hb.address for b, hb in live}
+        broker_ips = {b: hb.ip for b, hb in live if hb.ip is not None}
         progress = None
         if heartbeat.controlled_shutdown:
             progress = shutdown_progress(
@@ -224,6 +226,7 @@ class ControllerCore:
                 assignments=tuple(assignments.values()),
                 rejected_isr_proposals=rejected,
                 brokers=brokers,
+                broker_ips=broker_ips,
                 controlled_shutdown=progress,
                 stop_replicas=tuple(stops),
             ),

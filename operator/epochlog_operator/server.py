@@ -20,7 +20,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
+from typing import Final, TypeVar
 
 import structlog
 from aiohttp import web
@@ -105,6 +105,24 @@ def check_sender(sender: Principal | None, hb: BrokerHeartbeat) -> None:
         )
 
 
+H = TypeVar("H", bound=BrokerHeartbeat)
+
+
+def checked_ip(hb: H, remote: str | None) -> H:
+    """The heartbeat with its `ip` only when the heartbeat came from that address: peers
+    connect there, so a broker may name no address but its own. Behind a NAT or a proxy
+    the two differ and peers go by the advertised name alone."""
+    if hb.ip is None or (remote is not None and str(hb.ip) == remote):
+        return hb
+    if (hb.broker_id, str(hb.ip)) not in _IGNORED_IPS:  # once, not every heartbeat
+        _IGNORED_IPS.add((hb.broker_id, str(hb.ip)))
+        log.warning("heartbeat ip ignored", broker=hb.broker_id, ip=str(hb.ip), remote=remote)
+    return hb.model_copy(update={"ip": None})
+
+
+_IGNORED_IPS: set[tuple[int, str]] = set()
+
+
 def build_app(
     reconciler: Reconciler,
     metrics: Metrics,
@@ -133,6 +151,7 @@ def build_app(
             hb = parse_heartbeat(await read_body(request, limits))
             if peers is not None:
                 check_sender(peers.of_transport(request.transport), hb)
+            hb = checked_ip(hb, request.remote)
             response = reconciler.heartbeat(hb)
         except InvalidRequestError as exc:
             metrics.heartbeats.inc(outcome="invalid")

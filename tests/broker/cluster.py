@@ -115,6 +115,9 @@ class Cluster:
     extra_args: Sequence[str] = ()
     static_peers: bool = True
     """False: brokers learn each other's addresses only from the controller's answers."""
+    advertised_host: str | None = None
+    """Brokers advertise this host (with their own port) and report 127.0.0.1 as their IP
+    (`--ip`); default: each advertises where it listens."""
     rebalance: RebalanceSettings | None = None
     """The controller's preferred leader election (default: Kafka's, a check every 5 min)."""
     tls: bool = True
@@ -125,6 +128,11 @@ class Cluster:
     controller: Controller = field(init=False)
     brokers: dict[int, BrokerProcess] = field(init=False, default_factory=dict)
     http: aiohttp.ClientSession = field(init=False)
+
+    def _advertising(self, port: int, scheme: str) -> list[str]:
+        if self.advertised_host is None:
+            return []
+        return [f"--advertised-address={scheme}://{self.advertised_host}:{port}", "--ip=127.0.0.1"]
 
     async def start(self) -> Cluster:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -151,7 +159,7 @@ class Cluster:
                 heartbeat_interval_ms=self.heartbeat_interval_ms,
                 checkpoint_interval_ms=1000,
                 security=self.security.broker_flags(b),
-                extra=self.extra_args,
+                extra=[*self.extra_args, *self._advertising(port, scheme)],
             )
             self.brokers[b] = BrokerProcess(
                 b, port, data_dir, self.root / f"broker-{b}.log", args, scheme
