@@ -9,8 +9,11 @@ EXTRAS ?= dev,operator,spark
 # package-scoped fixture stay on one worker (tests/sharing.py).
 WORKERS ?= 3
 PYTEST := $(BIN)/pytest -q -p no:cacheprovider -n $(WORKERS)
+VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml | head -n1)
+# The images the chart runs by default (its appVersion is the project's version).
+IMAGES := localhost/epochlog-broker:$(VERSION) localhost/epochlog-operator:$(VERSION)
 
-.PHONY: venv lock test lint typecheck unit demo bench soak sim clean images e2e
+.PHONY: venv lock test lint typecheck unit demo bench soak sim clean images e2e cluster cluster-down
 
 venv:
 	@scripts/bootstrap.sh $(EXTRAS)
@@ -73,10 +76,21 @@ soak: venv
 images:
 	@scripts/images.sh
 
-# Slow scenarios on real images and whole clusters; builds the images when missing.
-e2e: venv
+# A single-node Kubernetes built here from pinned versions (cluster/up.sh says what runs
+# and where); prints its kubeconfig's path. `make cluster-down` stops it, keeping its data.
+cluster:
+	@cluster/up.sh
+
+cluster-down:
+	@cluster/down.sh
+
+# Slow scenarios on real images and whole clusters: the embedded scenarios, then the
+# chart's on the test cluster (built and started when it is not running), with the
+# images of this tree loaded into its node.
+e2e: venv images
 	$(PYTEST) -m scenario tests
-	$(BIN)/pytest -q -p no:cacheprovider e2e
+	kubeconfig=$$(cluster/up.sh) && cluster/load-images.sh $(IMAGES) && \
+		EPOCHLOG_E2E_KUBECONFIG=$$kubeconfig $(BIN)/pytest -q -p no:cacheprovider e2e
 
 sim: venv
 	$(BIN)/epochlog --log-level critical sim --seeds $(or $(SEEDS),1000)

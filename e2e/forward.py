@@ -35,9 +35,9 @@ class ForwardError(Exception):
 Connect = Callable[[], socket.socket]
 
 
-def kube_connector(core: Any, namespace: str, pod: str, port: int) -> Connect:
-    """A `Connect` through the API server's port-forward subresource of `pod` (`core`: a
-    `kubernetes.client.CoreV1Api`)."""
+def kube_connector(core: Callable[[], Any], namespace: str, pod: str, port: int) -> Connect:
+    """A `Connect` through the API server's port-forward subresource of `pod` (`core`: makes
+    a `kubernetes.client.CoreV1Api` on a client no other thread uses)."""
     from kubernetes.client.exceptions import ApiException
     from kubernetes.stream import portforward
     from websocket import WebSocketException
@@ -45,7 +45,7 @@ def kube_connector(core: Any, namespace: str, pod: str, port: int) -> Connect:
     def connect() -> socket.socket:
         try:
             pf = portforward(
-                core.connect_get_namespaced_pod_portforward, pod, namespace, ports=str(port)
+                core().connect_get_namespaced_pod_portforward, pod, namespace, ports=str(port)
             )
         except (ApiException, WebSocketException, OSError) as exc:
             raise ForwardError(f"port-forward to {namespace}/{pod}:{port}: {exc}") from exc

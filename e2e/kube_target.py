@@ -271,6 +271,17 @@ class KubeTarget:
         self.apps = k8s.AppsV1Api(self.api)
         self.custom = k8s.CustomObjectsApi(self.api)
 
+    def _streaming(self) -> Any:
+        """A CoreV1Api on a client of its own, for one exec or port-forward:
+        `kubernetes.stream` swaps the request function of the client it is given while the
+        websocket opens, and any other thread's call on that client would go out as a
+        websocket (found on a real cluster: the pod-log scan failing with "Missing
+        required parameter `ports`" while a port-forward opened)."""
+        api = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(self.settings.kubeconfig), context=self.settings.context
+        )
+        return k8s.CoreV1Api(api)
+
     # -- names -----------------------------------------------------------------------
 
     @property
@@ -589,7 +600,7 @@ class KubeTarget:
 
         def run() -> str:
             out: str = stream(
-                self.core.connect_get_namespaced_pod_exec,
+                self._streaming().connect_get_namespaced_pod_exec,
                 pod,
                 self.namespace,
                 command=list(command),
@@ -639,8 +650,8 @@ class KubeTarget:
     # -- helm test -------------------------------------------------------------------
 
     async def run_helm_tests(self) -> dict[str, int | None]:
-        # The test pods of the release as rendered (helm test runs each; it raises when
-        # one fails and keeps no exit code).
+        """`helm test`, and each test pod's exit code as its container reported it (the
+        pods stay: their delete policy is before-hook-creation)."""
         rendered = render(self.chart, self.values, release=self.release, namespace=self.namespace)
         names = [
             o["metadata"]["name"]
@@ -649,17 +660,26 @@ class KubeTarget:
             and "test" in str(o["metadata"].get("annotations", {}).get("helm.sh/hook", ""))
         ]
 
-        def run() -> int:
+        def run() -> None:
+            # Without logs=True: the SDK's Helm asks for the logs of every test hook, the
+            # test Partition too, and fails on "pods not found" (Helm 4.3 looks only at
+            # Pods). A failed test raises; its exit code is read below either way.
             with self._helm() as config:
                 try:
-                    config.test(self.release, timeout=int(self.settings.timeout_s), logs=True)
+                    config.test(self.release, timeout=int(self.settings.timeout_s))
                 except helm.HelmReleaseError as exc:
                     log.warning("helm_test_failed", error=str(exc))
-                    return 1
-            return 0
 
-        code = await self._call(run)
-        return {name: code for name in names}
+        await self._call(run)
+        codes: dict[str, int | None] = {}
+        for name in names:
+            pod = await self._kube(self.core.read_namespaced_pod, name, self.namespace)
+            states = [c.state.terminated for c in pod.status.container_statuses or []]
+            codes[name] = states[0].exit_code if states and states[0] else None
+            if codes[name] != 0:
+                text = await self._kube(self.core.read_namespaced_pod_log, name, self.namespace)
+                log.warning("helm_test_pod", pod=name, exit_code=codes[name], log=text[-4000:])
+        return codes
 
     # -- clients on this host --------------------------------------------------------
 
@@ -672,7 +692,7 @@ class KubeTarget:
             if pod in self._forwards:
                 continue
             address = f"{self._loopback}.{i + 1}"
-            connect = kube_connector(self.core, self.namespace, pod, port)
+            connect = kube_connector(self._streaming, self.namespace, pod, port)
             self._forwards[pod] = await PortForward(address, port, connect, name=pod).start()
             self._resolve[self._advertised_host(pod)] = address
 
