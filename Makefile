@@ -84,13 +84,21 @@ cluster:
 cluster-down:
 	@cluster/down.sh
 
-# Slow scenarios on real images and whole clusters: the embedded scenarios, then the
-# chart's on the test cluster (built and started when it is not running), with the
-# images of this tree loaded into its node.
+# The tests that exercise the Kubernetes API, run against a real kube-apiserver (the test
+# cluster's binaries; tests/kube_apiserver.py) instead of the emulator.
+KUBE_API_TESTS := tests/devcluster/test_fidelity.py tests/devcluster/test_apiserver.py \
+	tests/devcluster/test_watch.py tests/devcluster/test_kubectl.py tests/operator_e2e
+
+# Slow scenarios on real images and whole clusters: the embedded scenarios; the tests of
+# the Kubernetes API against a real API server; the chart's scenarios on the test cluster
+# (built and started when it is not running), with the images of this tree loaded.
 e2e: venv images
 	$(PYTEST) -m scenario tests
+	EPOCHLOG_TEST_APISERVER=real EPOCHLOG_KUBE_BIN=$$(cluster/build.sh) \
+		$(BIN)/pytest -q -p no:cacheprovider -m "not emulator_only" $(KUBE_API_TESTS)
 	kubeconfig=$$(cluster/up.sh) && cluster/load-images.sh $(IMAGES) && \
-		EPOCHLOG_E2E_KUBECONFIG=$$kubeconfig $(BIN)/pytest -q -p no:cacheprovider e2e
+		EPOCHLOG_E2E_KUBECONFIG=$$kubeconfig EPOCHLOG_E2E_KUBECTL=$$(cluster/build.sh)/kubectl \
+		$(BIN)/pytest -q -p no:cacheprovider e2e
 
 sim: venv
 	$(BIN)/epochlog --log-level critical sim --seeds $(or $(SEEDS),1000)

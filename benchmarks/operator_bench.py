@@ -11,7 +11,13 @@ high watermarks and lag move all the time. It reports:
   Partition changes); goal <= 1;
 - failover: the time from killing one broker to the last of the Partitions it
   led having a new leader (goal <= session timeout + 2 s), and to the last
-  Partition dropping it from the ISR.
+  Partition dropping it from the ISR;
+- the API server's status write latency: 200 status updates of one Partition
+  from this process, one after the other (p50, p99).
+
+`--apiserver real` runs all of it against a real kube-apiserver with etcd (the test
+cluster's binaries, `EPOCHLOG_KUBE_BIN` or `cluster/build.sh`'s output;
+`epochlog.harness.kube_apiserver`) instead of the emulator.
 
 The figures are printed; the goals are reported, not enforced.
 Run with `make bench` or `python -m benchmarks.operator_bench [--partitions N] ...`.
@@ -44,6 +50,7 @@ from epochlog.harness import (
     url,
     wait_healthy,
 )
+from epochlog.harness.kube_apiserver import KubeApiServer
 from epochlog.harness.scripted_brokers import ScriptedBrokers
 from epochlog.objects import to_body
 from epochlog.resources import PartitionStatus
@@ -122,10 +129,13 @@ async def bench(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="epochlog-operator-bench-"))
     api_port, op_port, probe_port = free_ports(3)
     kubeconfig = work / "kubeconfig"
+    real: KubeApiServer | None = None
+    if args.apiserver == "real":
+        real = KubeApiServer(Path(args.kube_bin), work / "kube-apiserver", REPO / "crds")
     # The operator as deployed: TLS on the heartbeat port, each scripted broker with its
     # own certificate; health and metrics on the probe port.
     security = Security.tls(work / "pki", range(args.brokers))
-    api_url = url(api_port)
+    api_url = url(api_port) if real is None else real.url
     heartbeat_url, op_url = url(op_port, security.scheme), url(probe_port)
     session_s = args.session_timeout_ms / 1000
     refresh_s = args.refresh_interval_ms / 1000
@@ -161,16 +171,23 @@ async def bench(args: argparse.Namespace) -> int:
     )
 
     print(
-        f"operator bench: {args.partitions} Partitions (RF 3), {args.brokers} scripted brokers, "
+        f"operator bench on {'a real kube-apiserver' if real else 'the API emulator'}: "
+        f"{args.partitions} Partitions (RF 3), {args.brokers} scripted brokers, "
         f"heartbeat {args.heartbeat_ms} ms, session {args.session_timeout_ms} ms, "
         f"status refresh {args.refresh_interval_ms} ms, reconcile {args.reconcile_ms} ms"
     )
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+    connector = aiohttp.TCPConnector(ssl=real.ssl if real else False)
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         watch = Watch()
         watcher: asyncio.Task[None] | None = None
         try:
-            emulator.start()
-            await wait_healthy(emulator, api_url + APISERVER_READY_PATH)
+            if real is None:
+                emulator.start()
+                await wait_healthy(emulator, api_url + APISERVER_READY_PATH)
+            else:
+                await real.__aenter__()
+                real.write_kubeconfig(kubeconfig)
             operator.start()
             await wait_healthy(operator, op_url + READY_PATH)
             watcher = asyncio.create_task(watch.run(session, api_url))
@@ -233,7 +250,7 @@ async def bench(args: argparse.Namespace) -> int:
                     session, op_url, "epochlog_operator_status_conflicts_total"
                 )
                 pids: dict[str, int | None] = {
-                    "emulator": emulator.pid,
+                    "API server": emulator.pid if real is None else real.pid("kube-apiserver"),
                     "operator": operator.pid,
                     "brokers": None,
                 }
@@ -278,6 +295,7 @@ async def bench(args: argparse.Namespace) -> int:
                     + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
                     + f"; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
                 )
+                await _write_latency(session, api_url)
         finally:
             if watcher is not None:
                 watcher.cancel()
@@ -285,8 +303,31 @@ async def bench(args: argparse.Namespace) -> int:
                     await watcher
             for process in (operator, emulator):
                 await process.stop(STOP_GRACE_S)
+            if real is not None:
+                await real.__aexit__(None, None, None)
     print(f"logs in {work}")
     return 0
+
+
+async def _write_latency(session: aiohttp.ClientSession, api_url: str, count: int = 200) -> None:
+    """Status updates of one Partition of its own, each after the last: the API server's
+    cost per write, which bounds the operator's."""
+    path = api_url + PARTITIONS
+    body = to_body(partition_manifest("latency", 0))
+    async with session.post(path, json=body) as rsp:
+        assert rsp.status == 201, await rsp.text()
+        obj = await rsp.json()
+    took = []
+    for i in range(count):
+        obj["status"] = {**(obj.get("status") or {}), "highWatermark": i}
+        started = time.monotonic()
+        async with session.put(f"{path}/latency-0/status", json=obj) as rsp:
+            assert rsp.status == 200, await rsp.text()
+            obj = await rsp.json()
+        took.append(time.monotonic() - started)
+    took.sort()
+    p50, p99 = took[len(took) // 2], took[int(len(took) * 0.99)]
+    print(f"status writes, one after the other: p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -300,7 +341,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--steady-intervals", type=int, default=3, help="refresh intervals to measure"
     )
+    parser.add_argument("--apiserver", choices=("emulator", "real"), default="emulator")
+    parser.add_argument(
+        "--kube-bin",
+        default=os.environ.get("EPOCHLOG_KUBE_BIN"),
+        help="the real API server's binaries (cluster/build.sh prints where)",
+    )
     args = parser.parse_args(argv)
+    if args.apiserver == "real" and not args.kube_bin:
+        parser.error("--apiserver real needs --kube-bin or EPOCHLOG_KUBE_BIN")
     return asyncio.run(bench(args))
 
 

@@ -8,6 +8,7 @@
 #     coredns                   CoreDNS with the plugins of a cluster (cluster/coredns)
 #     kube-router               kube-router's NetworkPolicy controller (cluster/netpol)
 #     local-path-provisioner    Rancher's provisioner (cluster/localpath)
+#     helm                      Helm's command line (cluster/helm)
 #     pause                     the pod sandbox's process (cluster/pause/pause.c)
 #
 # and the images the node runs from them, in the local image storage that buildah
@@ -57,7 +58,7 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     version_flags+=" -X $pkg.gitVersion=$kubernetes -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
     version_flags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
-export CGO_ENABLED=0 GOFLAGS=-trimpath
+export CGO_ENABLED=0 GOFLAGS="-trimpath -buildvcs=false"
 
 build() {
     local module=$1
@@ -73,6 +74,7 @@ build kubernetes ./etcd k8s.io/kubernetes/cmd/kube-apiserver \
 build coredns .
 build netpol github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
 build localpath github.com/rancher/local-path-provisioner
+build helm helm.sh/helm/v4/cmd/helm
 gcc -static -O2 -Wall -o "$out.partial/pause" "$here/pause/pause.c"
 strip "$out.partial/pause"
 

@@ -76,6 +76,7 @@ class KubeSettings:
     pull_policy: str | None = None
     storage_class: str | None = None
     timeout_s: float = WAIT_S
+    kubectl: str = "kubectl"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> KubeSettings | None:
@@ -90,6 +91,7 @@ class KubeSettings:
             pull_policy=env.get("EPOCHLOG_E2E_IMAGE_PULL_POLICY") or None,
             storage_class=env.get("EPOCHLOG_E2E_STORAGE_CLASS") or None,
             timeout_s=float(env.get("EPOCHLOG_E2E_TIMEOUT_S") or WAIT_S),
+            kubectl=env.get("EPOCHLOG_E2E_KUBECTL") or "kubectl",
         )
 
     def values(self) -> dict[str, Any]:
@@ -646,6 +648,71 @@ class KubeTarget:
         return "\n".join(
             f"===== {pod} =====\n{self._logs.text(pod)[-6000:]}" for pod in self._logs.pods()
         )
+
+    # -- what only a real cluster has -------------------------------------------------
+
+    def broker_image(self) -> str:
+        """The broker image as the chart runs it (a client pod runs the same)."""
+        rendered = render(self.chart, self.values, release=self.release, namespace=self.namespace)
+        for o in rendered:
+            if o.get("kind") == "StatefulSet":
+                return str(o["spec"]["template"]["spec"]["containers"][0]["image"])
+        raise TargetError("the chart renders no StatefulSet")
+
+    async def run_pod(
+        self, name: str, command: Sequence[str], *, labels: Mapping[str, str] | None = None
+    ) -> tuple[int, str]:
+        """A pod of the broker image running `command` to its end: its exit code and log."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": dict(labels or {})},
+            "spec": {
+                "restartPolicy": "Never",
+                "automountServiceAccountToken": False,
+                "securityContext": {"runAsUser": 10001, "runAsNonRoot": True},
+                "containers": [
+                    {
+                        "name": "run",
+                        "image": self.broker_image(),
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": list(command),
+                    }
+                ],
+            },
+        }
+        await self._kube(self.core.create_namespaced_pod, self.namespace, body)
+        codes: list[int] = []
+
+        async def ended() -> bool:
+            pod = await self._kube(self.core.read_namespaced_pod, name, self.namespace)
+            for status in pod.status.container_statuses or []:
+                if status.state.terminated is not None:
+                    codes.append(status.state.terminated.exit_code)
+                    return True
+            return False
+
+        await wait_for(ended, f"pod {name} to run to its end", self.settings.timeout_s)
+        text = await self._kube(self.core.read_namespaced_pod_log, name, self.namespace)
+        return codes[0], str(text)
+
+    async def kubectl(self, *args: str) -> str:
+        """The cluster's own kubectl (`EPOCHLOG_E2E_KUBECTL`, else the one on PATH) in the
+        scenario's namespace; its standard output. Fails on a non-zero exit."""
+        proc = await asyncio.create_subprocess_exec(
+            self.settings.kubectl,
+            "--kubeconfig",
+            str(self.settings.kubeconfig),
+            "--namespace",
+            self.namespace,
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await proc.communicate()
+        if proc.returncode != 0:
+            raise TargetError(f"kubectl {' '.join(args)}: {err.decode().strip()}")
+        return out.decode()
 
     # -- helm test -------------------------------------------------------------------
 

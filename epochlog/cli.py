@@ -229,9 +229,11 @@ def _sim_epilog() -> str:
     )
 
 
-def _ip_address(value: str) -> str:
+def _ip_address(value: str) -> str | None:
     import ipaddress
 
+    if not value:
+        return None  # an empty environment variable: none known
     try:
         return str(ipaddress.ip_address(value))
     except ValueError as exc:

@@ -369,6 +369,11 @@ def _field(path: str, pod: str, namespace: str, labels: Mapping[str, str], env: 
         # node topology labels a real cluster copies onto pods (KEP-4742) do not exist
         # here: there are no nodes.
         return labels.get(label.group(1), "")
+    if path == "status.podIP":
+        # Podman gives the address when the container starts, after its environment is
+        # set: none here (a broker then goes by its peers' names alone, which podman's
+        # DNS keeps current).
+        return ""
     raise ChartError(f"pod {pod}: env {env}: fieldRef {path} is not supported here")
 
 

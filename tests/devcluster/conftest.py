@@ -10,10 +10,9 @@ window setting) are marked `emulator_only` and are not run there.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import importlib.metadata
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from epochlog.harness.kube_apiserver import KubeApiServer
 from epochlog.kubeapi.apiserver import ApiServer
-from tests.kube_apiserver import KubeApiServer, bin_dir
+from tests.conftest import REAL_APISERVER
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = REPO / "crds"
@@ -78,28 +78,9 @@ class Http:
         return await self.call("PATCH", path, body, content_type="application/merge-patch+json")
 
 
-REAL = os.environ.get("EPOCHLOG_TEST_APISERVER") == "real"
-
-
-@pytest.fixture(scope="session")
-def real_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeApiServer]:
-    found = bin_dir()
-    if found is None:
-        raise RuntimeError("EPOCHLOG_TEST_APISERVER=real needs EPOCHLOG_KUBE_BIN")
-    server = KubeApiServer(found, tmp_path_factory.mktemp("kube-apiserver"), CRDS)
-    # Started in a loop and thread of their own (a test's loop may be running already):
-    # it keeps no connection, only its processes.
-    with concurrent.futures.ThreadPoolExecutor(1) as thread:
-        thread.submit(asyncio.run, server.__aenter__()).result()
-        try:
-            yield server
-        finally:
-            thread.submit(asyncio.run, server.__aexit__(None, None, None)).result()
-
-
 @pytest.fixture
 async def api(request: pytest.FixtureRequest) -> AsyncIterator[ApiServer]:
-    if REAL:
+    if REAL_APISERVER:
         server: KubeApiServer = request.getfixturevalue("real_apiserver")
         await server.reset()
         yield server  # type: ignore[misc]  # url and write_kubeconfig, as the emulator's

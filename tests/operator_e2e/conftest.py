@@ -30,9 +30,11 @@ from epochlog.harness import (
     operator_argv,
     url,
 )
+from epochlog.harness.kube_apiserver import KubeApiServer
 from epochlog.harness.scripted_brokers import ScriptedBrokers
 from epochlog.kubeapi.apiserver import ApiServer
 from epochlog.resources import PartitionStatus
+from tests.conftest import REAL_APISERVER
 from tests.waiting import Patience, until_true
 
 REPO = Path(__file__).resolve().parents[2]
@@ -346,12 +348,30 @@ class Env:
         return ScriptedBrokers(urls, broker_ids, HEARTBEAT_MS, tls=self.broker_tls)
 
 
+@contextlib.asynccontextmanager
+async def _api_server(request: pytest.FixtureRequest) -> AsyncIterator[ApiServer]:
+    """The emulator, or with EPOCHLOG_TEST_APISERVER=real a real kube-apiserver, reset."""
+    if REAL_APISERVER:
+        real: KubeApiServer = request.getfixturevalue("real_apiserver")
+        await real.reset()
+        yield real  # type: ignore[misc]  # url, session and write_kubeconfig, as the emulator's
+        return
+    async with ApiServer(crds=CRDS) as server:
+        yield server
+
+
+def _session(server: ApiServer) -> aiohttp.ClientSession:
+    if isinstance(server, KubeApiServer):
+        return server.session()
+    return aiohttp.ClientSession(base_url=server.url)
+
+
 @pytest.fixture
 async def env(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Env]:
-    async with ApiServer(crds=CRDS) as server:
+    async with _api_server(request) as server:
         kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
         async with (
-            aiohttp.ClientSession(base_url=server.url) as api_session,
+            _session(server) as api_session,
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session,
         ):
             watch = StatusWatch()

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
+import pytest
 from kmock import Request
 
 from epochlog.harness import ManagedProcess, broker_argv, child_env, free_ports, url
@@ -51,6 +52,7 @@ def heartbeat(broker_id: int) -> str:
     ).model_dump_json(by_alias=True)
 
 
+@pytest.mark.emulator_only  # counts requests in the emulator
 async def test_a_standby_replica_answers_heartbeats_with_not_controller_and_writes_nothing(
     env: Env,
 ) -> None:

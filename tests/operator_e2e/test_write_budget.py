@@ -91,6 +91,7 @@ def _replicas(i: int) -> list[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.emulator_only  # counts requests in the emulator
 async def test_many_partitions_write_within_the_budget_and_an_election_does_not_wait(
     env: Env,
 ) -> None:
@@ -177,6 +178,7 @@ class Requests:
         self.seen.append((method, request.url.path, reason, agent))
 
 
+@pytest.mark.emulator_only  # counts requests in the emulator
 async def test_the_operator_writes_to_partitions_only_status_and_its_own_events(
     env: Env,
 ) -> None:

@@ -1,5 +1,6 @@
 """A real kube-apiserver, with etcd and kube-controller-manager, on loopback: what the
-API emulator's tests also run against (`EPOCHLOG_TEST_APISERVER=real`, in `make e2e`).
+API emulator's tests also run against (`EPOCHLOG_TEST_APISERVER=real`, in `make e2e`),
+and the operator benchmark with `--apiserver real`.
 
 The binaries are the test cluster's (cluster/build.sh), found in
 `EPOCHLOG_KUBE_BIN`. The controller manager runs for what the tests rely on a real
@@ -25,6 +26,9 @@ from typing import Any, Final
 import aiohttp
 
 ENV_BIN: Final = "EPOCHLOG_KUBE_BIN"
+SERVER_AUTH: Final = "1.3.6.1.5.5.7.3.1"
+CLIENT_AUTH: Final = "1.3.6.1.5.5.7.3.2"
+"""Extended key usages by OID (openssl's names for them are serverAuth, clientAuth)."""
 SYSTEM_NAMESPACES: Final = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
 WAIT_S: Final = 300.0
 """A hang detector, not a measurement: a busy machine is slow, never wrong."""
@@ -67,8 +71,8 @@ class KubeApiServer:
         _openssl("req", "-x509", "-new", "-newkey", "ec", "-pkeyopt",
                  "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj", "/CN=test-ca",
                  "-keyout", str(pki / "ca.key"), "-out", str(pki / "ca.crt"))  # fmt: skip
-        _issue(pki, "apiserver", "/CN=kube-apiserver", "serverAuth", "IP:127.0.0.1,DNS:localhost")
-        _issue(pki, "admin", "/O=system:masters/CN=test-admin", "clientAuth")
+        _issue(pki, "apiserver", "/CN=kube-apiserver", SERVER_AUTH, "IP:127.0.0.1,DNS:localhost")
+        _issue(pki, "admin", "/O=system:masters/CN=test-admin", CLIENT_AUTH)
         _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(pki / "sa.key"))
         _openssl("ec", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
         self.ssl = ssl.create_default_context(cafile=str(pki / "ca.crt"))
@@ -87,6 +91,12 @@ class KubeApiServer:
         )
         return path
 
+    def pid(self, name: str) -> int | None:
+        """The process id of one of its processes (kube-apiserver, etcd)."""
+        return next(
+            (p.pid for n, p in zip(self._names, self._procs, strict=True) if n == name), None
+        )
+
     def session(self, **kwargs: Any) -> aiohttp.ClientSession:
         return aiohttp.ClientSession(
             base_url=self.url, connector=aiohttp.TCPConnector(ssl=self.ssl), **kwargs
@@ -95,8 +105,17 @@ class KubeApiServer:
     def _start(self, name: str, *args: str) -> None:
         log = open(self.dir / f"{name}.log", "ab")  # noqa: SIM115 (the process keeps it)
         self._procs.append(subprocess.Popen([str(self.bin / name), *args], stdout=log, stderr=log))
+        self._names.append(name)
 
     async def __aenter__(self) -> KubeApiServer:
+        try:
+            await self._start_all()
+        except BaseException:
+            self._stop()
+            raise
+        return self
+
+    async def _start_all(self) -> None:
         etcd, peer = _free_port(), _free_port()
         self._start("etcd", "--data-dir", str(self.dir / "etcd"),
                     "--listen-client-urls", f"http://127.0.0.1:{etcd}",
@@ -135,7 +154,6 @@ class KubeApiServer:
                     capture_output=True,
                 )  # fmt: skip
             await self._until(http, "/api/v1/namespaces/default/serviceaccounts/default")
-        return self
 
     async def _until(self, http: aiohttp.ClientSession, path: str) -> None:
         deadline = time.monotonic() + WAIT_S
@@ -213,6 +231,9 @@ class KubeApiServer:
     async def __aexit__(
         self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
+        self._stop()
+
+    def _stop(self) -> None:
         for proc in reversed(self._procs):
             proc.terminate()
         for proc in reversed(self._procs):

@@ -1,0 +1,221 @@
+"""What only a real Kubernetes can show: NetworkPolicy enforced, RBAC as the API server
+judges it, `kubectl describe`, a drain held by the PodDisruptionBudget, what
+`helm uninstall` leaves. They run on the test cluster in `make e2e` (cluster/up.sh),
+or on any cluster `EPOCHLOG_E2E_KUBECONFIG` names; the embedded target has no kubelet,
+no network policy and no authorizer, so they do not apply there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from e2e.kube_target import KubeTarget
+from e2e.targets import ClusterTarget, wait_for
+from epochlog.devcluster.chart_cluster import render
+from epochlog.devcluster.local_workload import SteadyProducer, read_back, verify
+from epochlog.devcluster.partitions import partition_manifest
+from epochlog.objects import to_body
+
+pytestmark = pytest.mark.usefixtures("real_cluster")
+
+CLIENT_LABEL = {"epochlog.dev/client": "true"}
+# Up to `tries` connections a second apart; exit 0 at the first that is accepted.
+CONNECT = (
+    "import socket, sys, time\n"
+    "for attempt in range(int(sys.argv[3])):\n"
+    "    try:\n"
+    "        socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5).close()\n"
+    "    except OSError as exc:\n"
+    "        print(attempt, type(exc).__name__, exc, flush=True)\n"
+    "        time.sleep(1)\n"
+    "    else:\n"
+    "        print(attempt, 'connected')\n"
+    "        sys.exit(0)\n"
+    "sys.exit(1)\n"
+)
+ALLOWED_TRIES = 300
+"""A pod's address reaches the policy's sets some time after the pod starts: a pod that
+is let in may be refused at first (a hang detector, not a measurement)."""
+DENIED_TRIES = 10
+"""Connections that must all be refused, made after an allowed pod got through."""
+
+
+@pytest.fixture
+def real_cluster(target: ClusterTarget) -> KubeTarget:
+    if not isinstance(target, KubeTarget):
+        pytest.skip("needs a real cluster (EPOCHLOG_E2E_KUBECONFIG; make e2e starts one)")
+    return target
+
+
+async def _connects(
+    target: KubeTarget, pod: str, host: str, port: int, tries: int, **kw: Any
+) -> bool:
+    python = "/opt/epochlog/bin/python"
+    command = [python, "-c", CONNECT, host, str(port), str(tries)]
+    code, out = await target.run_pod(pod, command, **kw)
+    assert code in (0, 1), out
+    return code == 0
+
+
+async def test_network_policy_lets_only_labelled_clients_reach_the_brokers(
+    real_cluster: KubeTarget,
+) -> None:
+    target = real_cluster
+    await target.install(
+        {"networkPolicy": {"clients": {"podSelector": {"matchLabels": CLIENT_LABEL}}}}
+    )
+    await target.wait_ready()
+    ns = target.namespace
+    brokers = f"{target.release}-client.{ns}.svc"
+    heartbeats = f"{target.release}-operator-heartbeat.{ns}.svc"
+    assert await _connects(target, "labelled", brokers, 8080, ALLOWED_TRIES, labels=CLIENT_LABEL)
+    assert not await _connects(target, "unlabelled", brokers, 8080, DENIED_TRIES)
+    # Only brokers send heartbeats; a client with the label is no broker.
+    assert not await _connects(
+        target, "labelled-heartbeat", heartbeats, 8081, DENIED_TRIES, labels=CLIENT_LABEL
+    )
+    assert not await _connects(target, "unlabelled-heartbeat", heartbeats, 8081, DENIED_TRIES)
+
+
+async def test_kubectl_describe_shows_leader_epochs_and_isr(real_cluster: KubeTarget) -> None:
+    target = real_cluster
+    await target.install()
+    await target.apply(to_body(partition_manifest("described", 0, namespace=target.namespace)))
+    await target.wait_leader("described-0")
+
+    async def full() -> bool:
+        got = await target.partition_status("described-0")
+        return got is not None and len(got.isr) == 3
+
+    await wait_for(full, "described-0's ISR holding every replica")
+    status = await target.partition_status("described-0")
+    assert status is not None
+    text = await target.kubectl("describe", "partition", "described-0")
+    assert re.search(rf"^\s+Leader:\s+{status.leader}$", text, re.M), text
+    assert re.search(rf"^\s+Leader Epoch:\s+{status.leader_epoch}$", text, re.M), text
+    assert re.search(rf"^\s+Partition Epoch:\s+{status.partition_epoch}$", text, re.M), text
+    isr = re.search(r"^\s+Isr:\n((?:\s+\d+\n)+)", text, re.M)
+    assert isr is not None, text
+    assert sorted(int(x) for x in isr.group(1).split()) == sorted(status.isr)
+    listed = await target.kubectl("get", "partitions")
+    assert re.search(r"^described-0\s+described\s+0\s", listed, re.M), listed
+
+
+def _rendered_rules(target: KubeTarget) -> list[dict[str, Any]]:
+    objs = render(target.chart, target.values, release=target.release, namespace=target.namespace)
+    return [rule for o in objs if o.get("kind") in ("Role", "ClusterRole") for rule in o["rules"]]
+
+
+async def test_the_operator_may_do_what_it_needs_and_nothing_more(
+    real_cluster: KubeTarget,
+) -> None:
+    target = real_cluster
+    await target.install()
+    account = f"system:serviceaccount:{target.namespace}:{target.release}-operator"
+    api = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=str(target.settings.kubeconfig)
+    )
+    api.set_default_header("Impersonate-User", account)
+    review = k8s.V1SelfSubjectRulesReview(
+        spec=k8s.V1SelfSubjectRulesReviewSpec(namespace=target.namespace)
+    )
+    answer = await asyncio.to_thread(
+        k8s.AuthorizationV1Api(api).create_self_subject_rules_review, review
+    )
+    granted = {
+        (group, resource, verb, name)
+        for rule in answer.status.resource_rules  # type: ignore[union-attr]
+        for group in rule.api_groups or [""]
+        for resource in rule.resources or []
+        for verb in rule.verbs
+        for name in rule.resource_names or [None]
+    }
+    expected = {
+        (group, resource, verb, name)
+        for rule in _rendered_rules(target)
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+        for name in rule.get("resourceNames") or [None]
+    }
+    # What every authenticated user may do (system:basic-user): ask about itself.
+    own = {
+        ("authorization.k8s.io", r, "create", None)
+        for r in ("selfsubjectaccessreviews", "selfsubjectrulesreviews")
+    } | {("authentication.k8s.io", "selfsubjectreviews", "create", None)}
+    assert granted - own == expected, (sorted(granted - own - expected), sorted(expected - granted))
+    # And the API server says no to what the operator never does.
+    authz = k8s.AuthorizationV1Api(api)
+    for verb, group, resource in [
+        ("delete", "epochlog.dev", "partitions"),
+        ("list", "", "secrets"),
+        ("create", "", "pods"),
+        ("get", "", "configmaps"),
+    ]:
+        check = k8s.V1SelfSubjectAccessReview(
+            spec=k8s.V1SelfSubjectAccessReviewSpec(
+                resource_attributes=k8s.V1ResourceAttributes(
+                    namespace=target.namespace, verb=verb, group=group, resource=resource
+                )
+            )
+        )
+        verdict = await asyncio.to_thread(authz.create_self_subject_access_review, check)
+        assert not verdict.status.allowed, (verb, group, resource)  # type: ignore[union-attr]
+
+
+async def test_a_drain_of_the_node_is_held_by_the_disruption_budget_and_loses_nothing(
+    real_cluster: KubeTarget,
+) -> None:
+    target = real_cluster
+    await target.install()
+    names = []
+    for i in range(2):
+        await target.apply(to_body(partition_manifest("drain", i, namespace=target.namespace)))
+        names.append(f"drain-{i}")
+    for name in names:
+        await target.wait_leader(name)
+    node = (await target.kubectl("get", "nodes", "-o", "name")).split()[0]
+    brokers = f"app.kubernetes.io/instance={target.release},app.kubernetes.io/component=broker"
+    client = await target.client()
+    producer = await SteadyProducer(client, names, rate=20).start()
+    try:
+        await producer.wait_each(names)
+        with pytest.raises(Exception, match="disruption budget") as held:
+            # One broker may go (maxUnavailable 1); its successor cannot be scheduled on
+            # the cordoned node, so every other eviction is refused until it is back.
+            await target.kubectl(
+                "drain", node, "--pod-selector", brokers, "--ignore-daemonsets",
+                "--delete-emptydir-data", "--timeout=40s",
+            )  # fmt: skip
+        ready = await target.kubectl("get", "pods", "-l", brokers, "--no-headers")
+        assert len(re.findall(r"\b1/1\s+Running\b", ready)) == 2, (ready, held.value)
+    finally:
+        await target.kubectl("uncordon", node)
+    await target.wait_ready()
+    await producer.wait_each(names)
+    await producer.stop()
+    logs = {name: await read_back(client, name) for name in names}
+    await client.close()
+    verdict = verify(producer.acks, logs)
+    assert verdict.ok, verdict
+    assert verdict.acknowledged > 0
+
+
+async def test_uninstall_leaves_the_volumes_and_the_crd(real_cluster: KubeTarget) -> None:
+    target = real_cluster
+    await target.install()
+    await target.wait_ready()
+    await target.uninstall()
+    claims = await target.kubectl("get", "pvc", "-o", "name")
+    assert sorted(claims.split()) == [
+        f"persistentvolumeclaim/data-{target.release}-broker-{i}" for i in range(3)
+    ]
+    crds = await target.kubectl("get", "crd", "-o", "name")
+    assert "customresourcedefinition.apiextensions.k8s.io/partitions.epochlog.dev" in crds
+    assert (await target.kubectl("get", "pods", "-o", "name")).split() == []
