@@ -10,6 +10,7 @@ this host and reach the brokers by the names they advertise.
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import pytest
@@ -116,9 +117,21 @@ async def test_a_rolling_restart_under_load_loses_nothing_keeps_every_isr_and_ha
     try:
         producer = await SteadyProducer(client, names, rate=150).start()
         await producer.wait_each(names)
+        rolled = time.monotonic()
         await chart.rollout_restart(BROKERS)
         await producer.wait_each(names, after=time.monotonic())
         await producer.stop()
+        # A figure, not a verdict (how long depends on the machine): the longest time a
+        # partition went without an acknowledgement while the brokers rolled.
+        gaps = [
+            b.at - a.at
+            for name in names
+            for a, b in itertools.pairwise(
+                sorted((x for x in producer.acks if x.partition == name), key=lambda x: x.at)
+            )
+            if b.at >= rolled
+        ]
+        print(f"rolling restart: longest wait between acknowledgements {max(gaps):.2f} s")
         logs = {name: await read_back(client, name) for name in names}
     finally:
         await watch.stop()

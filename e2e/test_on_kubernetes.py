@@ -1,6 +1,7 @@
 """What only a real Kubernetes can show: NetworkPolicy enforced, RBAC as the API server
 judges it, `kubectl describe`, a drain held by the PodDisruptionBudget, what
-`helm uninstall` leaves. They run on the test cluster in `make e2e` (cluster/up.sh),
+`helm uninstall` leaves, a `helm upgrade` to five brokers and back with Partitions
+moved, a broker on a new, empty volume. They run on the test cluster in `make e2e` (cluster/up.sh),
 or on any cluster `EPOCHLOG_E2E_KUBECONFIG` names; the embedded target has no kubelet,
 no network policy and no authorizer, so they do not apply there.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from typing import Any
 
 import pytest
@@ -16,11 +18,12 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from e2e.kube_target import KubeTarget
-from e2e.targets import ClusterTarget, wait_for
+from e2e.targets import ClusterTarget, registered_brokers, wait_for
 from epochlog.devcluster.chart_cluster import render
 from epochlog.devcluster.local_workload import SteadyProducer, read_back, verify
 from epochlog.devcluster.partitions import partition_manifest
 from epochlog.objects import to_body
+from epochlog.resources import ConditionStatus, ConditionType
 
 pytestmark = pytest.mark.usefixtures("real_cluster")
 
@@ -219,3 +222,114 @@ async def test_uninstall_leaves_the_volumes_and_the_crd(real_cluster: KubeTarget
     crds = await target.kubectl("get", "crd", "-o", "name")
     assert "customresourcedefinition.apiextensions.k8s.io/partitions.epochlog.dev" in crds
     assert (await target.kubectl("get", "pods", "-o", "name")).split() == []
+
+
+async def _moved(target: KubeTarget, name: str, replicas: tuple[int, ...]) -> None:
+    async def done() -> bool:
+        s = await target.partition_status(name)
+        if s is None or s.replicas != replicas or set(s.isr) != set(replicas):
+            return False
+        reassigning = s.condition(ConditionType.REASSIGNING)
+        return reassigning is not None and reassigning.status is ConditionStatus.FALSE
+
+    await wait_for(done, f"{name} on brokers {replicas}, all in sync")
+
+
+async def test_helm_upgrade_to_five_brokers_and_back_with_partitions_moved_loses_nothing(
+    real_cluster: KubeTarget,
+) -> None:
+    """`helm upgrade --set broker.replicas=5`, the Partitions moved onto the new brokers
+    with `kubectl patch` (leadership with them), moved back, and the StatefulSet scaled
+    down to 3 again, all under acks=all load."""
+    target = real_cluster
+    await target.install()
+    names = []
+    for i in range(2):
+        await target.apply(to_body(partition_manifest("five", i, namespace=target.namespace)))
+        names.append(f"five-{i}")
+    for name in names:
+        await target.wait_leader(name)
+        await _moved(target, name, (0, 1, 2))
+    client = await target.client()
+    try:
+        producer = await SteadyProducer(client, names, rate=50).start()
+        await producer.wait_each(names)
+        await target.scale_brokers(5)
+
+        async def registered() -> bool:
+            return {3, 4} <= registered_brokers(await target.operator_metrics())
+
+        await wait_for(registered, "brokers 3 and 4 heartbeating to the operator")
+        moves = {"five-0": (3, 4, 0), "five-1": (4, 3, 1)}
+        for name, replicas in moves.items():
+            await target.patch_partition(name, {"replicas": list(replicas)})
+        for name, replicas in moves.items():
+            await _moved(target, name, replicas)
+            status = await target.partition_status(name)
+            assert status is not None
+            assert status.leader == replicas[0], status  # the preferred leader leads
+        await producer.wait_each(names, after=time.monotonic())
+        for name in names:
+            await target.patch_partition(name, {"replicas": [0, 1, 2]})
+        for name in names:
+            await _moved(target, name, (0, 1, 2))
+        await target.scale_brokers(3)
+        await producer.wait_each(names, after=time.monotonic())
+        await producer.stop()
+        logs = {name: await read_back(client, name) for name in names}
+    finally:
+        await client.close()
+    verdict = verify(producer.acks, logs)
+    assert verdict.ok, verdict
+    assert verdict.acknowledged > 0
+    assert not producer.failed, producer.failed[:5]
+
+
+async def test_a_broker_on_a_new_empty_volume_catches_up_under_a_new_storage_id(
+    real_cluster: KubeTarget,
+) -> None:
+    """Broker 2's claim deleted with its pod: the StatefulSet makes a new, empty volume.
+    The broker comes back with a new storage id, is taken out of every ISR (it holds none
+    of what it was in sync on), and joins again once it has caught up; nothing
+    acknowledged is lost."""
+    target = real_cluster
+    await target.install()
+    names = []
+    for i in range(2):
+        await target.apply(to_body(partition_manifest("fresh", i, namespace=target.namespace)))
+        names.append(f"fresh-{i}")
+    before = {}
+    for name in names:
+        await target.wait_leader(name)
+        await _moved(target, name, (0, 1, 2))
+        status = await target.partition_status(name)
+        assert status is not None
+        before[name] = status.isr_storage_ids[2]
+    client = await target.client()
+    try:
+        producer = await SteadyProducer(client, names, rate=50).start()
+        await producer.wait_each(names)
+        broker = f"{target.release}-broker-2"
+        # The claim is held while its pod runs (pvc-protection); deleting the pod frees it.
+        await target.kubectl("delete", "pvc", f"data-{broker}", "--wait=false")
+        await target.kill_pod(broker)
+        await target.wait_ready()
+
+        async def renewed() -> bool:
+            for name in names:
+                s = await target.partition_status(name)
+                if s is None or set(s.isr) != {0, 1, 2}:
+                    return False
+                if s.isr_storage_ids.get(2) in (None, before[name]):
+                    return False
+            return True
+
+        await wait_for(renewed, "broker 2 back in every ISR under a new storage id")
+        await producer.wait_each(names, after=time.monotonic())
+        await producer.stop()
+        logs = {name: await read_back(client, name) for name in names}
+    finally:
+        await client.close()
+    verdict = verify(producer.acks, logs)
+    assert verdict.ok, verdict
+    assert verdict.acknowledged > 0
