@@ -225,6 +225,9 @@ async def test_uninstall_leaves_the_volumes_and_the_crd(real_cluster: KubeTarget
 
 
 async def _moved(target: KubeTarget, name: str, replicas: tuple[int, ...]) -> None:
+    """Until `name` is on exactly `replicas` (in that order: the first is the preferred
+    leader), every one in sync, and no reassignment goes on."""
+
     async def done() -> bool:
         s = await target.partition_status(name)
         if s is None or s.replicas != replicas or set(s.isr) != set(replicas):
@@ -235,12 +238,20 @@ async def _moved(target: KubeTarget, name: str, replicas: tuple[int, ...]) -> No
     await wait_for(done, f"{name} on brokers {replicas}, all in sync")
 
 
+async def _all_in_sync(target: KubeTarget, name: str) -> None:
+    async def full() -> bool:
+        s = await target.partition_status(name)
+        return s is not None and len(s.replicas) == 3 and set(s.isr) == set(s.replicas)
+
+    await wait_for(full, f"every replica of {name} in its ISR")
+
+
 async def test_helm_upgrade_to_five_brokers_and_back_with_partitions_moved_loses_nothing(
     real_cluster: KubeTarget,
 ) -> None:
     """`helm upgrade --set broker.replicas=5`, the Partitions moved onto the new brokers
-    with `kubectl patch` (leadership with them), moved back, and the StatefulSet scaled
-    down to 3 again, all under acks=all load."""
+    with `kubectl patch`, moved back, and the StatefulSet scaled down to 3 again, all
+    under acks=all load."""
     target = real_cluster
     await target.install()
     names = []
@@ -249,7 +260,7 @@ async def test_helm_upgrade_to_five_brokers_and_back_with_partitions_moved_loses
         names.append(f"five-{i}")
     for name in names:
         await target.wait_leader(name)
-        await _moved(target, name, (0, 1, 2))
+        await _all_in_sync(target, name)
     client = await target.client()
     try:
         producer = await SteadyProducer(client, names, rate=50).start()
@@ -267,7 +278,9 @@ async def test_helm_upgrade_to_five_brokers_and_back_with_partitions_moved_loses
             await _moved(target, name, replicas)
             status = await target.partition_status(name)
             assert status is not None
-            assert status.leader == replicas[0], status  # the preferred leader leads
+            # A leader still among the replicas keeps leading (as in Kafka: the preferred
+            # leader election moves it later); one moved off handed over.
+            assert status.leader in replicas, status
         await producer.wait_each(names, after=time.monotonic())
         for name in names:
             await target.patch_partition(name, {"replicas": [0, 1, 2]})
@@ -301,7 +314,7 @@ async def test_a_broker_on_a_new_empty_volume_catches_up_under_a_new_storage_id(
     before = {}
     for name in names:
         await target.wait_leader(name)
-        await _moved(target, name, (0, 1, 2))
+        await _all_in_sync(target, name)
         status = await target.partition_status(name)
         assert status is not None
         before[name] = status.isr_storage_ids[2]
