@@ -10,8 +10,10 @@ EXTRAS ?= dev,operator,spark
 WORKERS ?= 3
 PYTEST := $(BIN)/pytest -q -p no:cacheprovider -n $(WORKERS)
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml | head -n1)
-# The images the chart runs by default (its appVersion is the project's version).
+# The images the chart runs by default (its appVersion is the project's version), and
+# the Spark pipeline's, which `make e2e` runs on the test cluster too.
 IMAGES := localhost/epochlog-broker:$(VERSION) localhost/epochlog-operator:$(VERSION)
+E2E_IMAGES := $(IMAGES) localhost/epochlog-pipeline:$(VERSION)
 
 .PHONY: venv lock test lint typecheck unit demo bench soak sim clean images e2e cluster cluster-down
 
@@ -32,6 +34,7 @@ lock:
 	$(LOCK) --extra dev --extra operator --extra spark -o requirements/spark.txt
 	$(LOCK) -c requirements/dev.txt -o requirements/broker-image.txt
 	$(LOCK) --extra operator -c requirements/dev.txt -o requirements/image.txt
+	$(LOCK) --extra spark -c requirements/spark.txt -o requirements/pipeline-image.txt
 
 lint: venv
 	$(BIN)/ruff check .
@@ -91,12 +94,14 @@ KUBE_API_TESTS := tests/devcluster/test_fidelity.py tests/devcluster/test_apiser
 
 # Slow scenarios on real images and whole clusters: the embedded scenarios; the tests of
 # the Kubernetes API against a real API server; the chart's scenarios on the test cluster
-# (built and started when it is not running), with the images of this tree loaded.
+# (built and started when it is not running), with the images of this tree loaded (the
+# pipeline's too).
 e2e: venv images
+	EPOCHLOG_IMAGES=pipeline scripts/images.sh
 	$(PYTEST) -m scenario tests
 	EPOCHLOG_TEST_APISERVER=real EPOCHLOG_KUBE_BIN=$$(cluster/build.sh) \
 		$(BIN)/pytest -q -p no:cacheprovider -m "not emulator_only" $(KUBE_API_TESTS)
-	kubeconfig=$$(cluster/up.sh) && cluster/load-images.sh $(IMAGES) && \
+	kubeconfig=$$(cluster/up.sh) && cluster/load-images.sh $(E2E_IMAGES) && \
 		EPOCHLOG_E2E_KUBECONFIG=$$kubeconfig EPOCHLOG_E2E_KUBECTL=$$(cluster/build.sh)/kubectl \
 		$(BIN)/pytest -q -p no:cacheprovider e2e
 

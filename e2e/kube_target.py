@@ -70,8 +70,9 @@ class KubeSettings:
     kubeconfig: Path
     context: str | None = None
     image_registry: str | None = None
-    """Where the images are: `<registry>/epochlog-broker`, `<registry>/epochlog-operator`
-    (default: the chart's, `localhost/...`, as `kind load` / `k3d image import` keep them)."""
+    """Where the images are: `<registry>/epochlog-broker`, `<registry>/epochlog-operator`,
+    `<registry>/epochlog-pipeline` (default: the chart's, `localhost/...`, as `kind load`
+    / `k3d image import` keep them)."""
     image_tag: str | None = None
     pull_policy: str | None = None
     storage_class: str | None = None
@@ -102,7 +103,7 @@ class KubeSettings:
         if self.pull_policy:
             image["pullPolicy"] = self.pull_policy
         out: dict[str, Any] = {}
-        for component in ("operator", "broker"):
+        for component in ("operator", "broker", "pipeline"):
             mine = dict(image)
             if self.image_registry:
                 mine["repository"] = f"{self.image_registry.rstrip('/')}/epochlog-{component}"
@@ -506,6 +507,10 @@ class KubeTarget:
         )
         return list(found.items)
 
+    async def ready_pods(self, component: str) -> list[str]:
+        """The names of the release's ready pods of `component` (broker, operator, pipeline)."""
+        return sorted(p.metadata.name for p in await self._pods(component) if self._usable(p))
+
     def _usable(self, pod: Any) -> bool:
         """Ready, not being deleted, not one `kill_pod` deleted."""
         if pod.metadata.deletion_timestamp is not None or pod.metadata.uid in self._gone:
@@ -659,29 +664,50 @@ class KubeTarget:
                 return str(o["spec"]["template"]["spec"]["containers"][0]["image"])
         raise TargetError("the chart renders no StatefulSet")
 
-    async def run_pod(
-        self, name: str, command: Sequence[str], *, labels: Mapping[str, str] | None = None
-    ) -> tuple[int, str]:
-        """A pod of the broker image running `command` to its end: its exit code and log."""
+    async def start_pod(
+        self,
+        name: str,
+        command: Sequence[str],
+        *,
+        labels: Mapping[str, str] | None = None,
+        secret: str | None = None,
+    ) -> None:
+        """Start a pod of the broker image running `command` (once; no restarts), with
+        the Secret `secret`, if given, at /etc/epochlog/user."""
+        container: dict[str, Any] = {
+            "name": "run",
+            "image": self.broker_image(),
+            "imagePullPolicy": "IfNotPresent",
+            "command": list(command),
+        }
+        spec: dict[str, Any] = {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "securityContext": {"runAsUser": 10001, "runAsNonRoot": True},
+            "containers": [container],
+        }
+        if secret is not None:
+            container["volumeMounts"] = [
+                {"name": "user", "mountPath": "/etc/epochlog/user", "readOnly": True}
+            ]
+            spec["volumes"] = [{"name": "user", "secret": {"secretName": secret}}]
         body = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": name, "labels": dict(labels or {})},
-            "spec": {
-                "restartPolicy": "Never",
-                "automountServiceAccountToken": False,
-                "securityContext": {"runAsUser": 10001, "runAsNonRoot": True},
-                "containers": [
-                    {
-                        "name": "run",
-                        "image": self.broker_image(),
-                        "imagePullPolicy": "IfNotPresent",
-                        "command": list(command),
-                    }
-                ],
-            },
+            "spec": spec,
         }
         await self._kube(self.core.create_namespaced_pod, self.namespace, body)
+
+    async def wait_pod_running(self, name: str) -> None:
+        async def running() -> bool:
+            pod = await self._kube(self.core.read_namespaced_pod, name, self.namespace)
+            return any(s.state.running for s in pod.status.container_statuses or [])
+
+        await wait_for(running, f"pod {name} to run", self.settings.timeout_s)
+
+    async def pod_result(self, name: str) -> tuple[int, str]:
+        """Once the pod's container has ended: its exit code and its log."""
         codes: list[int] = []
 
         async def ended() -> bool:
@@ -695,6 +721,33 @@ class KubeTarget:
         await wait_for(ended, f"pod {name} to run to its end", self.settings.timeout_s)
         text = await self._kube(self.core.read_namespaced_pod_log, name, self.namespace)
         return codes[0], str(text)
+
+    async def run_pod(
+        self, name: str, command: Sequence[str], *, labels: Mapping[str, str] | None = None
+    ) -> tuple[int, str]:
+        """A pod of the broker image running `command` to its end: its exit code and log."""
+        await self.start_pod(name, command, labels=labels)
+        return await self.pod_result(name)
+
+    async def user_secret(self, name: str, user: str = "admin") -> None:
+        """A Secret `name` with a user's certificate and key (tls.crt, tls.key, from the
+        clients CA) and the cluster CA (ca.crt), for a client pod (`start_pod`)."""
+        credentials = await self.credentials(user)
+        assert credentials.tls is not None
+        files = {
+            "ca.crt": credentials.tls.ca,
+            "tls.crt": credentials.tls.cert,
+            "tls.key": credentials.tls.key,
+        }
+        data = {k: base64.b64encode(Path(str(v)).read_bytes()).decode() for k, v in files.items()}
+        body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": data}
+        await self._kube(self.core.create_namespaced_secret, self.namespace, body)
+
+    def bootstrap_url(self) -> str:
+        """The client Service's URL, as pods in the cluster reach the brokers."""
+        tls = merge({"tls": {"enabled": True}}, self.values)["tls"]["enabled"]
+        scheme = "https" if tls else "http"
+        return f"{scheme}://{self.release}-client.{self.namespace}.svc:{self._broker_port()}"
 
     async def kubectl(self, *args: str) -> str:
         """The cluster's own kubectl (`EPOCHLOG_E2E_KUBECTL`, else the one on PATH) in the
@@ -764,8 +817,8 @@ class KubeTarget:
             self._resolve[self._advertised_host(pod)] = address
 
     def _advertised_host(self, pod: str) -> str:
-        # As the chart's --advertised-address: $(POD_NAME).<brokers>.<namespace>.svc
-        return f"{pod}.{self._brokers}.{self.namespace}.svc"
+        # As the chart's --advertised-address: the broker's own Service, $(POD_NAME).<ns>.svc
+        return f"{pod}.{self.namespace}.svc"
 
     async def _close_forwards(self) -> None:
         forwards, self._forwards = self._forwards, {}

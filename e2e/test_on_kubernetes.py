@@ -1,14 +1,17 @@
 """What only a real Kubernetes can show: NetworkPolicy enforced, RBAC as the API server
 judges it, `kubectl describe`, a drain held by the PodDisruptionBudget, what
 `helm uninstall` leaves, a `helm upgrade` to five brokers and back with Partitions
-moved, a broker on a new, empty volume. They run on the test cluster in `make e2e` (cluster/up.sh),
-or on any cluster `EPOCHLOG_E2E_KUBECONFIG` names; the embedded target has no kubelet,
-no network policy and no authorizer, so they do not apply there.
+moved, a broker on a new, empty volume, the Spark pipeline image. They run on the test
+cluster in `make e2e` (cluster/up.sh), or on any cluster `EPOCHLOG_E2E_KUBECONFIG`
+names; the embedded target has no kubelet, no network policy and no authorizer, so they
+do not apply there.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 import re
 import time
 from typing import Any
@@ -16,14 +19,16 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
 
-from e2e.kube_target import KubeTarget
-from e2e.targets import ClusterTarget, registered_brokers, wait_for
+from e2e.kube_target import PYTHON, KubeTarget
+from e2e.targets import ClusterTarget, TargetError, registered_brokers, wait_for
 from epochlog.devcluster.chart_cluster import render
-from epochlog.devcluster.local_workload import SteadyProducer, read_back, verify
+from epochlog.devcluster.local_workload import SteadyProducer, WorkloadAck, read_back, verify
 from epochlog.devcluster.partitions import partition_manifest
 from epochlog.objects import to_body
 from epochlog.resources import ConditionStatus, ConditionType
+from epochlog_spark.orders import order_event
 
 pytestmark = pytest.mark.usefixtures("real_cluster")
 
@@ -346,3 +351,195 @@ async def test_a_broker_on_a_new_empty_volume_catches_up_under_a_new_storage_id(
     verdict = verify(producer.acks, logs)
     assert verdict.ok, verdict
     assert verdict.acknowledged > 0
+
+
+# The rows a Parquet file sink committed, read in the pipeline's pod as Spark reads them:
+# its metadata log lists the files (the newest compaction, then each later batch); a file
+# it does not list is from a batch that did not commit, and does not count.
+COMMITTED_ROWS = r"""
+import json, pathlib, sys
+import pyarrow.parquet as pq
+log = pathlib.Path(sys.argv[1]) / "_spark_metadata"
+batches = sorted(
+    (int(p.name.split(".")[0]), p) for p in log.glob("[0-9]*") if not p.name.endswith(".tmp")
+) if log.is_dir() else []
+compactions = [n for n, p in batches if p.name.endswith(".compact")]
+first = max(compactions, default=-1)
+files = {}
+for n, p in batches:
+    if n < first:
+        continue
+    for line in p.read_text().splitlines()[1:]:
+        entry = json.loads(line)
+        if entry["action"] == "delete":
+            files.pop(entry["path"], None)
+        else:
+            files[entry["path"]] = entry
+rows = []
+for path in files:
+    columns = ["topic", "partition", "offset", "value"]
+    table = pq.read_table(path.removeprefix("file://"), columns=columns)
+    for r in table.to_pylist():
+        value = r["value"].decode() if isinstance(r["value"], bytes) else r["value"]
+        rows.append([r["topic"], r["partition"], r["offset"], value])
+print(json.dumps(rows))
+"""
+
+
+async def test_the_spark_pipeline_image_reads_a_topic_exactly_once_across_a_pod_kill(
+    real_cluster: KubeTarget,
+) -> None:
+    """The pipeline image as the chart runs it (`pipeline.enabled`): Spark in local mode in
+    a pod, reading the `orders` topic through the client Service over TLS with its own
+    token. Its pod is killed mid-stream; the Deployment starts another on the same volume,
+    which goes on from the checkpoints. The audit output ends with every acknowledged
+    record exactly once."""
+    target = real_cluster
+    await target.install(
+        {
+            "pipeline": {
+                "enabled": True,
+                "triggerInterval": "2 seconds",
+                # The default asks for 2 cores: this node has 2 in all, brokers included.
+                "resources": {
+                    "requests": {"cpu": "250m", "memory": "1Gi"},
+                    "limits": {"memory": "2Gi"},
+                },
+            }
+        }
+    )
+    names = []
+    for i in range(2):
+        await target.apply(to_body(partition_manifest("orders", i, namespace=target.namespace)))
+        names.append(f"orders-{i}")
+    for name in names:
+        await target.wait_leader(name)
+    rows: list[list[Any]] = []
+
+    async def audited(least: int) -> bool:
+        pods = await target.ready_pods("pipeline")
+        if not pods:
+            return False
+        try:
+            out = await target.exec(pods[0], [PYTHON, "-c", COMMITTED_ROWS, "/work/out/audit"])
+            got = json.loads(out.strip().splitlines()[-1])
+        except (TargetError, ApiException, ValueError, IndexError):
+            return False  # the pod is starting or stopping
+        rows[:] = got
+        return len(got) >= least
+
+    client = await target.client()
+    start_ms = int(time.time() * 1000)
+    try:
+        producer = await SteadyProducer(
+            client, names, rate=20, make_value=lambda n: order_event(n, start_ms=start_ms)
+        ).start()
+        await producer.wait_acks(40)
+        await wait_for(lambda: audited(1), "the pipeline's first audited records", 600)
+        (pod,) = await target.ready_pods("pipeline")
+        await target.kill_pod(pod)  # grace period 0: mid-batch, as a node failure would
+        acked = len(producer.acks)
+        await wait_for(lambda: audited(acked + 1), "the restarted pipeline going on", 600)
+        await producer.stop()
+        logs = {name: await read_back(client, name) for name in names}
+    finally:
+        await client.close()
+    assert not producer.failed, producer.failed[:5]
+    verdict = verify(producer.acks, logs)
+    assert verdict.ok, verdict
+    await wait_for(lambda: audited(len(producer.acks)), "every acknowledged record audited", 600)
+    audit = [(f"{topic}-{partition}", offset, value) for topic, partition, offset, value in rows]
+    assert len(audit) == len(set(audit)), "a record audited twice"
+    expected = {(a.partition, a.offset, a.value) for a in producer.acks}
+    assert expected <= set(audit), sorted(expected - set(audit))[:5]
+    # Nothing but what the log holds: unacknowledged records the log kept may be there too.
+    held = {(name, offset, value) for name, log in logs.items() for offset, value in log}
+    assert set(audit) <= held, sorted(set(audit) - held)[:5]
+
+
+# A steady acks=all producer in a client pod (the real client, as in the tests on this
+# host) until /tmp/stop exists; then every acknowledgement as a JSON line, and the count
+# of records that failed.
+PRODUCE_UNTIL_STOPPED = r"""
+import asyncio, json, pathlib, sys
+from epochlog.client import Client
+from epochlog.devcluster.local_workload import SteadyProducer
+from epochlog.security.options import Credentials
+
+async def main():
+    user = "/etc/epochlog/user/"
+    credentials = Credentials.of(user + "ca.crt", user + "tls.crt", user + "tls.key")
+    client = Client([sys.argv[1]], credentials=credentials)
+    producer = await SteadyProducer(client, sys.argv[2].split(","), rate=150).start()
+    await producer.wait_each(producer.partitions)
+    print("producing", flush=True)
+    while not pathlib.Path("/tmp/stop").exists():
+        await asyncio.sleep(0.2)
+    await producer.stop()
+    await client.close()
+    for a in producer.acks:
+        print(json.dumps([a.partition, a.offset, a.value, a.leader_epoch, a.at]))
+    print(json.dumps({"failed": [repr(e) for _, e in producer.failed[:5]]}))
+
+asyncio.run(main())
+"""
+
+
+async def test_a_rolling_restart_seen_from_a_client_pod_loses_nothing(
+    real_cluster: KubeTarget,
+) -> None:
+    """`kubectl rollout restart` of the brokers under acks=all load from a pod in the
+    cluster, which reaches them through the client Service and the pod network as users'
+    pods do (the scenario in test_chart.py goes through the API server's port-forwards).
+    Nothing acknowledged is lost; the longest wait between acknowledgements is printed."""
+    target = real_cluster
+    await target.install()
+    names = []
+    for i in range(3):
+        await target.apply(to_body(partition_manifest("inroll", i, namespace=target.namespace)))
+        names.append(f"inroll-{i}")
+    for name in names:
+        await target.wait_leader(name)
+        await _all_in_sync(target, name)
+    await target.user_secret("producer-user")
+    command = [PYTHON, "-c", PRODUCE_UNTIL_STOPPED, target.bootstrap_url(), ",".join(names)]
+    await target.start_pod("producer", command, labels=CLIENT_LABEL, secret="producer-user")
+
+    async def producing() -> bool:
+        try:
+            return "producing" in await target.kubectl("logs", "producer")
+        except TargetError:
+            return False  # not started yet
+
+    await wait_for(producing, "the client pod's first acknowledgements")
+    await target.rollout_restart(f"StatefulSet/{target.release}-broker")
+    for name in names:
+        await _all_in_sync(target, name)
+    await target.exec("producer", ["touch", "/tmp/stop"])
+    code, out = await target.pod_result("producer")
+    assert code == 0, out[-4000:]
+    lines = out.strip().splitlines()
+    failed = json.loads(lines[-1])["failed"]
+    acks = [json.loads(line) for line in lines if line.startswith("[")]
+    assert not failed, failed
+    gaps = [
+        b[4] - a[4]
+        for name in names
+        for a, b in itertools.pairwise(
+            sorted((x for x in acks if x[0] == name), key=lambda x: x[4])
+        )
+    ]
+    # A figure, not a verdict (how long depends on the machine).
+    print(
+        f"rolling restart from a client pod: longest wait between acknowledgements "
+        f"{max(gaps):.2f} s over {len(acks)} acknowledgements"
+    )
+    client = await target.client()
+    try:
+        logs = {name: await read_back(client, name) for name in names}
+    finally:
+        await client.close()
+    workload = [WorkloadAck(p, offset, value, epoch, at) for p, offset, value, epoch, at in acks]
+    verdict = verify(workload, logs)
+    assert verdict.ok, verdict
+    assert max(a.leader_epoch for a in workload) > 1, "no leader changed while producing"

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Builds the broker and operator images with buildah (`make images`):
+# Builds the images with buildah (`make images`):
 #
 #   localhost/epochlog-broker:latest    (and :<version> from pyproject.toml)
 #   localhost/epochlog-operator:latest  (and :<version>)
+#   localhost/epochlog-pipeline:latest  (and :<version>; Spark, with EPOCHLOG_IMAGES)
 #
 # Steps, each skipped when its result is already there (the script is idempotent):
 #
 # 1. Installs buildah, podman, debootstrap and runc with apt when missing.
-# 2. Picks the base image (ARG BASE of both Dockerfiles):
+# 2. Picks the base image (ARG BASE of the Dockerfiles):
 #    - EPOCHLOG_IMAGE_BASE when set (any image buildah can use), else
 #    - the registry base (python:3.11-slim-bookworm) when it is in local storage or
 #      can be pulled, else
@@ -15,9 +16,13 @@
 #      apt mirror (minbase with python3.11, python3.11-venv, ca-certificates) imported
 #      with `podman import`. Made once; EPOCHLOG_REBUILD_BASE=1 makes it again.
 # 3. Downloads the wheels of each image's lock (requirements/broker-image.txt,
-#    requirements/image.txt) into build/wheels/<lock>/ with pip on this machine,
-#    checking every hash. The Dockerfiles install from there with --no-index and
-#    check the hashes again, so the build itself needs no network.
+#    requirements/image.txt, requirements/pipeline-image.txt) into
+#    build/wheels/<lock>/ with pip on this machine, checking every hash. The
+#    Dockerfiles install from there with --no-index and check the hashes again, so
+#    the build itself needs no network but the pipeline's Java runtime, which comes
+#    from the apt mirror. pyspark is published as a source archive only: the
+#    pipeline's lock is downloaded for this machine (x86_64, CPython 3.11, as the
+#    image) and the image builds pyspark's wheel from the archive.
 # 4. Builds both images with `buildah bud --layers`: an unchanged step is taken
 #    from the cache, so a rebuild after a source change redoes only the project's
 #    wheel and its install (the Dockerfiles keep the dependencies in stages and
@@ -43,7 +48,8 @@
 #
 # Environment: EPOCHLOG_IMAGE_BASE, EPOCHLOG_REBUILD_BASE=1, EPOCHLOG_APT_MIRROR
 # (default: the first mirror in /etc/apt/sources.list.d/debian.sources, else
-# deb.debian.org), EPOCHLOG_IMAGES ("broker operator" by default).
+# deb.debian.org), EPOCHLOG_IMAGES ("broker operator" by default; "pipeline" is the
+# Spark image, about 900 MB, which `make e2e` builds too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # debootstrap, chroot and the image storage that podman shares with buildah are root's.
@@ -145,7 +151,7 @@ choose_base() {
 # The wheels of one lock, every hash checked by pip; downloaded again only when the
 # lock changes. The lock targets x86_64 manylinux and CPython 3.11, as the images do.
 download_wheels() {
-    local lock=$1 dir stamp pip
+    local lock=$1 dir stamp pip target
     dir=build/wheels/$(basename "$lock" .txt)
     stamp=$dir/.lock-$(sha256sum "$lock" | cut -c1-16)
     if [ -f "$stamp" ]; then
@@ -157,30 +163,37 @@ download_wheels() {
     elif ! python3 -m pip --version >/dev/null 2>&1; then
         apt_install python3-pip
     fi
+    target=(--only-binary :all: --python-version 3.11 --implementation cp
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
+        --platform manylinux2014_x86_64 --platform linux_x86_64 --platform any)
+    if grep -q '^pyspark==' "$lock"; then
+        target=()  # a source archive in the lock: pip may pick only for this machine
+    fi
     say "downloading the wheels of $lock"
     rm -rf "$dir"
     mkdir -p "$dir"
     "${pip[@]}" download -q --disable-pip-version-check --require-hashes --no-deps \
-        --only-binary :all: --python-version 3.11 --implementation cp \
-        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-        --platform manylinux2014_x86_64 --platform linux_x86_64 --platform any \
-        -r "$lock" -d "$dir" 2>&1 | { grep -v "^WARNING: Location .* is ignored" || true; } >&2
+        "${target[@]}" -r "$lock" -d "$dir" 2>&1 \
+        | { grep -v "^WARNING: Location .* is ignored" || true; } >&2
     # pipefail: a failed download stops the script here, before the stamp is written.
     touch "$stamp"
 }
 
 build_image() {
-    local name=$1 base=$2 dockerfile start=$SECONDS
+    local name=$1 base=$2 dockerfile lock start=$SECONDS
     case "$name" in
-        broker) dockerfile=broker_image/Dockerfile ;;
-        operator) dockerfile=operator/Dockerfile ;;
+        broker) dockerfile=broker_image/Dockerfile lock=requirements/broker-image.txt ;;
+        operator) dockerfile=operator/Dockerfile lock=requirements/image.txt ;;
+        pipeline) dockerfile=pipeline/Dockerfile lock=requirements/pipeline-image.txt ;;
         *)
-            echo "images: no image named '$name' (broker, operator)" >&2
+            echo "images: no image named '$name' (broker, operator, pipeline)" >&2
             exit 2
             ;;
     esac
+    download_wheels "$lock"
     say "building localhost/epochlog-$name:$VERSION from $base"
-    buildah bud --isolation chroot --quiet --layers --build-arg "BASE=$base" -f "$dockerfile" \
+    buildah bud --isolation chroot --quiet --layers --build-arg "BASE=$base" \
+        --build-arg "APT_MIRROR=$(apt_mirror)" -f "$dockerfile" \
         -t "localhost/epochlog-$name:$VERSION" -t "localhost/epochlog-$name:latest" . >/dev/null
     say "localhost/epochlog-$name:$VERSION built in $(elapsed "$start")"
 }
@@ -190,8 +203,6 @@ main() {
     ensure_tools
     base=$(choose_base)
     say "base image: $base"
-    download_wheels requirements/broker-image.txt
-    download_wheels requirements/image.txt
     for name in $IMAGES; do
         build_image "$name" "$base"
     done

@@ -208,6 +208,9 @@ class Broker:
                 # A peer's host connects at the IP the controller reported for it, when it
                 # did; TLS still checks the name (BrokerHeartbeat.ip says why).
                 resolver=HostsResolver(self.config.peer_ips),
+                # Not aiohttp's 10 s cache of what the resolver answered: a peer restarted
+                # at a new IP is dialled there at once (Transport says what it cost).
+                use_dns_cache=False,
             )
         )
         self._fetchers = Fetchers(

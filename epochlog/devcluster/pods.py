@@ -238,11 +238,17 @@ def _pods_of(o: Obj, namespace: str) -> list[PodPlan]:
         # StatefulSet pods are <name>-<ordinal> (also their host name); a Deployment's
         # have a hash in a real cluster, an index here.
         pod = f"{name}-{i}"
-        pods.append(
-            _pod(
-                pod, pod, template["metadata"], template["spec"], workload, namespace, False, claims
-            )
-        )
+        meta = template["metadata"]
+        if kind == "StatefulSet":
+            # The labels the StatefulSet controller gives each pod (a Service may select
+            # one pod by its name).
+            labels = {
+                **meta.get("labels", {}),
+                "statefulset.kubernetes.io/pod-name": pod,
+                "apps.kubernetes.io/pod-index": str(i),
+            }
+            meta = {**meta, "labels": labels}
+        pods.append(_pod(pod, pod, meta, template["spec"], workload, namespace, False, claims))
     return pods
 
 

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from epochlog.crd import CRD_FILE, crd_yaml, partition_crd
+from epochlog.devcluster.pods import is_hook, plan
 from epochlog.kubeapi.registry import types_of_crd
 from epochlog.security.access import AccessPolicy, Operation
 from epochlog.security.principal import Kind, Principal
@@ -208,6 +209,13 @@ def test_brokers_take_their_id_and_their_certificate_from_the_pod_ordinal(replic
     args = _args(broker)
     op = _args(operator_container(objects))
     assert sts["spec"]["replicas"] == replicas
+    # A Service per broker, the name it advertises: as many as there are brokers.
+    own = sorted(
+        o["metadata"]["name"]
+        for o in objects
+        if o["kind"] == "Service" and "statefulset.kubernetes.io/pod-name" in o["spec"]["selector"]
+    )
+    assert own == sorted(f"{BROKER}-{i}" for i in range(replicas))
     # `--id hostname`: the number that ends the pod's name, its ordinal 0..replicas-1,
     # the ids the operator issues certificates for.
     assert args["--id"] == "hostname"
@@ -261,14 +269,25 @@ def test_the_parts_of_a_tls_release_find_each_other() -> None:
     # Brokers heartbeat as often as the operator expects.
     assert args["--heartbeat-interval-ms"] == op["--heartbeat-interval-ms"]
 
-    # Each broker advertises a name its certificate holds, under the headless Service.
+    # The StatefulSet's governing Service lists brokers also when not ready.
     headless = one(objects, "Service", BROKER)
     assert headless["spec"]["clusterIP"] == "None"
     assert headless["spec"]["publishNotReadyAddresses"] is True
     assert sts["spec"]["serviceName"] == BROKER
+    # Each broker advertises the name of a Service of its own (a ClusterIP, which stays
+    # when a restarted pod's IP changes), selecting its pod alone, ready or not; the
+    # name is in its certificate.
     advertised = str(args["--advertised-address"]).replace("$(POD_NAME)", f"{BROKER}-2")
     assert advertised.startswith("https://")
     host = advertised.split("//")[1].split(":")[0]
+    assert host == f"{BROKER}-2.{NAMESPACE}.svc"
+    own = one(objects, "Service", f"{BROKER}-2")
+    assert "clusterIP" not in own["spec"]
+    assert own["spec"]["publishNotReadyAddresses"] is True
+    assert own["spec"]["selector"] == {"statefulset.kubernetes.io/pod-name": f"{BROKER}-2"}
+    assert {p["name"]: p["port"] for p in own["spec"]["ports"]}["client"] == int(
+        advertised.rsplit(":", 1)[1]
+    )
     assert any(_host_matches(p, host) for p in str(op["--broker-hosts"]).split(","))
     template = str(args["--peer-address-template"]).replace("{id}", "1")
     assert any(
@@ -466,3 +485,15 @@ def test_the_pipeline_is_off_by_default_and_reads_its_topic_with_its_own_token()
     assert narrowed.allows(principal, Operation.READ, "orders")
     assert not narrowed.allows(principal, Operation.WRITE, "orders")
     assert not narrowed.allows(principal, Operation.READ, "helm-test")
+
+
+def test_the_chart_executor_reaches_each_broker_by_its_own_service_name() -> None:
+    """`dev up --chart` and the embedded e2e target run the pods this plan says; a broker
+    pod carries the labels the StatefulSet controller gives it, so its own Service's
+    name (what it advertises) resolves to it and to no other pod."""
+    objects = [o for o in objects_of({}, namespace=NAMESPACE) if not is_hook(o)]
+    chart = plan(objects, namespace=NAMESPACE, cluster_domain="cluster.local")
+    names = {p.name: set(p.aliases) for p in chart.pods}
+    for i in range(3):
+        own = f"{BROKER}-{i}.{NAMESPACE}.svc"
+        assert [pod for pod, aliases in names.items() if own in aliases] == [f"{BROKER}-{i}"]

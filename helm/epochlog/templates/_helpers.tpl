@@ -81,11 +81,12 @@ verifies TLS against this name. */}}
 {{- printf "%s://%s:%d" (include "epochlog.scheme" .) (include "epochlog.svc" (dict "name" (include "epochlog.clientName" .) "root" .)) (int .Values.broker.port) }}
 {{- end }}
 
-{{/* Host names in broker {id}'s certificate: its own stable name and the client Service. */}}
+{{/* Host names in broker {id}'s certificate: its own Service, its pod name under the
+governing Service, and the client Service. */}}
 {{- define "epochlog.brokerHosts" -}}
 {{- $broker := include "epochlog.brokerName" . -}}
 {{- $client := include "epochlog.clientName" . -}}
-{{- $hosts := list (printf "%s-{id}.%s.{namespace}.svc" $broker $broker) (printf "%s-{id}.%s.{namespace}.svc.%s" $broker $broker .Values.clusterDomain) (printf "%s.{namespace}.svc" $client) (printf "%s.{namespace}.svc.%s" $client .Values.clusterDomain) -}}
+{{- $hosts := list (printf "%s-{id}.{namespace}.svc" $broker) (printf "%s-{id}.{namespace}.svc.%s" $broker .Values.clusterDomain) (printf "%s-{id}.%s.{namespace}.svc" $broker $broker) (printf "%s-{id}.%s.{namespace}.svc.%s" $broker $broker .Values.clusterDomain) (printf "%s.{namespace}.svc" $client) (printf "%s.{namespace}.svc.%s" $client .Values.clusterDomain) -}}
 {{- join "," $hosts }}
 {{- end }}
 
