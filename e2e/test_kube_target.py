@@ -65,6 +65,9 @@ def test_the_target_is_chosen_by_the_environment(tmp_path: Path) -> None:
             "image": {"tag": "dev", "repository": "registry.example:5000/team/epochlog-broker"},
             "storage": {"storageClassName": "local-path"},
         },
+        "pipeline": {
+            "image": {"tag": "dev", "repository": "registry.example:5000/team/epochlog-pipeline"}
+        },
     }
 
 
