@@ -154,10 +154,30 @@ STATUS_RULES: Final = (
         "leader must be in the isr",
         ".leader",
     ),
+    Rule(
+        "!has(self.eligibleLeaderReplicas) || self.eligibleLeaderReplicas.all(r,"
+        " has(self.replicas) && r in self.replicas && !(has(self.isr) && r in self.isr))",
+        "eligibleLeaderReplicas must be replicas outside the isr",
+        ".eligibleLeaderReplicas",
+    ),
+    Rule(
+        "!has(self.lastKnownEligibleLeaderReplicas) || self.lastKnownEligibleLeaderReplicas.all(r,"
+        " has(self.replicas) && r in self.replicas && !(has(self.isr) && r in self.isr))",
+        "lastKnownEligibleLeaderReplicas must be replicas outside the isr",
+        ".lastKnownEligibleLeaderReplicas",
+    ),
 )
 
 # Lists of broker ids that the models require to be duplicate-free.
-SET_LISTS: Final = frozenset({("spec", "replicas"), ("status", "replicas"), ("status", "isr")})
+SET_LISTS: Final = frozenset(
+    {
+        ("spec", "replicas"),
+        ("status", "replicas"),
+        ("status", "isr"),
+        ("status", "eligibleLeaderReplicas"),
+        ("status", "lastKnownEligibleLeaderReplicas"),
+    }
+)
 # The API server estimates the cost of every CEL rule from the schema and refuses
 # a CRD whose rules could be too expensive; `isr.all(r, r in replicas)` is
 # quadratic, so the broker-id lists need a bound. No real partition comes close.
@@ -206,6 +226,14 @@ PRINTER_COLUMNS: Final = (
         "priority": 1,
         "description": "Replicas a reassignment removes (kubectl get -o wide)",
         "jsonPath": ".status.removingReplicas",
+    },
+    {
+        "name": "ELR",
+        "type": "string",
+        "priority": 1,
+        "description": "Eligible leader replicas: out of the ISR since it fell below "
+        "minInsyncReplicas, electable (kubectl get -o wide)",
+        "jsonPath": ".status.eligibleLeaderReplicas",
     },
 )
 

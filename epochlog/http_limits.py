@@ -19,12 +19,16 @@ open for an hour). `HttpLimits` bounds that:
 
 Request size limits are the listener's own (`client_max_size`, per endpoint
 in the handlers). `LimitedSite` applies the connection limits to an aiohttp
-runner's listener; handlers read bodies with `read_body`.
+runner's listener; handlers read bodies with `read_body`. A TLS listener runs its
+handshakes through `epochlog.security.handshake.ServerTls`: a refused certificate
+is answered with its TLS alert, and a connection whose handshake failed stops
+counting against `max_connections` when it closes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -32,6 +36,7 @@ import structlog
 from aiohttp import web
 
 from epochlog.protocol.errors import RequestBodyTimeoutError
+from epochlog.security.handshake import ServerTls
 
 log = structlog.get_logger("epochlog.http")
 
@@ -111,6 +116,8 @@ class LimitedSite(web.TCPSite):
         """Connections accepted and not yet lost."""
         self.refused = 0
         """Connections closed at once because the listener was full."""
+        self.handshakes_failed = 0
+        """TLS handshakes OpenSSL refused (a certificate of an unknown CA, none, ...)."""
 
     async def start(self) -> None:
         # TCPSite.start, with the runner's protocol factory behind the connection limit.
@@ -118,6 +125,7 @@ class LimitedSite(web.TCPSite):
         server = self._runner.server
         assert server is not None
         cap = self.limits.max_connections
+        tls = self._ssl_context
 
         def accept() -> asyncio.BaseProtocol:
             if self.open >= cap:
@@ -125,21 +133,44 @@ class LimitedSite(web.TCPSite):
                 if self.refused == 1 or self.refused % 1000 == 0:
                     log.warning("connection_refused", limit=cap, refused=self.refused)
                 return _Refused()
-            return _Counted(server(), self)
+            if tls is None:
+                return _Counted(server(), self)
+            protocol = ServerTls(
+                server(),
+                tls,
+                # A TLS handshake that does not finish holds a connection like half-sent
+                # headers do: the same time limit.
+                handshake_timeout_s=self.limits.request_timeout_s,
+                lost=self._tls_lost,
+                failed=self._handshake_failed,
+            )
+            self.open += 1  # until `_tls_lost`, handshake or not
+            return protocol
 
         loop = asyncio.get_running_loop()
+        # TLS is not asyncio's here (`ServerTls`): a refusal must reach the peer as an alert.
         self._server = await loop.create_server(
             accept,
             self._host,
             self._port,
-            ssl=self._ssl_context,
-            # A TLS handshake that does not finish holds a connection like half-sent
-            # headers do: the same time limit.
-            ssl_handshake_timeout=self.limits.request_timeout_s if self._ssl_context else None,
             backlog=self._backlog,
             reuse_address=self._reuse_address,
             reuse_port=self._reuse_port,
         )
+
+    def _tls_lost(self) -> None:
+        self.open -= 1
+
+    def _handshake_failed(self, reason: ssl.SSLError, peer: object) -> None:
+        # Bounded like refusals: anyone can make handshakes fail.
+        self.handshakes_failed += 1
+        if self.handshakes_failed == 1 or self.handshakes_failed % 1000 == 0:
+            log.warning(
+                "tls_handshake_refused",
+                peer=str(peer),
+                reason=reason.reason or str(reason),
+                refused=self.handshakes_failed,
+            )
 
 
 async def read_body(request: web.BaseRequest, limits: HttpLimits) -> bytes:

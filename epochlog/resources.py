@@ -259,6 +259,22 @@ class PartitionStatus(WireModel):
     """The storageId of each ISR member's data directory when it was last known in sync: a
     member that comes back with another storageId lost its disk and leaves the ISR."""
     replicas: tuple[BrokerId, ...] = ()
+    eligible_leader_replicas: tuple[BrokerId, ...] = Field(default=(), exclude_if=lambda v: not v)
+    """KIP-966's ELR: replicas that left the ISR when that took it below minInsyncReplicas.
+    The high watermark advances only while the ISR has that many members, so each holds
+    everything committed for as long as the ISR stays short: one may be elected when no ISR
+    member can lead. Empty once the ISR is back at minInsyncReplicas."""
+    eligible_leader_replica_storage_ids: dict[BrokerKey, str] = Field(
+        default_factory=dict, exclude_if=lambda v: not v
+    )
+    """The storageId each ELR member was in sync on: one back on another data directory holds
+    nothing of it and leaves the ELR."""
+    last_known_eligible_leader_replicas: tuple[BrokerId, ...] = Field(
+        default=(), exclude_if=lambda v: not v
+    )
+    """ELR members that came back on another data directory: their copy is gone. When no ISR
+    member nor ELR member can come back with its data, the controller elects the most
+    up-to-date replica (unclean recovery); this names what was lost on the way."""
     adding_replicas: tuple[BrokerId, ...] = ()
     """During a reassignment: replicas of the target that were not replicas before it."""
     removing_replicas: tuple[BrokerId, ...] = ()
@@ -290,6 +306,17 @@ class PartitionStatus(WireModel):
             raise ValueError(f"isr members {strangers} are not replicas {list(self.replicas)}")
         if self.leader is not None and self.leader not in self.isr:
             raise ValueError(f"leader {self.leader} is not in the isr {list(self.isr)}")
+        for field, ids in (
+            ("eligibleLeaderReplicas", self.eligible_leader_replicas),
+            ("lastKnownEligibleLeaderReplicas", self.last_known_eligible_leader_replicas),
+        ):
+            _check_unique(field, ids)
+            misplaced = [r for r in ids if r not in self.replicas or r in self.isr]
+            if misplaced:
+                raise ValueError(
+                    f"{field} {misplaced} must be replicas {list(self.replicas)} outside the "
+                    f"isr {list(self.isr)}"
+                )
         moving = [
             r for r in self.adding_replicas + self.removing_replicas if r not in self.replicas
         ]

@@ -556,6 +556,13 @@ class Broker:
     def list_offsets(self, name: str, at: str | int, leader_epoch: int | None) -> tuple[int, int]:
         return self.current_core().list_offsets(name, at, leader_epoch=leader_epoch)
 
+    def epoch_end(
+        self, name: str, epoch: int, leader_epoch: int | None
+    ) -> tuple[EpochEndOffset, int]:
+        """A reader's epoch query: where `epoch` ends in this leader's log (KIP-320), and
+        the leader epoch answering."""
+        return self.current_core().epoch_end(name, epoch, leader_epoch=leader_epoch)
+
     async def delete_records(
         self, name: str, before_offset: int, leader_epoch: int | None, timeout_ms: int
     ) -> tuple[int, int]:
@@ -610,6 +617,11 @@ class Broker:
             served = core.resume_session_fetch(
                 request.replica_id, answer.session_id, now_ms(), final=not woken
             )
+
+    def check_replica_epoch(self, replica_id: int, broker_epoch: int) -> None:
+        """Before a replication request's body is read: refuse broker `replica_id` asking
+        with a brokerEpoch older than its fetch session here has."""
+        self.current_core().check_replica_epoch(replica_id, broker_epoch)
 
     def serve_offsets_for_leader_epoch(
         self, name: str, request: OffsetsForLeaderEpochRequest
@@ -733,7 +745,7 @@ class Broker:
                 continue
             try:
                 # On the loop, with no group commit running: segments leave the list the
-                # readers and the flush walk. Idle, a pass only counts segments.
+                # readers and the flush walk. Idle, a pass looks at no partition.
                 async with self._state, self._disk:
                     if core is self.core:
                         core.enforce_retention(now_ms())

@@ -21,6 +21,7 @@ from typing import Final
 
 from epochlog.http_limits import HttpLimits
 from epochlog.protocol.heartbeat import DEFAULT_HEARTBEAT_INTERVAL_MS, MAX_RACK_LENGTH
+from epochlog.protocol.wire import INT32_MAX
 from epochlog.security.access import AccessPolicy
 from epochlog.security.tls import DEFAULT_RELOAD_INTERVAL_S, TlsFiles
 from epochlog_broker.controller_targets import split_controller_urls
@@ -119,8 +120,9 @@ class BrokerConfig:
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
-        if self.broker_id < 0:
-            raise ValueError(f"broker id must be >= 0, got {self.broker_id}")
+        if not 0 <= self.broker_id <= INT32_MAX:
+            # Kafka's int32, as the API's answers carry it.
+            raise ValueError(f"broker id must be in [0, {INT32_MAX}], got {self.broker_id}")
         if not 0 <= self.port < 65536:
             raise ValueError(f"port {self.port} out of range")
         if self.probe_port is not None and not 0 <= self.probe_port < 65536:

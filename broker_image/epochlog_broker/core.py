@@ -15,8 +15,9 @@ Protocol with the shell:
   hand the controller's answer to `on_heartbeat_response`. A `Restart` effect
   (the controller fenced this brokerEpoch) asks the shell to close the core and
   open a new one with a new brokerEpoch.
-- Produce, consumer reads and ListOffsets: `produce`, `read`, `list_offsets`.
-  They raise typed errors; a produce is answered later by a `ProduceDone`.
+- Produce, consumer reads, ListOffsets and a reader's epoch query: `produce`,
+  `read`, `list_offsets`, `epoch_end`. They raise typed errors; a produce is
+  answered later by a `ProduceDone`.
 - Replication, follower side: fetches go in one fetch session per leader
   broker (`fetch_session`). After every call that returned effects, the shell
   takes `session_requests()`; each `SendSession` is, after its `delay_ms`,
@@ -36,7 +37,9 @@ Protocol with the shell:
 - Replication, leader side: `handle_session_fetch` answers what has news; an
   answer without partitions may be held by the shell until
   `take_woken_sessions()` names the follower (an append to one of its
-  partitions, a role change), then `resume_session_fetch`.
+  partitions, a role change), then `resume_session_fetch`. A request that
+  names its brokerEpoch apart from its body goes to `check_replica_epoch`
+  before the shell reads the body.
 - Long polls: after a leader's fetch or a flush, `high_watermark_moved(name)`
   says whether to wake the consumers waiting on `name`.
 - `flush()` when `dirty` is set (group commit: one fsync covers every append
@@ -47,8 +50,11 @@ Protocol with the shell:
   truncates or closes those logs), `end_flush(name, persisted)` for each.
 - `checkpoint_high_watermarks()` periodically and in `close()`.
 - Retention: `enforce_retention(now_ms)` every retention check interval (Kafka's
-  log.retention.check.interval.ms). It looks only at logs with closed segments or a
-  moved log start, moves log starts (`log_retention.decide_retention`), writes the
+  log.retention.check.interval.ms). It looks only at partitions that may have
+  something to delete (`RetentionCandidates`: written to with closed segments, a
+  moved log start, new settings, reopened, or an oldest segment whose time has
+  come), so an idle pass costs nothing however many partitions there are. It
+  moves log starts (`log_retention.decide_retention`), writes the
   `log-start-offset-checkpoint` once, then deletes the segments below the starts.
   `delete_records` (a leader, DeleteRecords) moves a log start up to the HW the same
   way. Leaders carry their log start in fetch answers; followers take it up to their
@@ -119,6 +125,7 @@ from epochlog_broker.log.fs import FileSystem, ensure_dir
 from epochlog_broker.log.partition_log import PartitionLog, RecoveryReport
 from epochlog_broker.log.repair import RepairPlan, apply_repair, plan_repair, probe_space
 from epochlog_broker.log.retention import RetentionLimits, decide_retention
+from epochlog_broker.log.retention_candidates import RetentionCandidates, expiry_ms
 from epochlog_broker.log.storage_id import load_or_format, new_storage_id
 from epochlog_broker.replica_deletion import delete_files, is_deleted
 from epochlog_broker.replication.fetch_backoff import FetchBackoff, LeaderFailures
@@ -249,6 +256,8 @@ def _held(a: Assignment | None) -> HeldAssignment | None:
         isr=tuple(sorted(a.isr)),
         replicas=a.replicas,
         isr_storage_ids=dict(a.isr_storage_ids),
+        eligible_leader_replicas=a.eligible_leader_replicas,
+        eligible_leader_replica_storage_ids=dict(a.eligible_leader_replica_storage_ids),
     )
 
 
@@ -552,6 +561,12 @@ class BrokerCore:
         """A log start moved since the log-start-offset-checkpoint was last written."""
         self._log_starts_taken: set[str] = set()
         """Partitions whose log start moved to a leader's since that checkpoint was written."""
+        self._retention = RetentionCandidates()
+        """The partitions the next retention pass looks at."""
+        self.retention_visits = 0
+        """Partitions retention passes have looked at so far."""
+        self.throttled_bytes: dict[int, int] = {}
+        """Leader side: bytes served under the reassignment throttle, by follower broker."""
         self._maybe_dirty = False
         """Something was appended since `dirty` last answered False."""
         self.fetch_sessions: dict[int, FollowerSession[_WantedFetch]] = {}
@@ -630,6 +645,7 @@ class BrokerCore:
         except _DISK_ERRORS as exc:
             log.warning("assignment_checkpoint_unreadable", partition=name, error=str(exc))
         self.partitions[name] = host
+        self._retention.hosted(name)
         return host
 
     def _open_host(self, name: str, replica: Replica) -> Hosted:
@@ -869,6 +885,7 @@ class BrokerCore:
         self._role_changed(host)
         host.dirty = False
         host.fault = None
+        self._retention.touch(name)
         log.info(
             "replica_recovered",
             partition=name,
@@ -1059,6 +1076,8 @@ class BrokerCore:
             frozenset(pa.isr),
             pa.replicas,
             tuple(sorted(pa.isr_storage_ids.items())),
+            pa.eligible_leader_replicas,
+            tuple(sorted(pa.eligible_leader_replica_storage_ids.items())),
         )
         t = replica.apply(assignment, facts, now_ms)
         if t.kind is TransitionKind.IGNORED:
@@ -1108,6 +1127,7 @@ class BrokerCore:
         except _DISK_ERRORS:
             host.log.release()
         del self.partitions[pa.name]
+        self._retention.forget(pa.name)
         directory = posixpath.join(self.data_dir, pa.name)
         try:
             # The broker's checkpoints forget it first: a replica added here again later
@@ -1272,6 +1292,9 @@ class BrokerCore:
         """Appended data waits for the next `flush` before anything counts it."""
         host.dirty = True
         self._maybe_dirty = True
+        if len(host.log.segments) > 1:
+            # A roll, or more bytes for retention.bytes: retention may have work.
+            self._retention.touch(host.log.name)
         if isinstance(host.replica.role, Leader):
             self.leader_sessions.appended(host.log.name)
         return []
@@ -1429,10 +1452,13 @@ class BrokerCore:
     def _configure_log(self, host: Hosted, pa: PartitionAssignment) -> None:
         """Take the partition's retention and segment settings from its assignment."""
         default = self.default_retention
-        host.retention = RetentionLimits(
+        limits = RetentionLimits(
             default.retention_ms if pa.retention_ms is None else pa.retention_ms,
             default.retention_bytes if pa.retention_bytes is None else pa.retention_bytes,
         )
+        if limits != host.retention:
+            host.retention = limits
+            self._retention.touch(pa.name)
         config = replace(
             self.log_config,
             segment_bytes=pa.segment_bytes or self.log_config.segment_bytes,
@@ -1462,29 +1488,53 @@ class BrokerCore:
     def enforce_retention(self, now_ms: int) -> list[str]:
         """One retention pass: the partitions whose log start moved.
 
-        Only logs with a closed segment are looked at. Every moved start is
-        checkpointed (one write) before any segment is removed."""
+        Only the partitions that may have something to delete are looked at
+        (`RetentionCandidates`), and of those only logs with a closed segment. Every
+        moved start is checkpointed (one write) before any segment is removed."""
         moved: list[Hosted] = []
-        for host in self.partitions.values():
-            plog = host.log
-            if host.fault is not None or len(plog.segments) < 2:
-                continue
-            decision = decide_retention(
-                plog.segment_facts(),
-                log_start_offset=plog.log_start_offset,
-                high_watermark=host.replica.high_watermark,
-                limits=host.retention,
-                now_ms=now_ms,
-            )
-            if decision.segments:
-                plog.advance_log_start(decision.log_start_offset)
-                moved.append(host)
+        due = self._retention.due(now_ms)
+        for i, name in enumerate(due):
+            host = self.partitions[name]
+            try:
+                if self._retention_looks_at(host, now_ms):
+                    moved.append(host)
+            except BaseException:
+                for left in due[i:]:
+                    self._retention.touch(left)  # looked at next pass instead
+                raise
         if moved:
             self._log_starts_dirty = True
         self.checkpoint_log_starts()
         for host in moved:
             self._delete_below_start(host)
         return [h.log.name for h in moved]
+
+    def _retention_looks_at(self, host: Hosted, now_ms: int) -> bool:
+        """Decide retention for one candidate and move its log start; whether it moved.
+        What it did not move is scheduled for when it may (`RetentionCandidates`)."""
+        self.retention_visits += 1
+        plog = host.log
+        name = plog.name
+        if host.fault is not None or len(plog.segments) < 2:
+            return False  # recovery, or an append that rolls, makes it a candidate again
+        facts = plog.segment_facts()
+        high_watermark = host.replica.high_watermark
+        decision = decide_retention(
+            facts,
+            log_start_offset=plog.log_start_offset,
+            high_watermark=high_watermark,
+            limits=host.retention,
+            now_ms=now_ms,
+        )
+        if decision.segments:
+            plog.advance_log_start(decision.log_start_offset)
+            self._retention.touch(name)  # what else may go is decided next pass
+            return True
+        if facts[-2].next_offset > high_watermark:
+            self._retention.touch(name)  # a closed segment waits for its high watermark
+        else:
+            self._retention.wait(name, expiry_ms(facts, host.retention))
+        return False
 
     def _delete_below_start(self, host: Hosted) -> None:
         try:
@@ -1531,6 +1581,7 @@ class BrokerCore:
             )
         try:
             if plog.advance_log_start(target):
+                self._retention.touch(name)
                 self._write_log_starts()
         except _DISK_ERRORS as exc:
             raise self._disk_failed(host, exc) from exc
@@ -1600,6 +1651,11 @@ class BrokerCore:
         return self._leader(host, request.leader_epoch).offsets_for_leader_epoch(request)
 
     # -- fetch sessions: leader side -------------------------------------------------------
+
+    def check_replica_epoch(self, replica_id: int, broker_epoch: int) -> None:
+        """Refuse a replication request of broker `replica_id` whose brokerEpoch is older
+        than the one its fetch session here has (`LeaderSessions.check_broker_epoch`)."""
+        self.leader_sessions.check_broker_epoch(replica_id, broker_epoch)
 
     def handle_session_fetch(self, request: SessionFetchRequest, now_ms: int) -> SessionServed:
         """Serve a request of a follower's fetch session (raises the session-level
@@ -1679,6 +1735,8 @@ class BrokerCore:
             budget -= size
             if throttled:
                 self.reassignment_throttle.spend(size, now_ms)
+                served = self.throttled_bytes.get(s.replica_id, 0)
+                self.throttled_bytes[s.replica_id] = served + size
             entries.append(
                 (
                     name,
@@ -1917,6 +1975,7 @@ class BrokerCore:
         target = min(leader_log_start, host.replica.high_watermark)
         if host.fault is None and target > host.log.log_start_offset:
             host.log.advance_log_start(target)
+            self._retention.touch(host.log.name)
             self._log_starts_taken.add(host.log.name)
             self._log_starts_dirty = True
 
@@ -1984,12 +2043,14 @@ class BrokerCore:
         out: list[Effect] = []
         for a in actions:
             if isinstance(a, Truncate):
+                self._retention.touch(host.log.name)
                 start = host.log.log_start_offset
                 if host.log.truncate_to(a.offset):
                     host.rebuild_producers()
                 if host.log.log_start_offset != start:
                     self._write_log_starts()
             elif isinstance(a, StartAt):
+                self._retention.touch(host.log.name)
                 # The new start is durable first: a crash in the middle of dropping the
                 # segments reopens the log there (`PartitionLog.open`).
                 self._write_log_starts({host.log.name: a.offset})
@@ -2110,3 +2171,13 @@ class BrokerCore:
         except _DISK_ERRORS as exc:
             raise self._disk_failed(host, exc) from exc
         return (high_watermark if found is None else found), role.leader_epoch
+
+    def epoch_end(
+        self, name: str, epoch: int, *, leader_epoch: int | None = None
+    ) -> tuple[EpochEndOffset, int]:
+        """A reader's epoch query (KIP-320): the largest epoch at or below `epoch` in the
+        leader's log and where it ends (`Leader.epoch_end_for_reader`), and the leader
+        epoch answering. Not behind the KIP-207 gate: it is about records already read."""
+        host = self._get(name)
+        role = self._leader(host, leader_epoch)
+        return role.epoch_end_for_reader(epoch), role.leader_epoch

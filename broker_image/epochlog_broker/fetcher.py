@@ -115,13 +115,13 @@ class Fetchers:
         try:
             if delay_s:
                 await asyncio.sleep(delay_s)
-            await self._apply(core, e, await self.ask(e))
+            await self._apply(core, e, await self.ask(e, core.broker_epoch))
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("replica_request_crashed", partition=e.partition, leader=e.leader_id)
 
-    async def ask(self, e: SendToLeader) -> Outcome:
+    async def ask(self, e: SendToLeader, broker_epoch: int) -> Outcome:
         cfg = self.config
         timeout_s = cfg.replica_request_timeout_ms / 1000
         url = cfg.peer_url(e.leader_id)
@@ -131,7 +131,7 @@ class Fetchers:
             if not isinstance(e.request, OffsetsForLeaderEpochRequest):
                 raise TypeError("fetches go in fetch sessions")
             answer: LeaderAnswer = await self.client.offsets_for_leader_epoch(
-                url, e.partition, e.request, timeout_s=timeout_s
+                url, e.partition, e.request, broker_epoch=broker_epoch, timeout_s=timeout_s
             )
         except EpochlogError as exc:
             return Outcome(None, exc, str(exc))

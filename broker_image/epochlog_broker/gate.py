@@ -5,9 +5,11 @@ peer's verified certificate (a broker, the operator, or a user of the clients CA
 or, without a certificate, a bearer token from the access policy. Nobody else gets
 past `principal` (AUTHENTICATION_FAILED).
 
-- Replication (`/internal/...`): only the broker whose certificate names the replica
-  id in the body (CLUSTER_AUTHORIZATION_FAILED otherwise). A forged fetch cannot
-  claim a follower's position, so it cannot move the high watermark.
+- Replication (`/internal/...`): only a broker's certificate (`check_broker`, before
+  the body is read, so nobody else can make a broker parse one), and then only the
+  broker whose certificate names the replica id in the body (`check_replica`);
+  CLUSTER_AUTHORIZATION_FAILED otherwise. A forged fetch cannot claim a follower's
+  position, so it cannot move the high watermark.
 - Client API: the access policy's rule for the partition's topic
   (TOPIC_AUTHORIZATION_FAILED); without a policy file, any authenticated principal.
 
@@ -96,6 +98,15 @@ class Gate:
         if not self.allows(principal, operation, topic):
             raise TopicAuthorizationFailedError(
                 f"{principal} may not {operation} topic {topic!r}", topic=topic
+            )
+
+    def check_broker(self, principal: Principal) -> None:
+        """Replication requests, before their body is read: only brokers send them."""
+        if self.tls is None:
+            return
+        if principal.kind is not Kind.BROKER:
+            raise ClusterAuthorizationFailedError(
+                f"{principal} may not send replication requests: they take a broker's certificate"
             )
 
     def check_replica(self, principal: Principal, replica_id: int) -> None:

@@ -14,17 +14,29 @@ module adds the broker's limits and turns them into the core's types.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Final
 
 from epochlog.protocol.batch import Record
-from epochlog.protocol.bodies import Encoding, Params, decode_produce_body, decode_record_text
+from epochlog.protocol.bodies import (
+    PARAM_RANGES,
+    Encoding,
+    Params,
+    decode_produce_body,
+    decode_record_text,
+)
 from epochlog.protocol.errors import InvalidRequestError, RecordTooLargeError
+from epochlog.protocol.wire import INT64_MAX, INT64_MIN, IntRange
 from epochlog_broker.core import EARLIEST, LATEST, ProducerFields
 from epochlog_broker.replication.messages import Acks
 
 MAX_HEADER_NAME_BYTES: Final = (1 << 16) - 1
 MAX_HEADERS: Final = (1 << 16) - 1
+_INT64: Final = IntRange(INT64_MIN, INT64_MAX)
+_INTEGER: Final = re.compile(r"-?[0-9]{1,40}")
+"""An integer parameter as a client writes it: ASCII digits, a minus sign when negative.
+(Python's `int` also takes spaces, "+", "_" and other scripts' digits.)"""
 
 
 def parse_produce_json(
@@ -68,27 +80,33 @@ def int_param(
     minimum: int | None = None,
     maximum: int | None = None,
 ) -> int:
+    """Integer parameter `name`, within the range it takes on the wire (`PARAM_RANGES`;
+    int64, the widest the broker stores, for one without an entry there, as a path's)
+    and within `minimum` and `maximum` (the broker's own limits) when given."""
+    wire = PARAM_RANGES.get(name, _INT64)
     raw = query.get(name)
     if raw is None or raw == "":
         if default is None:
             raise InvalidRequestError(f"query parameter {name} is required")
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidRequestError(f"{name} must be an integer, got {raw!r}") from None
-    if minimum is not None and value < minimum:
-        raise InvalidRequestError(f"{name} must be >= {minimum}, got {value}")
-    if maximum is not None and value > maximum:
-        raise InvalidRequestError(f"{name} must be <= {maximum}, got {value}")
+    if not _INTEGER.fullmatch(raw):
+        raise InvalidRequestError(f"{name} must be an integer, got {raw[:50]!r}")
+    value = int(raw)
+    low = wire.minimum if minimum is None else max(minimum, wire.minimum)
+    high = wire.maximum if maximum is None else min(maximum, wire.maximum)
+    if value < low:
+        raise InvalidRequestError(f"{name} must be >= {low}, got {value}")
+    if value > high:
+        raise InvalidRequestError(f"{name} must be <= {high}, got {value}")
     return value
 
 
-def optional_epoch(query: Mapping[str, str]) -> int | None:
-    """The client's `leaderEpoch`; None when it sent none (the broker then checks none)."""
-    if query.get(Params.LEADER_EPOCH) in (None, ""):
+def optional_epoch(query: Mapping[str, str], name: str = Params.LEADER_EPOCH) -> int | None:
+    """The client's `leaderEpoch` (or a replication request's `brokerEpoch`); None when it
+    sent none (the broker then checks none)."""
+    if query.get(name) in (None, ""):
         return None
-    return int_param(query, Params.LEADER_EPOCH, minimum=0)
+    return int_param(query, name)
 
 
 def acks_param(query: Mapping[str, str]) -> Acks:
@@ -111,8 +129,8 @@ def at_param(query: Mapping[str, str]) -> str | int:
     raw = query.get(Params.AT, LATEST)
     if raw in (EARLIEST, LATEST):
         return raw
-    if raw.isdigit():
-        return int(raw)
+    if raw and _INTEGER.fullmatch(raw):
+        return int_param(query, Params.AT)
     raise InvalidRequestError(
-        f"at must be earliest, latest or a time in ms since the epoch, got {raw!r}"
+        f"at must be earliest, latest or a time in ms since the epoch, got {raw[:50]!r}"
     )

@@ -2,8 +2,9 @@
 
 Request counters and latency histograms are updated as requests are served;
 the per-partition state (log end, persisted log end, HW, log start, epochs,
-role, ISR size) is read from the broker core at scrape time by
-`PartitionCollector`, so it is never stale and costs nothing between scrapes.
+role, ISR size) and the bytes served under the reassignment throttle are read
+from the broker core at scrape time by `PartitionCollector`, so they are never
+stale and cost nothing between scrapes.
 Each broker has its own registry (no process-global state), which keeps
 several brokers in one test process apart.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from epochlog.protocol.epochs import reported_epoch
@@ -90,6 +91,14 @@ class PartitionCollector(Collector):
             "Replicas on this broker offline after a storage error (disk full, I/O, damage)",
         )
         offline.add_metric([], len(core.offline_replicas()) if core is not None else 0)
+        throttled = CounterMetricFamily(
+            "epochlog_reassignment_throttled_bytes",
+            "Bytes served as a leader under the reassignment throttle, by the replica they went "
+            "to (replicas a reassignment adds; followers already in place are never throttled)",
+            labels=["replica"],
+        )
+        for follower, n in sorted((core.throttled_bytes if core is not None else {}).items()):
+            throttled.add_metric([str(follower)], n)
         if core is not None:
             for name, host in sorted(core.partitions.items()):
                 replica, plog = host.replica, host.log
@@ -113,6 +122,7 @@ class PartitionCollector(Collector):
         yield from families.values()
         yield role
         yield offline
+        yield throttled
 
 
 class BrokerMetrics:

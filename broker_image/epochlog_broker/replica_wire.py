@@ -7,9 +7,11 @@ fetch session with a leader broker (`SessionFetchRequest`) as a
 body whose header lists the partitions with news and whose batches follow in
 the same order (`SessionFetchAnswer`). `POST
 /internal/v1/partitions/{name}/offsets-for-leader-epoch` answers an
-`EpochAnswerBody`. Errors are the API's error bodies and come back as the same
-typed exceptions, per partition inside a session answer, or for the whole
-request.
+`EpochAnswerBody`. Both requests name the follower's brokerEpoch in the query
+(`Params.BROKER_EPOCH`) as well, which the leader checks with the certificate
+before it reads the body. Errors are the API's error bodies and come back as
+the same typed exceptions, per partition inside a session answer, or for the
+whole request.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import aiohttp
 from pydantic import ValidationError
 
 from epochlog.protocol.batch import RecordBatch
-from epochlog.protocol.bodies import decode_model
+from epochlog.protocol.bodies import Params, decode_model
 from epochlog.protocol.errors import (
     EpochlogError,
     InvalidRequestError,
@@ -218,10 +220,17 @@ class ReplicaClient:
     def __init__(self, session: aiohttp.ClientSession) -> None:
         self.session = session
 
-    async def _post(self, url: str, payload: dict[str, Any], timeout_s: float) -> bytes:
+    async def _post(
+        self, url: str, payload: dict[str, Any], broker_epoch: int, timeout_s: float
+    ) -> bytes:
+        # The brokerEpoch goes in the query too: the leader checks it, with the
+        # certificate, before it reads the body.
         try:
             async with self.session.post(
-                url, json=payload, timeout=aiohttp.ClientTimeout(total=timeout_s)
+                url,
+                json=payload,
+                params={Params.BROKER_EPOCH: str(broker_epoch)},
+                timeout=aiohttp.ClientTimeout(total=timeout_s),
             ) as resp:
                 body = await resp.read()
                 if resp.status == 200:
@@ -237,7 +246,12 @@ class ReplicaClient:
         self, base_url: str, request: SessionFetchRequest, *, timeout_s: float
     ) -> SessionFetchAnswer:
         url = base_url + SESSION_FETCH_PATH
-        raw = await self._post(url, session_body(request), timeout_s + request.max_wait_ms / 1000)
+        raw = await self._post(
+            url,
+            session_body(request),
+            request.broker_epoch,
+            timeout_s + request.max_wait_ms / 1000,
+        )
         try:
             return decode_session_answer(raw)
         except InvalidRequestError as exc:
@@ -249,13 +263,14 @@ class ReplicaClient:
         partition: str,
         request: OffsetsForLeaderEpochRequest,
         *,
+        broker_epoch: int,
         timeout_s: float,
     ) -> EpochEndOffset:
         body = EpochQueryBody(
             replica_id=request.replica_id, leader_epoch=request.leader_epoch, epoch=request.epoch
         ).model_dump(mode="json")
         url = base_url + EPOCH_PATH.format(name=quote(partition, safe=""))
-        raw = await self._post(url, body, timeout_s)
+        raw = await self._post(url, body, broker_epoch, timeout_s)
         try:
             answer = EpochAnswerBody.model_validate_json(raw)
         except ValidationError as exc:

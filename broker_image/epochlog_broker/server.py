@@ -5,12 +5,14 @@ Routes (DESIGN.md, "HTTP API"):
     POST /v1/partitions/{name}/records?acks=&timeoutMs=&leaderEpoch=&encoding=
     GET  /v1/partitions/{name}/records?offset=&maxRecords=&maxBytes=&maxWaitMs=&leaderEpoch=
     GET  /v1/partitions/{name}/offsets?at=earliest|latest|<ms>&leaderEpoch=
+    GET  /v1/partitions/{name}/epochs/{epoch}?leaderEpoch=       (a reader's epoch query)
     GET  /v1/partitions
     GET  /healthz, /readyz, /metrics   (/readyz: 503 while a replica is offline after
                                         a storage error, naming it and why)
     GET  /openapi.json                  (this API as OpenAPI 3.1, `protocol.openapi`)
-    POST /internal/v1/fetch-session                               (replica fetch session)
-    POST /internal/v1/partitions/{name}/offsets-for-leader-epoch  (divergence query)
+    POST /internal/v1/fetch-session?brokerEpoch=                  (replica fetch session)
+    POST /internal/v1/partitions/{name}/offsets-for-leader-epoch?brokerEpoch=
+                                                                  (divergence query)
 
 Produce takes JSON (`http_api`) or one encoded batch with Content-Type
 `application/vnd.epochlog.batch` (`client_batch`); a read that accepts
@@ -53,7 +55,10 @@ from epochlog.http_limits import LimitedSite, read_body
 from epochlog.protocol.batch import Record
 from epochlog.protocol.bodies import (
     MAX_RECORDS_PER_READ,
+    READER_EPOCH_PATH,
+    READER_EPOCH_RANGE,
     DeleteRecordsAnswer,
+    EpochEndAnswer,
     HealthAnswer,
     OffsetsAnswer,
     Params,
@@ -70,6 +75,7 @@ from epochlog.protocol.errors import (
     EpochlogError,
     ErrorAnswer,
     ErrorCode,
+    InvalidRequestError,
     RecordTooLargeError,
     StorageError,
     TopicAuthorizationFailedError,
@@ -339,6 +345,24 @@ async def list_offsets(request: web.Request) -> web.Response:
     return _answer(OffsetsAnswer(offset=offset, leader_epoch=epoch))
 
 
+async def epoch_end(request: web.Request) -> web.Response:
+    """A reader's epoch query (KIP-320): authorized as a read of the topic, since it tells
+    what the log holds."""
+    broker = request.app[BROKER_KEY]
+    name = request.match_info["name"]
+    _allow(request, Operation.READ, name)
+    epoch = int_param(
+        request.match_info,
+        "epoch",
+        minimum=READER_EPOCH_RANGE.minimum,
+        maximum=READER_EPOCH_RANGE.maximum,
+    )
+    answer, leader_epoch = broker.epoch_end(name, epoch, optional_epoch(request.query))
+    return _answer(
+        EpochEndAnswer(epoch=answer.epoch, end_offset=answer.end_offset, leader_epoch=leader_epoch)
+    )
+
+
 async def delete_records(request: web.Request) -> web.Response:
     broker = request.app[BROKER_KEY]
     name = request.match_info["name"]
@@ -409,14 +433,33 @@ async def metrics(request: web.Request) -> web.Response:
 # -- replication -------------------------------------------------------------------------
 
 
+def _replica_caller(request: web.Request) -> int | None:
+    """Who sends a replication request, checked before its body is read, so that nobody
+    but a broker can make the broker parse one or learn what is wrong with it: a broker's
+    certificate, and the brokerEpoch the request names apart from its body (followers of
+    versions before it name none; their body's is checked when it is read). Returns that
+    brokerEpoch."""
+    who = _who(request)
+    request.app[GATE_KEY].check_broker(who)
+    broker_epoch = optional_epoch(request.query, Params.BROKER_EPOCH)
+    if broker_epoch is not None and who.broker_id is not None:
+        request.app[BROKER_KEY].check_replica_epoch(who.broker_id, broker_epoch)
+    return broker_epoch
+
+
 async def fetch_session(request: web.Request) -> web.Response:
     broker = request.app[BROKER_KEY]
     result = "ok"
     peer = "_unknown"
     started = time.perf_counter()
     try:
+        broker_epoch = _replica_caller(request)
         body = parse_body(SessionFetchBody, await _body(request, broker.config.max_request_bytes))
         request.app[GATE_KEY].check_replica(_who(request), body.replica_id)
+        if broker_epoch is not None and body.broker_epoch != broker_epoch:
+            raise InvalidRequestError(
+                f"the body's brokerEpoch {body.broker_epoch} is not the query's {broker_epoch}"
+            )
         peer = str(body.replica_id)
         answer = await broker.serve_session_fetch(session_request(body))
         encoded = encode_session_answer(answer)
@@ -432,6 +475,7 @@ async def fetch_session(request: web.Request) -> web.Response:
 
 async def offsets_for_leader_epoch(request: web.Request) -> web.Response:
     broker = request.app[BROKER_KEY]
+    _replica_caller(request)
     body = parse_body(EpochQueryBody, await _body(request, 1 * MiB))
     request.app[GATE_KEY].check_replica(_who(request), body.replica_id)
     answer = broker.serve_offsets_for_leader_epoch(request.match_info["name"], epoch_query(body))
@@ -448,6 +492,7 @@ def build_app(broker: Broker, gate: Gate | None = None) -> web.Application:
     app.router.add_post("/v1/partitions/{name}/records", produce)
     app.router.add_get("/v1/partitions/{name}/records", read_records)
     app.router.add_get("/v1/partitions/{name}/offsets", list_offsets)
+    app.router.add_get(READER_EPOCH_PATH, epoch_end)
     app.router.add_post("/v1/partitions/{name}/delete-records", delete_records)
     app.router.add_get("/v1/partitions", list_partitions)
     app.router.add_get("/healthz", healthz)

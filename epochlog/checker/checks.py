@@ -23,7 +23,8 @@ Checks:
 - duplicate / phantom: a record appears twice in a replica's log, or a record
   nobody sent appears.
 - consumer-offsets / producer-offsets: offsets a consumer read, or a producer
-  had acknowledged, did not increase.
+  had acknowledged, did not increase (a consumer that reported a truncation at
+  an offset reads on from there: KIP-320).
 - offset-went-back: a client saw a high watermark or latest offset lower than
   one it saw before.
 - epoch-went-back / epoch-reused / two-leaders: leaderEpoch or partitionEpoch
@@ -46,8 +47,8 @@ Checks:
   than replicaLagTimeMaxMs plus the leader's caught-up window, one heartbeat
   and one status write later.
 - no-leader: after the faults healed, a partition had no leader within the
-  liveness bound (not judged, nor not-replicated, for a partition left without a
-  leader because every ISR member lost its disk: it waits rather than guess).
+  liveness bound (every replica is live then, so even a partition whose every ISR
+  member lost its disk has one, through unclean recovery).
 - not-replicated: after healing and settling, a live replica lacks an
   acknowledged record.
 - isr-not-restored: at the end, a live replica of a led partition holds its
@@ -55,6 +56,28 @@ Checks:
   longer, counted from the heal at the earliest (a proposal refused, voided or
   lost on the way must be made again); not judged while the network keeps
   dropping messages after the heal.
+
+Unclean leader elections (`History.unclean_elections`) lose what the new leader
+did not hold: records at or past the offset its epoch begins at, acknowledged
+or read before, are excused from acked-lost and not-replicated, offsets there
+from diverged while the replicas that held them catch up, the high watermark
+and latest offset from offset-went-back, and deleted records from
+deleted-records-resurfaced. A consumer must not be excused so: every record it
+read that is not in the final log must be covered by a truncation it reported
+since (the divergence offset at or below it, KIP-320), else:
+- truncation-unreported: a consumer read a record an unclean election took
+  away, and never found out (it went on past it with the new leader's records).
+- committed-truncated: a consumer found records it read (committed) truncated
+  under it, and no unclean election since explains it; the read is not excused
+  from read-lost either.
+
+An unclean recovery (the controller's election, with uncleanLeaderElection off,
+when every ISR member and eligible leader replica lost its disk) is recorded as
+an unclean election with the records the replicas' disks still held
+(`UncleanElection.surviving`): it excuses only the loss of records none of them
+held at their offsets, which were gone with the lost disks. A record some disk still held must
+be in the final log as if no election had happened (the recovery elects the most
+up-to-date replica, and a record one replica holds, the most up-to-date holds).
 
 A Partition deleted and created again is one history: its statuses, epochs,
 leader writes and client observations are judged by name across the delete,
@@ -79,7 +102,7 @@ import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from epochlog.checker.history import CONTROLLER, History, StatusWrite
+from epochlog.checker.history import CONTROLLER, History, StatusWrite, UncleanElection
 from epochlog.protocol.wire import wire_name
 from epochlog.resources import PartitionStatus
 
@@ -176,6 +199,11 @@ class Checker:
             if not deleted or replica is None:
                 continue
             d = max(deleted, key=lambda d: d.offset)
+            if any(
+                u.partition == partition and d.time <= u.time <= now
+                for u in self.h.unclean_elections
+            ):
+                continue  # an unclean leader's log need not have moved its start
             records = replica[0]  # in offset order, from the log start
             key = (partition, status.leader_epoch)
             if not records or records[0][0] >= d.offset or key in self._reported_resurfaced:
@@ -208,7 +236,7 @@ class Checker:
                 upto = min(hw_a, hw_b, first[a] + len(recs_a), first[b] + len(recs_b))
                 for o in range(lo, upto):
                     ra, rb = recs_a[o - first[a]], recs_b[o - first[b]]
-                    if ra != rb:
+                    if ra != rb and not self._lost_uncleanly(partition, o, ra, rb, now):
                         self._flag(
                             "diverged",
                             now,
@@ -217,6 +245,24 @@ class Checker:
                             f"{_rec(ra)} on broker {a} but {_rec(rb)} on broker {b}",
                         )
                         return
+
+    def _lost_uncleanly(
+        self,
+        partition: str,
+        offset: int,
+        ra: tuple[int, int, str],
+        rb: tuple[int, int, str],
+        now: int,
+    ) -> bool:
+        """Two records at `offset`, one written before an unclean election (up to `now`)
+        whose leader's log ended at or below it: a replica that held it still has to
+        truncate to the new leader's log."""
+        return any(
+            u.partition == partition
+            and u.time <= now
+            and any(r[1] < u.leader_epoch and not self._kept(u, offset, r[1]) for r in (ra, rb))
+            for u in self.h.unclean_elections
+        )
 
     def _window_start(
         self,
@@ -361,8 +407,7 @@ class Checker:
             self._check_isr_restored(
                 end, healed_at, liveness_bound_ms, logs, statuses, log_starts or {}
             )
-            served = {p: r for p, r in logs.items() if not self._lost_every_copy(statuses.get(p))}
-            self._check_replicated(end, served, log_starts or {})
+            self._check_replicated(end, logs, log_starts or {})
         return sorted(self.violations, key=lambda v: v.time)
 
     def observed(
@@ -395,6 +440,7 @@ class Checker:
                 self._check_log_contents(end, partition, broker, records)
         self._check_epochs()
         self._check_acks_and_reads(end, logs, statuses, log_starts)
+        self._check_truncations()
         self._check_client_offsets()
         self._check_deletions(end, logs, statuses)
 
@@ -486,6 +532,62 @@ class Checker:
                     f"{who} all appended as leader in leaderEpoch {epoch}",
                 )
 
+    def _unclean_since(
+        self,
+        partition: str,
+        offset: int,
+        since: int,
+        until: int | None = None,
+        epoch: int | None = None,
+        value: str | None = None,
+    ) -> bool:
+        """An unclean election of `partition` after `since` (up to `until`) may have taken
+        away the record of leader epoch `epoch` at `offset`: the log its leader began with
+        did not hold it (by that log's epochs, when known and `epoch` is given; else by
+        where the new epoch began). An unclean recovery takes away only a record no
+        replica's disk held any more at its offset (`UncleanElection.surviving`, by
+        `value`)."""
+        return any(
+            u.partition == partition
+            and since <= u.time
+            and (until is None or u.time <= until)
+            and not self._kept(u, offset, epoch)
+            and not (
+                u.surviving is not None and value is not None and (offset, value) in u.surviving
+            )
+            for u in self.h.unclean_elections
+        )
+
+    def _kept(self, u: UncleanElection, offset: int, epoch: int | None) -> bool:
+        """Whether the log the leader of unclean election `u` began with held the record of
+        leader epoch `epoch` at `offset` (the same epoch at the same offset is the same
+        record)."""
+        # The log the epoch began with; if its leader never took over (it died first), the
+        # first one after it, which can only hold what that leader's log held.
+        later = sorted(
+            e for p, e in self.h.leader_starts if p == u.partition and e >= u.leader_epoch
+        )
+        began = self.h.leader_starts.get((u.partition, later[0])) if later else None
+        if began is None or epoch is None or epoch < 0:
+            return offset < u.start_offset
+        entries, log_end = began
+        held = [e for e, start in entries if start <= offset]
+        return offset < log_end and bool(held) and held[-1] == epoch
+
+    def _unclean_between(self, partition: str, since: int, until: int) -> bool:
+        return any(
+            u.partition == partition and since <= u.time <= until for u in self.h.unclean_elections
+        )
+
+    def _reported(self, client: str, partition: str, offset: int, since: int) -> bool:
+        """`client` reported a truncation of `partition` at or below `offset` after `since`."""
+        return any(
+            (t.client, t.partition) == (client, partition)
+            and t.offset <= offset < t.position
+            and t.time >= since
+            for t in self.h.truncations
+        )
+
     def _check_acks_and_reads(
         self,
         end: int,
@@ -525,6 +627,10 @@ class Checker:
 
         for a in self.h.acks:
             got = reference.get(a.partition, {}).get(a.offset)
+            if got != a.value and self._unclean_since(
+                a.partition, a.offset, a.time, epoch=a.leader_epoch, value=a.value
+            ):
+                continue
             if got != a.value and not removed(a.partition, a.offset):
                 self._flag(
                     "acked-lost",
@@ -536,18 +642,60 @@ class Checker:
                 )
         for r in self.h.reads:
             got = reference.get(r.partition, {}).get(r.offset)
-            if got != r.value and not removed(r.partition, r.offset):
+            if got == r.value or removed(r.partition, r.offset):
+                continue
+            if self._unclean_since(
+                r.partition, r.offset, r.time, epoch=r.leader_epoch, value=r.value
+            ):
+                if self._reported(r.client, r.partition, r.offset, r.time):
+                    continue
                 self._flag(
-                    "read-lost",
+                    "truncation-unreported",
                     r.time,
                     r.partition,
-                    f"{r.client} read {r.value!r} at offset {r.offset}; the final log has "
-                    f"{got!r} there",
+                    f"{r.client} read {r.value!r} at offset {r.offset}, which an unclean "
+                    f"election took away (the final log has {got!r} there), and never "
+                    "reported the log truncated under it",
                 )
+                continue
+            self._flag(
+                "read-lost",
+                r.time,
+                r.partition,
+                f"{r.client} read {r.value!r} at offset {r.offset}; the final log has "
+                f"{got!r} there",
+            )
+
+    def _check_truncations(self) -> None:
+        """A truncation a consumer reported is of records it read below the HW, committed:
+        only an unclean election since it read them may have taken them away."""
+        for t in self.h.truncations:
+            read = [
+                r.time
+                for r in self.h.reads[: t.reads_before]
+                if (r.client, r.partition) == (t.client, t.partition)
+                and t.offset <= r.offset < t.position
+            ]
+            if not read or self._unclean_between(t.partition, min(read), t.time):
+                continue
+            self._flag(
+                "committed-truncated",
+                t.time,
+                t.partition,
+                f"{t.client} read offsets {t.offset}..{t.position - 1} below the high "
+                f"watermark and found them truncated under it (leader epoch {t.leader_epoch}) "
+                "with no unclean election since",
+            )
 
     def _check_client_offsets(self) -> None:
         last_read: dict[tuple[str, str], int] = {}
-        for r in self.h.reads:
+        truncations = sorted(self.h.truncations, key=lambda t: t.reads_before)
+        for i, r in enumerate(self.h.reads):
+            while truncations and truncations[0].reads_before <= i:
+                t = truncations.pop(0)
+                # Moved back to the divergence offset: it reads on from there.
+                read_up_to = last_read.get((t.client, t.partition), -1)
+                last_read[(t.client, t.partition)] = min(read_up_to, t.offset - 1)
             key = (r.client, r.partition)
             if r.offset <= last_read.get(key, -1):
                 self._flag(
@@ -557,33 +705,42 @@ class Checker:
                     f"{r.client} read offset {r.offset} after offset {last_read[key]}",
                 )
             last_read[key] = max(last_read.get(key, -1), r.offset)
-        last_ack: dict[tuple[str, str], int] = {}
+        last_ack: dict[tuple[str, str], tuple[int, int]] = {}
         for a in self.h.acks:
             key = (a.producer, a.partition)
-            if a.offset <= last_ack.get(key, -1):
+            last, at = last_ack.get(key, (-1, 0))
+            # An unclean election in between may hand the same offsets out again.
+            again = self._unclean_between(a.partition, at, a.time)
+            if a.offset <= last and not again:
                 self._flag(
                     "producer-offsets",
                     a.time,
                     a.partition,
-                    f"{a.producer} was acknowledged offset {a.offset} after {last_ack[key]}",
+                    f"{a.producer} was acknowledged offset {a.offset} after {last}",
                 )
-            last_ack[key] = max(last_ack.get(key, -1), a.offset)
-        seen: dict[tuple[str, str], tuple[int, str]] = {}
+            if a.offset > last or again:
+                last_ack[key] = (a.offset, a.time)
+        seen: dict[tuple[str, str], tuple[int, str, int]] = {}
         for o in self.h.offsets:
             key = (o.client, o.partition)
             before = seen.get(key)
-            if before is not None and o.offset < before[0]:
-                self._flag(
-                    "offset-went-back",
-                    o.time,
-                    o.partition,
-                    f"{o.client} saw {o.kind} {o.offset} from broker {o.broker} (leaderEpoch "
-                    f"{o.leader_epoch}) after {before[1]}",
-                )
-            if before is None or o.offset >= before[0]:
+            back = before is not None and o.offset < before[0]
+            if before is not None and back:
+                if self._unclean_between(o.partition, before[2], o.time):
+                    back = False  # an unclean election lost what was committed
+                else:
+                    self._flag(
+                        "offset-went-back",
+                        o.time,
+                        o.partition,
+                        f"{o.client} saw {o.kind} {o.offset} from broker {o.broker} "
+                        f"(leaderEpoch {o.leader_epoch}) after {before[1]}",
+                    )
+            if before is None or o.offset >= before[0] or not back:
                 seen[key] = (
                     o.offset,
                     f"{o.kind} {o.offset} from broker {o.broker} (leaderEpoch {o.leader_epoch})",
+                    o.time,
                 )
 
     def _check_isr_removals(self) -> None:
@@ -687,8 +844,6 @@ class Checker:
         statuses: Mapping[str, PartitionStatus | None],
     ) -> None:
         for partition in logs:
-            if self._lost_every_copy(statuses.get(partition)):
-                continue
             # The first moment from the heal on at which the status in effect names a leader.
             in_effect: PartitionStatus | None = None
             led: int | None = None
@@ -756,20 +911,15 @@ class Checker:
                         f"not in the ISR {list(status.isr)}",
                     )
 
-    def _lost_every_copy(self, final: PartitionStatus | None) -> bool:
-        """Leaderless because every ISR member lost its disk: the controller may not tell
-        whether the other replicas hold everything committed (with minInsyncReplicas 1
-        they need not), so it stays offline rather than guess. Not a liveness failure."""
-        if final is None or final.leader is not None or not final.isr:
-            return False
-        return all(b in self.h.wiped for b in final.isr)
-
     def _check_replicated(
         self, end: int, logs: Mapping[str, Mapping[int, ReplicaLog]], log_starts: LogStarts
     ) -> None:
         acked: dict[str, dict[int, str]] = {}
         for a in self.h.acks:
-            acked.setdefault(a.partition, {})[a.offset] = a.value
+            if not self._unclean_since(
+                a.partition, a.offset, a.time, epoch=a.leader_epoch, value=a.value
+            ):
+                acked.setdefault(a.partition, {})[a.offset] = a.value
         for partition, replicas in logs.items():
             for broker, (records, _hw) in sorted(replicas.items()):
                 have = {o: v for o, _e, v in records}

@@ -1,13 +1,15 @@
 """What happened in a run, as the checker needs it: client observations and ground truth.
 
 Clients record what they were told (acknowledgements with offsets, records read,
-high watermarks and latest offsets seen, DeleteRecords answered). The simulated processes record the
+high watermarks and latest offsets seen, DeleteRecords answered, and the log
+truncations a consumer found through leader epochs, KIP-320). The simulated processes record the
 ground truth only a simulator can see: which broker appended as leader in
 which epoch, every status the controller wrote, every follower fetch the
 leader served with the leader's log end at that moment, process lifetimes and
 the faults injected, the Partitions deleted and created again, the disks
-wiped, and what the controller refused (ISR proposals it rejected, and the
-reasons it gave for electing nobody). Times are simulated ms.
+wiped, the unclean leader elections, and what the controller refused (ISR
+proposals it rejected, and the reasons it gave for electing nobody). Times are
+simulated ms.
 
 Runs on real processes (`epochlog.devcluster.nemesis`) fill in the client
 observations, the status versions (from a watch) and the faults, with times in
@@ -42,6 +44,8 @@ class Read:
     offset: int
     value: str
     time: int
+    leader_epoch: int = -1
+    """The record's leader epoch (-1: not recorded)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +70,40 @@ class Deleted:
     offset: int
     leader_epoch: int
     time: int
+
+
+@dataclass(frozen=True, slots=True)
+class TruncationSeen:
+    """A consumer found the log truncated under it (KIP-320): the records it read from
+    `offset` (the divergence offset) up to `position` are not in the log of leader epoch
+    `leader_epoch`, and it moved back to `offset`. `reads_before` is how many reads the
+    history held when it did (what it read before and after)."""
+
+    client: str
+    partition: str
+    offset: int
+    position: int
+    leader_epoch: int
+    time: int
+    reads_before: int
+
+
+@dataclass(frozen=True, slots=True)
+class UncleanElection:
+    """The controller elected `leader` in `leader_epoch` from outside the ISR; the epoch
+    begins at `start_offset` (its log end as it last reported it): records at or past it
+    that other replicas held may be gone."""
+
+    time: int
+    partition: str
+    leader_epoch: int
+    leader: int
+    start_offset: int
+    surviving: frozenset[tuple[int, str]] | None = None
+    """An unclean recovery (uncleanLeaderElection off, every ISR and ELR member's disk
+    lost): the records, as (offset, value), some replica's disk still held when it was
+    elected. Only the others are gone: losing one of these is a loss like any other.
+    None: an unclean election, which may lose what the new leader did not hold."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +151,7 @@ class History:
     reads: list[Read] = field(default_factory=list)
     offsets: list[OffsetSeen] = field(default_factory=list)
     deletions: list[Deleted] = field(default_factory=list)
+    truncations: list[TruncationSeen] = field(default_factory=list)
     status_writes: list[StatusWrite] = field(default_factory=list)
     leader_writes: dict[tuple[str, int], set[tuple[int, int]]] = field(default_factory=dict)
     """(partition, leaderEpoch) -> (broker, brokerEpoch) of every process that appended as
@@ -138,6 +177,12 @@ class History:
     wiped: dict[int, list[int]] = field(default_factory=dict)
     """Broker id -> times its disk was lost."""
     refusals: list[Refusal] = field(default_factory=list)
+    unclean_elections: list[UncleanElection] = field(default_factory=list)
+    leader_starts: dict[tuple[str, int], tuple[tuple[tuple[int, int], ...], int]] = field(
+        default_factory=dict
+    )
+    """(partition, leaderEpoch) -> the log its leader began the epoch with: its epoch history
+    as (epoch, start offset) and its log end (what an unclean election kept)."""
     delivered: dict[str, list[tuple[int, int, int | None, int, int]]] = field(default_factory=dict)
     """Per partition, (time, leaderEpoch, leader, partitionEpoch, receiving broker) of each
     assignment a broker received: epochs that left the controller's record for the

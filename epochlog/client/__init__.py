@@ -4,7 +4,8 @@
   `list_offsets`);
 - `producer`: `Producer`, batching, acks, retries and idempotence;
 - `consumer`: `Consumer`, reads one partition up to the high watermark and
-  never goes backwards;
+  never goes backwards; a log truncated under it (an unclean election) is found
+  through leader epochs (`divergence`, KIP-320) and raised as `LogTruncationError`;
 - `sync`: blocking `SyncClient`, `SyncProducer`, `SyncConsumer` for scripts;
 - `metadata`: leader discovery and the leader cache;
 - `records`, `transport`, `errors`: what travels, how, and what can go wrong.
@@ -17,8 +18,10 @@ from epochlog.client.client import EARLIEST, LATEST, Client
 from epochlog.client.consumer import Consumer
 from epochlog.client.errors import (
     BrokerUnreachableError,
+    CertificateRefusedError,
     ClientError,
     DeliveryTimeoutError,
+    LogTruncationError,
     NoSuchPartitionError,
     OffsetsWentBackError,
     ProducerClosedError,
@@ -34,12 +37,14 @@ __all__ = [
     "EARLIEST",
     "LATEST",
     "BrokerUnreachableError",
+    "CertificateRefusedError",
     "Client",
     "ClientError",
     "Consumer",
     "ConsumerRecord",
     "Credentials",
     "DeliveryTimeoutError",
+    "LogTruncationError",
     "NoSuchPartitionError",
     "OffsetAndEpoch",
     "OffsetsWentBackError",

@@ -1,9 +1,12 @@
-"""The async client's shared core: brokers, leader cache, the three requests, and retries.
+"""The async client's shared core: brokers, leader cache, the client requests, and retries.
 
 `Client` owns one HTTP session and one leader cache (`Metadata`) that its
-producers and consumers share. It sends the three client requests to a
+producers and consumers share. It sends the client requests to a
 partition's leader, always with the leader epoch it knows (`leaderEpoch`),
-and offers `list_offsets` with retries. Retriable failures (typed broker
+and offers `list_offsets` and `epoch_end` (a reader's epoch query, KIP-320)
+with retries. A leader on another epoch answers FENCED_LEADER_EPOCH (ours is
+older) or UNKNOWN_LEADER_EPOCH (ours is newer): both make the client look the
+leader up again and retry. Retriable failures (typed broker
 errors with `retriable`, unreachable brokers) are retried with exponential
 backoff and jitter until the caller's deadline; each failure first updates
 the leader cache from the error's hints.
@@ -26,6 +29,7 @@ from urllib.parse import urlsplit
 
 import structlog
 
+from epochlog.client.divergence import EpochEnd
 from epochlog.client.errors import (
     BrokerUnreachableError,
     OffsetsWentBackError,
@@ -41,6 +45,7 @@ from epochlog.client.records import (
     OffsetAndEpoch,
     TopicPartition,
     parse_delete_records_answer,
+    parse_epoch_end_answer,
     parse_fetch_batches,
     parse_fetch_binary,
     parse_fetch_json,
@@ -334,6 +339,36 @@ class Client:
             timeout_s=self.request_timeout_s,
         )
         return parse_offsets_answer(answer, leader.url + path)
+
+    async def epoch_end_once(self, leader: PartitionLeader, epoch: int) -> EpochEnd:
+        """Where leader epoch `epoch` ends in the leader's log (KIP-320: a reader validating
+        its position; `epochlog.client.divergence`)."""
+        path = f"/v1/partitions/{leader.partition}/epochs/{epoch}"
+        answer, _ = await self.transport.request(
+            "GET",
+            leader.url,
+            path,
+            params=self._epoch_param(leader),
+            timeout_s=self.request_timeout_s,
+        )
+        parsed = parse_epoch_end_answer(answer, leader.url + path)
+        return EpochEnd(parsed.epoch, parsed.end_offset, parsed.leader_epoch)
+
+    async def epoch_end(
+        self, partition: str, epoch: int, *, timeout_ms: int | None = None
+    ) -> EpochEnd:
+        """`epoch_end_once` at the partition's leader, retried through leader changes
+        (FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER: the leader
+        is looked up again) for up to `timeout_ms`."""
+        check_partition_name(partition)
+        timeout_s = (timeout_ms / 1000) if timeout_ms is not None else self.request_timeout_s
+
+        async def once(leader: PartitionLeader) -> EpochEnd:
+            return await self.epoch_end_once(leader, epoch)
+
+        return await self.retrying(
+            partition, once, timeout_s=timeout_s, what=f"the end of leaderEpoch {epoch}"
+        )
 
     async def delete_records(
         self, partition: str, before_offset: int = -1, *, timeout_ms: int | None = None

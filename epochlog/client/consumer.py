@@ -18,22 +18,46 @@ not rewind or skip: it waits for the leader to catch up, up to
 `out_of_range_wait_ms`, and then raises `OffsetOutOfRangeError`. A start
 offset given by the caller that the log does not hold, or a position below
 the log start (records deleted), raises at once (`epochlog.client.reading`).
+
+Offsets alone do not show every loss: after an unclean leader election the
+new leader may hold other records at offsets this consumer read, and its log
+may grow past the position again. So the consumer also remembers the leader
+epochs of the records it returned (`consumed`) and validates its position
+against the leader's epochs (KIP-320, `epochlog.client.divergence`) whenever
+the leader epoch serving it changes (FENCED_LEADER_EPOCH and
+UNKNOWN_LEADER_EPOCH answers included), when a leader answers
+OFFSET_OUT_OF_RANGE above its log end, after `seek(offset, leader_epoch=...)`
+and when asked (`validate`), before it returns anything more. Records it
+returned that the leader's log does not hold raise `LogTruncationError` with
+the divergence offset (Kafka's LogTruncationException), the consumer staying
+where it is; with `on_truncation="reset"` it moves back to the divergence
+offset instead, reports the truncation in `truncations` and a warning, and
+reads on from there.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
+from typing import Final
 
 import structlog
 
 from epochlog.client.client import EARLIEST, LATEST, Client, check_partition_name
+from epochlog.client.divergence import ConsumedEpochs, EpochStart
+from epochlog.client.errors import LogTruncationError
 from epochlog.client.metadata import PartitionLeader
-from epochlog.client.reading import read_at
+from epochlog.client.reading import Validated, below_log_start, read_at, validate_position
 from epochlog.client.records import ConsumerRecord, FetchAnswer
+from epochlog.protocol.errors import OffsetOutOfRangeError
 from epochlog.security.options import Credentials
 
 log = structlog.get_logger("epochlog.client")
+
+RAISE: Final = "raise"
+"""`on_truncation`: a truncation under the consumer raises `LogTruncationError`."""
+RESET: Final = "reset"
+"""`on_truncation`: the consumer moves back to the divergence offset and reports it."""
 
 
 class Consumer:
@@ -58,8 +82,11 @@ class Consumer:
         retry_backoff_ms: int = 50,
         retry_backoff_max_ms: int = 1000,
         credentials: Credentials | None = None,
+        on_truncation: str = RAISE,
     ) -> None:
         check_partition_name(partition)
+        if on_truncation not in (RAISE, RESET):
+            raise ValueError(f"on_truncation must be {RAISE} or {RESET}, got {on_truncation!r}")
         if isinstance(start, bool) or not (
             start in (EARLIEST, LATEST) or (isinstance(start, int) and start >= 0)
         ):
@@ -91,11 +118,20 @@ class Consumer:
         self.position: int | None = start if isinstance(start, int) else None
         """The next offset to read; None until `earliest`/`latest` is resolved."""
         self.high_watermark = -1
-        """The highest high watermark seen (never decreases)."""
+        """The highest high watermark seen: it never decreases, but for a truncation reset past
+        (`on_truncation="reset"`), which brings it down to the divergence offset."""
         self.log_start_offset = 0
         self._confirmed = False
         """The position came from the broker (read past, or ListOffsets), not from the caller."""
         self._buffer: deque[ConsumerRecord] = deque()
+        self.on_truncation = on_truncation
+        self.consumed = ConsumedEpochs()
+        """The leader epochs of the records returned below the position (KIP-320)."""
+        self.truncations: list[LogTruncationError] = []
+        """Truncations found and moved past with `on_truncation="reset"`, oldest first."""
+        self._validated_epoch: int | None = None
+        """The leader epoch the position was last validated against (or read from)."""
+        self._must_validate = False
 
     async def __aenter__(self) -> Consumer:
         return self
@@ -112,9 +148,15 @@ class Consumer:
         """The position has reached the highest high watermark seen."""
         return self.position is not None and self.position >= self.high_watermark >= 0
 
-    async def seek(self, to: int | str) -> int:
+    async def seek(self, to: int | str, *, leader_epoch: int | None = None) -> int:
         """Move to an offset, or to `earliest`/`latest`; returns the new position. An explicit
-        move is the only way the position goes back."""
+        move is the only way the position goes back (besides `on_truncation="reset"`).
+        `leader_epoch` is the epoch of the record just below `to` when known (as Kafka
+        commits it with an offset): the position is validated against it before the
+        next read."""
+        self.consumed.clear()
+        self._validated_epoch = None
+        self._must_validate = False
         if to in (EARLIEST, LATEST):
             answer = await self.client.list_offsets(
                 self.partition, str(to), timeout_ms=int(self.retry_timeout_s * 1000)
@@ -124,6 +166,9 @@ class Consumer:
         elif isinstance(to, int) and not isinstance(to, bool) and to >= 0:
             self.position = to
             self._confirmed = False
+            if leader_epoch is not None and to > 0:
+                self.consumed = ConsumedEpochs((EpochStart(leader_epoch, to - 1),))
+                self._must_validate = True
         else:
             raise ValueError(f"seek to earliest, latest or an offset >= 0, got {to!r}")
         self._buffer.clear()
@@ -140,7 +185,17 @@ class Consumer:
         if position is None:
             position = await self.seek(self.start)
         wait_ms = self.max_wait_ms if max_wait_ms is None else max_wait_ms
+        if self._must_validate and not await self._still_valid(position):
+            return []
         answer = await self._fetch(position, wait_ms)
+        if answer is None:
+            return []
+        # A leader change since the last read: what was returned must still be in the new
+        # leader's log before anything more is.
+        changed = len(self.consumed) and answer.leader_epoch != self._validated_epoch
+        if changed and not await self._still_valid(position, answer.leader_epoch):
+            return []
+        self._validated_epoch = answer.leader_epoch
         if answer.high_watermark < self.high_watermark:
             # The broker's KIP-207 gate should make this impossible; what it returned is
             # still below its own HW, hence committed, so it is safe to hand out.
@@ -164,9 +219,68 @@ class Consumer:
                 )
             self.position = records[-1].offset + 1
             self._confirmed = True
+            for r in records:
+                self.consumed.consumed(r.leader_epoch, r.offset)
         return records
 
-    async def _fetch(self, position: int, wait_ms: int) -> FetchAnswer:
+    async def validate(self) -> int | None:
+        """Validate the position against the leader now (KIP-320): None when every record
+        returned is in the leader's log; else the divergence offset, after moving there
+        (`on_truncation="reset"`) or raising `LogTruncationError`."""
+        position = self.position
+        if position is None or not len(self.consumed):
+            return None
+        before = len(self.truncations)
+        await self._still_valid(position)
+        if len(self.truncations) > before:
+            return self.truncations[-1].divergence_offset
+        return None
+
+    async def _still_valid(self, position: int, fetched_epoch: int | None = None) -> bool:
+        """Validate `position`; True when the records returned are the leader's and the
+        leader that validated is the one that answered the fetch (`fetched_epoch`, when
+        given: another one's answer is dropped and asked again)."""
+        self._buffer.clear()
+        v = await validate_position(
+            self.client,
+            self.partition,
+            self.consumed,
+            position,
+            retry_timeout_s=self.retry_timeout_s,
+        )
+        if v.divergence_offset is not None:
+            self._truncated(position, v)
+            return False
+        self._must_validate = False
+        if v.leader_epoch is not None:
+            self._validated_epoch = v.leader_epoch
+        return fetched_epoch is None or v.leader_epoch in (None, fetched_epoch)
+
+    def _truncated(self, position: int, v: Validated) -> None:
+        error = v.truncation(self.partition, position)
+        assert v.divergence_offset is not None
+        if self.on_truncation == RAISE:
+            raise error
+        log.warning(
+            "log_truncated",
+            partition=self.partition,
+            position=position,
+            divergenceOffset=v.divergence_offset,
+            leaderEpoch=v.leader_epoch,
+            error=str(error),
+        )
+        self.truncations.append(error)
+        self.position = v.divergence_offset
+        self.consumed.truncate(v.divergence_offset)
+        self.high_watermark = min(self.high_watermark, v.divergence_offset)
+        self._validated_epoch = v.leader_epoch
+        self._must_validate = False
+        self._confirmed = True
+
+    async def _fetch(self, position: int, wait_ms: int) -> FetchAnswer | None:
+        """The leader's answer for `position`; None when the position moved instead (a
+        truncation found and reset past)."""
+
         async def read(leader: PartitionLeader) -> FetchAnswer:
             return await self.client.fetch(
                 leader,
@@ -177,6 +291,24 @@ class Consumer:
                 binary=self.binary,
             )
 
+        if len(self.consumed) and self._confirmed:
+            # A leader holding less than this consumer read: the epochs tell at once
+            # whether its log was truncated under us, or it is behind (wait for it).
+            try:
+                return await read_at(
+                    self.client,
+                    self.partition,
+                    position,
+                    read,
+                    retry_timeout_s=self.retry_timeout_s,
+                    out_of_range_wait_s=0,
+                    confirmed=True,
+                )
+            except OffsetOutOfRangeError as exc:
+                if below_log_start(exc, position):
+                    raise
+                if not await self._still_valid(position):
+                    return None
         return await read_at(
             self.client,
             self.partition,

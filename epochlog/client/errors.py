@@ -36,6 +36,16 @@ class TlsHandshakeError(ClientError):
     naming the host in the URL): asking again does not change that."""
 
 
+class CertificateRefusedError(TlsHandshakeError):
+    """The broker refused the client certificate during the TLS handshake, and said why in
+    its alert (`alert`: unknown_ca for a certificate of a CA it does not trust,
+    certificate_required where one is needed and none was given, ...)."""
+
+    def __init__(self, message: str, *, alert: str) -> None:
+        super().__init__(message)
+        self.alert = alert
+
+
 class UnexpectedResponseError(ClientError):
     """An answer that is not the epochlog API's (another server, a proxy, a bug)."""
 
@@ -100,6 +110,50 @@ class OffsetsWentBackError(ClientError):
         super().__init__(message)
         self.seen = seen
         self.answered = answered
+
+
+class LogTruncationError(ClientError):
+    """The log was truncated under a reader (Kafka's LogTruncationException): records it
+    consumed from `divergence_offset` up to its `position` are not in the leader's log,
+    which may hold other records at those offsets now (an unclean leader election).
+
+    Found through leader epochs (KIP-320), not offsets: the leader's log may have grown
+    past the position again. `epoch` is the leader epoch of the reader's records the
+    leader could not vouch for, `leader_epoch` the leader's, and `epoch_end` what it
+    answered: the largest epoch at or below `epoch` it holds and where that one ends. The
+    reader has not moved: seek to `divergence_offset` (or elsewhere) to go on."""
+
+    def __init__(
+        self,
+        partition: str,
+        *,
+        position: int,
+        divergence_offset: int,
+        epoch: int,
+        leader_epoch: int,
+        epoch_end: tuple[int, int],
+        advice: str = "",
+    ) -> None:
+        answered, end = epoch_end
+        held = (
+            f"its epoch {answered} ends at offset {end}"
+            if answered >= 0
+            else "it holds no epoch at or below it"
+            + (f" (its history begins at offset {end})" if end >= 0 else "")
+        )
+        super().__init__(
+            f"{partition}: the log was truncated under the reader: records it read at offsets "
+            f"{divergence_offset}..{position - 1} are not in the log of leader epoch "
+            f"{leader_epoch} (asked where leaderEpoch {epoch} ends, {held}); the log may hold "
+            f"other records there now. Divergence at offset {divergence_offset}"
+            + (f". {advice}" if advice else "")
+        )
+        self.partition = partition
+        self.position = position
+        self.divergence_offset = divergence_offset
+        self.epoch = epoch
+        self.leader_epoch = leader_epoch
+        self.epoch_end = epoch_end
 
 
 class ProducerClosedError(ClientError):

@@ -15,7 +15,8 @@ The cache holds a `PartitionLeader` (URL, leader epoch) per partition;
 requests send the epoch, so a broker that is no longer the leader, or the
 leader of a newer epoch, says so instead of answering. Error answers update
 the cache with their hints (`leader`, `leaderAddress`, `leaderEpoch`);
-anything else that points at a stale leader drops the entry, and the next
+anything else that points at a stale leader (UNKNOWN_LEADER_EPOCH included:
+the epoch we sent is newer than the broker's) drops the entry, and the next
 request looks the leader up again. One lookup runs per partition at a time;
 concurrent callers share it.
 
@@ -173,14 +174,18 @@ class Metadata:
         hint_epoch = NO_EPOCH if exc.leader_epoch is None else exc.leader_epoch
         if isinstance(
             exc,
-            UnknownLeaderEpochError
-            | RequestTimedOutError
-            | NotEnoughReplicasError
-            | NotEnoughReplicasAfterAppendError,
+            RequestTimedOutError | NotEnoughReplicasError | NotEnoughReplicasAfterAppendError,
         ):
-            # Said by the leader we asked, which stays the leader: the epoch we sent is
-            # not known there yet, or the followers are slow or out of the ISR. Nothing
-            # to look up again.
+            # Said by the leader we asked, which stays the leader: the followers are slow
+            # or out of the ISR. Nothing to look up again.
+            return
+        if isinstance(exc, UnknownLeaderEpochError):
+            # Our epoch is newer than the broker's: usually the assignment has not reached
+            # it yet, but the epoch we hold may also name a leader that never took over
+            # (the controller moved on). Look again (KIP-320: FENCED and UNKNOWN alike);
+            # a lookup that finds the same leader and epoch costs one listing.
+            if used is not None:
+                self.invalidate(partition, used)
             return
         if isinstance(exc, OffsetNotAvailableError):
             return

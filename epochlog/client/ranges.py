@@ -22,6 +22,18 @@ Either is a `DataLoss`. With `fail_on_data_loss` the reader raises
 loss in `losses`, logs it, and goes on past it (skipping deleted records, or
 ending the range at the truncation). Records that are in the log but do not
 arrive within `poll_timeout_s` raise `RetriesExhaustedError`.
+
+A truncation the leader's log has grown back over shows in leader epochs only
+(KIP-320, `epochlog.client.divergence`): the reader remembers the epochs of
+the batches it handed out, and of the record just below the range when the
+planner knows it (`start_epoch`), and validates them against the leader's
+epochs before its first read (with `start_epoch`), whenever the leader epoch
+serving it changes, and when a leader answers OFFSET_OUT_OF_RANGE above its
+log end. Records handed out (or below the range) that the leader's log does not
+hold raise `LogTruncationError` with the divergence offset under
+`fail_on_data_loss`; without, the loss from the divergence offset to the
+position is recorded (TRUNCATED) and the range goes on from the position with
+the leader's records: offsets already handed out are never handed out again.
 """
 
 from __future__ import annotations
@@ -34,9 +46,10 @@ from typing import Final
 import structlog
 
 from epochlog.client.client import LATEST, Client
+from epochlog.client.divergence import ConsumedEpochs, EpochStart
 from epochlog.client.errors import ClientError, RetriesExhaustedError
 from epochlog.client.metadata import PartitionLeader
-from epochlog.client.reading import below_log_start, read_at
+from epochlog.client.reading import Validated, below_log_start, read_at, validate_position
 from epochlog.client.records import BatchesAnswer, OffsetAndEpoch
 from epochlog.protocol.batch import RecordBatch
 from epochlog.protocol.errors import OffsetOutOfRangeError
@@ -105,7 +118,10 @@ class RangeReader:
         max_wait_ms: int = 500,
         retry_timeout_ms: int = 120_000,
         poll_timeout_ms: int = 120_000,
+        start_epoch: int | None = None,
     ) -> None:
+        """`start_epoch`: the leader epoch of the record at `start - 1` as the planner saw
+        it (None: unknown), validated before the first read."""
         if not 0 <= start <= end:
             raise ValueError(f"need 0 <= start <= end, got [{start}, {end})")
         self.client = client
@@ -121,6 +137,12 @@ class RangeReader:
         self.position = start
         """The next offset of the range to hand out."""
         self.losses: list[DataLoss] = []
+        self.consumed = ConsumedEpochs()
+        """The leader epochs of what was handed out, and of the record below the range."""
+        if start_epoch is not None and start > 0:
+            self.consumed = ConsumedEpochs((EpochStart(start_epoch, start - 1),))
+        self._must_validate = len(self.consumed) > 0
+        self._validated_epoch: int | None = None
 
     def __aiter__(self) -> AsyncIterator[RangeChunk]:
         return self.chunks()
@@ -129,17 +151,31 @@ class RangeReader:
         loop = asyncio.get_running_loop()
         stalled_since: float | None = None
         while self.position < self.end:
+            if self._must_validate and not await self._still_valid():
+                continue
             try:
                 answer = await self._read()
             except OffsetOutOfRangeError as exc:
                 log_start = exc.log_start_offset
-                if log_start is None or not below_log_start(exc, self.position):
-                    raise
-                self._lost(min(log_start, self.end), DELETED, f"the log starts at {log_start}")
+                if log_start is not None and below_log_start(exc, self.position):
+                    self._lost(min(log_start, self.end), DELETED, f"the log starts at {log_start}")
+                    continue
+                # Beyond the leader's log end: truncated under us, by the epochs or by the
+                # latest offset; a leader that is only behind is an error as before.
+                if len(self.consumed) and not await self._still_valid():
+                    continue
+                if await self._truncated():
+                    continue
+                raise
+            changed = len(self.consumed) and answer.leader_epoch != self._validated_epoch
+            if changed and not await self._still_valid(answer.leader_epoch):
                 continue
+            self._validated_epoch = answer.leader_epoch
             chunk = self._chunk(answer)
             if chunk is not None:
                 stalled_since = None
+                for b in chunk.batches:
+                    self.consumed.consumed(b.leader_epoch, max(b.base_offset, chunk.start))
                 self.position = chunk.end
                 yield chunk
                 continue
@@ -154,6 +190,45 @@ class RangeReader:
                     f"but did not arrive within {self.poll_timeout_s:.3g} s",
                     None,
                 )
+
+    async def _still_valid(self, fetched_epoch: int | None = None) -> bool:
+        """Validate the position (KIP-320); False when the answer to use is not the one in
+        hand: a truncation was found (and noted), or another leader validated than the one
+        that answered the read (`fetched_epoch`)."""
+        v = await validate_position(
+            self.client,
+            self.partition,
+            self.consumed,
+            self.position,
+            retry_timeout_s=self.retry_timeout_s,
+        )
+        self._must_validate = False
+        if v.leader_epoch is not None:
+            self._validated_epoch = v.leader_epoch
+        if v.divergence_offset is not None:
+            self._diverged(v)
+            return False
+        return fetched_epoch is None or v.leader_epoch in (None, fetched_epoch)
+
+    def _diverged(self, v: Validated) -> None:
+        """Records handed out from the divergence offset up to the position are not in the
+        leader's log: raise, or note the loss and go on from the position."""
+        divergence = v.divergence_offset
+        assert divergence is not None
+        error = v.truncation(self.partition, self.position, self.data_loss_advice)
+        if self.fail_on_data_loss:
+            raise error
+        loss = DataLoss(self.partition, divergence, self.position, TRUNCATED, str(error))
+        log.warning(
+            "data_loss",
+            partition=self.partition,
+            first=loss.first,
+            end=loss.end,
+            reason=TRUNCATED,
+            detail=loss.detail,
+        )
+        self.losses.append(loss)
+        self.consumed.truncate(divergence)
 
     async def _read(self) -> BatchesAnswer:
         position = self.position

@@ -23,6 +23,7 @@ from epochlog.protocol.batch import NO_PRODUCER_ID, Record, RecordBatch, encode_
 from epochlog.protocol.bodies import (
     DeleteRecordsAnswer,
     Encoding,
+    EpochEndAnswer,
     OffsetsAnswer,
     Params,
     ProduceAnswer,
@@ -213,6 +214,11 @@ def parse_delete_records_answer(body: bytes, where: str) -> OffsetAndEpoch:
     """DeleteRecords' answer: (the log start offset after it, leaderEpoch)."""
     answer = decode_answer(DeleteRecordsAnswer, body, where)
     return OffsetAndEpoch(answer.log_start_offset, answer.leader_epoch)
+
+
+def parse_epoch_end_answer(body: bytes, where: str) -> EpochEndAnswer:
+    """A reader's epoch query's answer (KIP-320)."""
+    return decode_answer(EpochEndAnswer, body, where)
 
 
 def parse_fetch_json(partition: str, body: bytes, where: str) -> FetchAnswer:

@@ -3,7 +3,8 @@
 `Transport.request` returns the body of a 200 answer. Anything else raises:
 the broker's typed error for an error body (`error_from_response`), and
 `BrokerUnreachableError` when no answer came (refused, reset, timed out on
-our side), in which case the request may or may not have been carried out.
+our side), in which case the request may or may not have been carried out;
+`CertificateRefusedError` when the broker's TLS alert refused our certificate.
 The session is created on first use, inside the event loop that uses it.
 
 `Credentials` go with every request: TLS (the CA that verifies brokers, and a
@@ -21,7 +22,13 @@ from collections.abc import Mapping
 import aiohttp
 import aiohttp.abc
 
-from epochlog.client.errors import BrokerUnreachableError, TlsHandshakeError, error_from_response
+from epochlog.client.errors import (
+    BrokerUnreachableError,
+    CertificateRefusedError,
+    TlsHandshakeError,
+    error_from_response,
+)
+from epochlog.security.alerts import certificate_refusal
 from epochlog.security.options import Credentials
 from epochlog.security.tls import client_context
 
@@ -132,6 +139,15 @@ class Transport:
                 f"{exc.certificate_error} (give the CA that issued it with --ca)"
             ) from exc
         except (aiohttp.ClientError, OSError) as exc:
+            refused = certificate_refusal(exc)
+            if refused is not None:
+                # An alert, not a silent close: the broker's verdict on our certificate,
+                # which asking again does not change.
+                raise CertificateRefusedError(
+                    f"{method} {target}: the broker refused the client certificate: "
+                    f"{refused.meaning} (TLS alert {refused.alert})",
+                    alert=refused.alert,
+                ) from exc
             raise BrokerUnreachableError(
                 f"{method} {target}: {type(exc).__name__}: {exc or 'no answer'}"
             ) from exc

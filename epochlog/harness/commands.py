@@ -61,10 +61,17 @@ def url(port: int, scheme: str = "http") -> str:
 
 def child_env(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment for a child: info logs unless told otherwise, unbuffered
-    output (its log is read while it runs), none of `FLAG_VARIABLES`, then `overrides`."""
+    output (its log is read while it runs), none of `FLAG_VARIABLES`, then `overrides`.
+
+    `PYTHONSAFEPATH`: `python -m` and `python -c` put the working directory first on
+    sys.path, so a child started inside another checkout imported `epochlog` from there
+    and the rest from this install, two versions in one process. With it set, a child
+    finds every package where the `epochlog` command (a console script, whose working
+    directory is not on its path either) does."""
     env = dict(os.environ)
     env.setdefault("EPOCHLOG_LOG_LEVEL", "info")
     env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONSAFEPATH"] = "1"
     for var in FLAG_VARIABLES:
         env.pop(var, None)
     env.update(overrides or {})

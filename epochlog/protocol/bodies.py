@@ -10,6 +10,7 @@ Python, camelCase on the wire; every wire name is spelt here and nowhere else.
   header of the framed binary answer (`read_header` / `read_answer_from_header`).
   These run once per record, so they are plain functions over dicts, not models.
 - ListOffsets: `OffsetsAnswer`.
+- A reader's epoch query (KIP-320): `EpochEndAnswer`, at `READER_EPOCH_PATH`.
 - `GET /v1/partitions`: `PartitionsListing` of `HostedPartition`s.
 - `GET /healthz`, `GET /readyz`: `HealthAnswer`, `ReadyAnswer`.
 
@@ -32,7 +33,6 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
-    StrictInt,
     TypeAdapter,
     ValidationError,
     with_config,
@@ -44,15 +44,20 @@ from typing_extensions import TypedDict
 from epochlog.protocol.batch import LogRecord
 from epochlog.protocol.epochs import REPORTED_NO_EPOCH
 from epochlog.protocol.errors import InvalidRequestError
+from epochlog.protocol.replica import EpochOrNone, OffsetOrUndefined
 from epochlog.protocol.wire import (
-    BrokerId,
-    NonNegativeInt,
+    INT32_MAX,
+    INT64_MAX,
+    INT64_MIN,
+    Int64,
+    IntRange,
+    NonNegInt16,
+    NonNegInt32,
+    NonNegInt64,
     WireModel,
     describe_validation_error,
 )
 
-MAX_I16: Final = (1 << 15) - 1
-MAX_I32: Final = (1 << 31) - 1
 MAX_RECORDS_PER_READ: Final = 10_000
 """The most records one read may ask for (`maxRecords`)."""
 
@@ -77,7 +82,7 @@ def dump_json(model: WireModel) -> bytes:
 
 
 class Params:
-    """Query parameter names of the client API."""
+    """Query parameter names of the broker's API (`PARAM_RANGES`: the integers they take)."""
 
     ACKS: Final = "acks"
     """Produce: all, leader or none."""
@@ -97,6 +102,28 @@ class Params:
     """ListOffsets: earliest, latest or a time in ms since the Unix epoch."""
     BEFORE_OFFSET: Final = "beforeOffset"
     """DeleteRecords: records below this offset go (-1: below the high watermark)."""
+    BROKER_EPOCH: Final = "brokerEpoch"
+    """Replication requests: the asking broker's brokerEpoch, checked with its certificate
+    before the body is read (absent from brokers of versions before it)."""
+
+
+PARAM_RANGES: Final[Mapping[str, IntRange]] = {
+    # Kafka's int32 request timeout; the broker's maxTimeoutMs bounds it further.
+    Params.TIMEOUT_MS: IntRange(1, INT32_MAX),
+    Params.LEADER_EPOCH: IntRange(0, INT32_MAX),
+    # A fetch offset is an int64; below the log start it is OFFSET_OUT_OF_RANGE, which
+    # tells the reader where the log starts, so negative ones are answered, not refused.
+    Params.OFFSET: IntRange(INT64_MIN, INT64_MAX),
+    Params.MAX_RECORDS: IntRange(1, MAX_RECORDS_PER_READ),
+    Params.MAX_BYTES: IntRange(1, INT32_MAX),
+    Params.MAX_WAIT_MS: IntRange(0, INT32_MAX),
+    Params.AT: IntRange(0, INT64_MAX),
+    Params.BEFORE_OFFSET: IntRange(-1, INT64_MAX),
+    Params.BROKER_EPOCH: IntRange(0, INT64_MAX),
+}
+"""The integers each integer query parameter takes (for `at`, its time in ms): a value
+outside is INVALID_REQUEST. The broker's own limits (maxTimeoutMs, maxWaitMs, the largest
+request) may bound them further."""
 
 
 class Encoding(enum.StrEnum):
@@ -139,9 +166,11 @@ class ProduceBody(TypedDict):
     """The JSON produce body. The idempotent producer's fields come together or not at all."""
 
     records: Annotated[list[RecordIn], Field(min_length=1)]
-    producerId: NotRequired[Annotated[int, Field(ge=0)]]
-    producerEpoch: NotRequired[Annotated[int, Field(ge=0, le=MAX_I16)]]
-    baseSequence: NotRequired[Annotated[int, Field(ge=0, le=MAX_I32)]]
+    # Kafka's widths, which the record batch stores them in: a producerId past int64 was
+    # taken here and failed when the batch was encoded (HTTP 500, retried by clients).
+    producerId: NotRequired[NonNegInt64]
+    producerEpoch: NotRequired[NonNegInt16]
+    baseSequence: NotRequired[NonNegInt32]
 
 
 _PRODUCE_BODY: Final = TypeAdapter(ProduceBody)
@@ -211,9 +240,9 @@ class ProduceAnswer(WireModel):
     records will last (not synced, not replicated), and a leader that fails may give
     those offsets to other records."""
 
-    base_offset: StrictInt | None = Field(default=None, exclude_if=lambda v: v is None)
-    last_offset: StrictInt | None = Field(default=None, exclude_if=lambda v: v is None)
-    leader_epoch: StrictInt
+    base_offset: NonNegInt64 | None = Field(default=None, exclude_if=lambda v: v is None)
+    last_offset: NonNegInt64 | None = Field(default=None, exclude_if=lambda v: v is None)
+    leader_epoch: NonNegInt32
 
 
 # -- read --------------------------------------------------------------------------------
@@ -222,12 +251,12 @@ class ProduceAnswer(WireModel):
 class RecordOut(TypedDict):
     """One record of a JSON read answer."""
 
-    offset: int
+    offset: NonNegInt64
     key: str | None
     value: str | None
     headers: dict[str, str]
-    timestamp: int
-    leaderEpoch: int
+    timestamp: Int64
+    leaderEpoch: NonNegInt32
 
 
 def record_json(r: LogRecord, encoding: Encoding) -> RecordOut:
@@ -361,15 +390,39 @@ def read_answer_from_header(header: Mapping[str, Any], records: list[T]) -> Read
 class OffsetsAnswer(WireModel):
     """ListOffsets: the offset asked for, and the leader epoch that answered."""
 
-    offset: StrictInt
-    leader_epoch: StrictInt
+    offset: NonNegInt64
+    leader_epoch: NonNegInt32
 
 
 class DeleteRecordsAnswer(WireModel):
     """DeleteRecords: the log start offset after the deletion (Kafka's low watermark)."""
 
-    log_start_offset: StrictInt
-    leader_epoch: StrictInt
+    log_start_offset: NonNegInt64
+    leader_epoch: NonNegInt32
+
+
+# -- a reader's epoch query (KIP-320) ----------------------------------------------------
+
+READER_EPOCH_PATH: Final = "/v1/partitions/{name}/epochs/{epoch}"
+"""Where a leader epoch ends in the leader's log, for a reader validating its position."""
+READER_EPOCH_RANGE: Final = IntRange(0, INT32_MAX)
+"""The epochs a reader may ask about (the path's `{epoch}`): those of the records it read."""
+
+
+class EpochEndAnswer(WireModel):
+    """A reader's epoch query (Kafka's OffsetsForLeaderEpoch, as a consumer sends it after a
+    leader change): the largest epoch at or below the one asked for that the leader's log
+    holds (`epoch`) and where it ends in that log (`end_offset`: the next epoch's start, or
+    the log end for the latest), with the leader epoch that answered. `epoch` is NO_EPOCH
+    (-1) when the leader's history begins above the epoch asked for, and `end_offset` then
+    says where it begins (-1: it holds no epoch at all). A reader that read records of the
+    epoch asked for at or past `end_offset`, or records of an epoch the leader does not
+    hold, read records that are not in this log: it was truncated under the reader (an
+    unclean leader election)."""
+
+    epoch: EpochOrNone
+    end_offset: OffsetOrUndefined
+    leader_epoch: NonNegInt32
 
 
 # -- the partition listing, health and readiness -----------------------------------------
@@ -397,16 +450,16 @@ class HostedPartition(WireModel):
     topic: str | None = None
     """The topic the partition belongs to, and its index in it, as the controller's
     assignment says (None until the broker has heard one since it started)."""
-    partition: NonNegativeInt | None = None
-    leader: BrokerId | None = None
-    leader_epoch: StrictInt = REPORTED_NO_EPOCH
-    partition_epoch: StrictInt = REPORTED_NO_EPOCH
-    isr: tuple[BrokerId, ...] = ()
-    replicas: tuple[BrokerId, ...] = ()
-    high_watermark: StrictInt = 0
-    log_start_offset: StrictInt = 0
-    log_end_offset: StrictInt = 0
-    persisted_log_end_offset: StrictInt = 0
+    partition: NonNegInt32 | None = None
+    leader: NonNegInt32 | None = None
+    leader_epoch: NonNegInt32 = REPORTED_NO_EPOCH
+    partition_epoch: NonNegInt32 = REPORTED_NO_EPOCH
+    isr: tuple[NonNegInt32, ...] = ()
+    replicas: tuple[NonNegInt32, ...] = ()
+    high_watermark: NonNegInt64 = 0
+    log_start_offset: NonNegInt64 = 0
+    log_end_offset: NonNegInt64 = 0
+    persisted_log_end_offset: NonNegInt64 = 0
     storage_error: str | None = None
     """Why the replica is offline after a storage error (None: it is not)."""
     follower_state: str | None = Field(default=None, exclude_if=lambda v: v is None)
@@ -416,8 +469,8 @@ class HostedPartition(WireModel):
 class PartitionsListing(WireModel):
     """`GET /v1/partitions`: who the broker is and every replica it hosts."""
 
-    broker_id: BrokerId | None = None
-    broker_epoch: NonNegativeInt | None = None
+    broker_id: NonNegInt32 | None = None
+    broker_epoch: NonNegInt64 | None = None
     address: str | None = None
     """The URL the broker advertises to its peers."""
     partitions: tuple[HostedPartition, ...]
@@ -428,9 +481,9 @@ class HealthAnswer(WireModel):
 
     status: str
     error: str | None = None
-    broker_id: BrokerId
-    broker_epoch: NonNegativeInt | None = None
-    restarts: NonNegativeInt = 0
+    broker_id: NonNegInt32
+    broker_epoch: NonNegInt64 | None = None
+    restarts: NonNegInt64 = 0
     """In-place restarts of the broker's core (after being fenced)."""
 
 

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from typing import Any, ClassVar, Final, NamedTuple
+from typing import Annotated, Any, ClassVar, Final, NamedTuple
 
-from pydantic import ConfigDict, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
-from epochlog.protocol.wire import BrokerId, WireModel, wire_name
+from epochlog.protocol.epochs import NO_EPOCH
+from epochlog.protocol.wire import INT32_MAX, NonNegInt32, WireModel, wire_name
 
 INTERNAL_ERROR: Final = "INTERNAL_ERROR"
 """The code of an unexpected failure in the server; not an `ErrorCode`, since no typed
@@ -200,18 +201,21 @@ class CorruptRecordError(EpochlogError):
 
 
 class StorageError(EpochlogError):
-    """The disk layer cannot serve a request: unreadable or damaged files, I/O errors."""
+    """The disk layer cannot serve a request: unreadable or damaged files, I/O errors.
+
+    Retriable, as Kafka's KAFKA_STORAGE_ERROR: the replica that failed goes offline and
+    reports it, the controller moves its leadership to another in-sync replica, and a
+    client finds the leader again and retries there. Served as 503 (this replica cannot
+    serve now), never as 500: the request itself was fine."""
 
     code = ErrorCode.STORAGE_ERROR
-    http_status = 500
+    http_status = 503
+    retriable = True
 
 
 class ReplicaOfflineError(StorageError):
     """This broker's replica of the partition is offline after a storage error (disk full,
-    an I/O error, damaged data); another replica takes its leadership over, so a client
-    retries after finding the leader again (as Kafka's KAFKA_STORAGE_ERROR)."""
-
-    retriable = True
+    an I/O error, damaged data); another replica takes its leadership over."""
 
 
 class FetchSessionIdNotFoundError(EpochlogError):
@@ -311,8 +315,8 @@ class ErrorBody(WireModel):
     code: str
     message: str = ""
     retriable: bool = False
-    leader: BrokerId | None = None
-    leader_epoch: int | None = None
+    leader: NonNegInt32 | None = None
+    leader_epoch: Annotated[int, Field(strict=True, ge=NO_EPOCH, le=INT32_MAX)] | None = None
     leader_address: str | None = None
 
     def details(self) -> dict[str, Any]:

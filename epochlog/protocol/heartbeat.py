@@ -123,6 +123,11 @@ class HeldAssignment(WireModel):
     isr: tuple[BrokerId, ...]
     replicas: tuple[BrokerId, ...]
     isr_storage_ids: dict[BrokerKey, str] = Field(default_factory=dict)
+    eligible_leader_replicas: tuple[BrokerId, ...] = Field(default=(), exclude_if=lambda v: not v)
+    """KIP-966's ELR as the controller recorded it (see `PartitionStatus`)."""
+    eligible_leader_replica_storage_ids: dict[BrokerKey, str] = Field(
+        default_factory=dict, exclude_if=lambda v: not v
+    )
 
 
 class PartitionReport(WireModel):
@@ -265,6 +270,14 @@ class PartitionAssignment(WireModel):
     )
     """The brokerEpoch each ISR member was in sync as: a restarted broker is back in sync
     (ready) only once the ISR names its current brokerEpoch."""
+    eligible_leader_replicas: tuple[BrokerId, ...] = Field(default=(), exclude_if=lambda v: not v)
+    """KIP-966's ELR, with the storageId each member was in sync on: brokers keep them with
+    the rest of the assignment, so that a lost status is restored with them. Left out when
+    empty (a partition whose ISR is at minInsyncReplicas); controllers that do not send
+    them hand out none, and brokers that do not know them ignore them."""
+    eligible_leader_replica_storage_ids: dict[BrokerKey, str] = Field(
+        default_factory=dict, exclude_if=lambda v: not v
+    )
     min_insync_replicas: PositiveInt = DEFAULT_MIN_INSYNC_REPLICAS
     replica_lag_time_max_ms: PositiveInt = DEFAULT_REPLICA_LAG_TIME_MAX_MS
     topic: str | None = Field(default=None, exclude_if=lambda v: v is None)
@@ -296,6 +309,8 @@ class PartitionAssignment(WireModel):
             replicas=status.replicas,
             isr_storage_ids=status.isr_storage_ids,
             isr_broker_epochs=status.isr_broker_epochs,
+            eligible_leader_replicas=status.eligible_leader_replicas,
+            eligible_leader_replica_storage_ids=status.eligible_leader_replica_storage_ids,
             min_insync_replicas=(
                 DEFAULT_MIN_INSYNC_REPLICAS if spec is None else spec.min_insync_replicas
             ),

@@ -25,8 +25,12 @@ from typing_extensions import TypedDict
 
 from epochlog import __version__
 from epochlog.protocol.bodies import (
+    PARAM_RANGES,
+    READER_EPOCH_PATH,
+    READER_EPOCH_RANGE,
     DeleteRecordsAnswer,
     Encoding,
+    EpochEndAnswer,
     HealthAnswer,
     OffsetsAnswer,
     Params,
@@ -45,6 +49,7 @@ from epochlog.protocol.replica import (
     EpochQueryBody,
     SessionFetchBody,
 )
+from epochlog.protocol.wire import NonNegInt32, NonNegInt64
 
 REF: Final = "#/components/schemas/{model}"
 JSON: Final = "application/json"
@@ -54,9 +59,9 @@ class ReadAnswerBody(TypedDict):
     """A JSON read answer (`bodies.encode_read_answer`)."""
 
     records: list[RecordOut]
-    highWatermark: int
-    logStartOffset: int
-    leaderEpoch: int
+    highWatermark: NonNegInt64
+    logStartOffset: NonNegInt64
+    leaderEpoch: NonNegInt32
 
 
 _SCHEMAS: Final[dict[str, tuple[Any, str]]] = {
@@ -65,6 +70,7 @@ _SCHEMAS: Final[dict[str, tuple[Any, str]]] = {
     "ReadAnswer": (ReadAnswerBody, "serialization"),
     "OffsetsAnswer": (OffsetsAnswer, "serialization"),
     "DeleteRecordsAnswer": (DeleteRecordsAnswer, "serialization"),
+    "EpochEndAnswer": (EpochEndAnswer, "serialization"),
     "PartitionsListing": (PartitionsListing, "serialization"),
     "HealthAnswer": (HealthAnswer, "serialization"),
     "ReadyAnswer": (ReadyAnswer, "serialization"),
@@ -104,7 +110,11 @@ def _query(
     }
 
 
-_INT: Final = {"type": "integer"}
+def _int(name: str, description: str, required: bool = False) -> dict[str, Any]:
+    """An integer query parameter, with the range it takes (`bodies.PARAM_RANGES`)."""
+    return _query(name, description, PARAM_RANGES[name].schema(), required)
+
+
 _NAME: Final = {
     "name": "name",
     "in": "path",
@@ -112,8 +122,13 @@ _NAME: Final = {
     "description": "The partition's name (the Partition resource's name).",
     "schema": {"type": "string"},
 }
-_EPOCH: Final = _query(
-    Params.LEADER_EPOCH, "The leader epoch the client knows; other epochs are fenced.", _INT
+_EPOCH: Final = _int(
+    Params.LEADER_EPOCH, "The leader epoch the client knows; other epochs are fenced."
+)
+_BROKER_EPOCH: Final = _int(
+    Params.BROKER_EPOCH,
+    "The asking broker's brokerEpoch: a broker that asks with one older than the leader "
+    "knows it by is refused before its body is read.",
 )
 _ERRORS: Final = {
     "default": _json(
@@ -148,7 +163,7 @@ def _paths() -> dict[str, Any]:
                         "all (default), leader or none.",
                         {"enum": ["all", "leader", "none"]},
                     ),
-                    _query(Params.TIMEOUT_MS, "How long acks=all may wait.", _INT),
+                    _int(Params.TIMEOUT_MS, "How long acks=all may wait."),
                     _EPOCH,
                     _encoding("bodies"),
                 ],
@@ -165,10 +180,10 @@ def _paths() -> dict[str, Any]:
                 "operationId": "read",
                 "summary": "Read records below the high watermark.",
                 "parameters": [
-                    _query(Params.OFFSET, "The first offset wanted.", _INT, required=True),
-                    _query(Params.MAX_RECORDS, "At most this many records.", _INT),
-                    _query(Params.MAX_BYTES, "At most about this many bytes.", _INT),
-                    _query(Params.MAX_WAIT_MS, "Wait this long for records.", _INT),
+                    _int(Params.OFFSET, "The first offset wanted.", required=True),
+                    _int(Params.MAX_RECORDS, "At most this many records."),
+                    _int(Params.MAX_BYTES, "At most about this many bytes."),
+                    _int(Params.MAX_WAIT_MS, "Wait this long for records."),
                     _EPOCH,
                     _encoding("answers"),
                 ],
@@ -190,10 +205,44 @@ def _paths() -> dict[str, Any]:
                 "operationId": "listOffsets",
                 "summary": "The earliest or latest offset, or the first at or after a time.",
                 "parameters": [
-                    _query(Params.AT, "earliest, latest or a time in ms.", {"type": "string"}),
+                    _query(
+                        Params.AT,
+                        "earliest, latest (default) or a time in ms since the Unix epoch.",
+                        {
+                            "anyOf": [
+                                {"enum": ["earliest", "latest"]},
+                                PARAM_RANGES[Params.AT].schema(),
+                            ]
+                        },
+                    ),
                     _EPOCH,
                 ],
                 "responses": {"200": _json("OffsetsAnswer", "The offset."), **_ERRORS},
+            },
+        },
+        READER_EPOCH_PATH: {
+            "parameters": [
+                _NAME,
+                {
+                    "name": "epoch",
+                    "in": "path",
+                    "required": True,
+                    "description": "A leader epoch of records the reader read.",
+                    "schema": READER_EPOCH_RANGE.schema(),
+                },
+            ],
+            "get": {
+                "operationId": "epochEnd",
+                "summary": "Where a leader epoch ends in the leader's log (KIP-320: a reader "
+                "validating its position after a leader change; authorized as a read).",
+                "parameters": [_EPOCH],
+                "responses": {
+                    "200": _json(
+                        "EpochEndAnswer",
+                        "The largest epoch at or below the one asked for and where it ends.",
+                    ),
+                    **_ERRORS,
+                },
             },
         },
         "/v1/partitions/{name}/delete-records": {
@@ -206,15 +255,12 @@ def _paths() -> dict[str, Any]:
                 "REQUEST_TIMED_OUT after timeoutMs (the deletion at the leader stands). "
                 "Bounded by the high watermark (OFFSET_OUT_OF_RANGE above it).",
                 "parameters": [
-                    _query(
+                    _int(
                         Params.BEFORE_OFFSET,
                         "Records below this offset go; -1: below the high watermark.",
-                        {"type": "integer", "minimum": -1},
                     ),
-                    _query(
-                        Params.TIMEOUT_MS,
-                        "How long to wait for the in-sync replicas' log starts.",
-                        _INT,
+                    _int(
+                        Params.TIMEOUT_MS, "How long to wait for the in-sync replicas' log starts."
                     ),
                     _EPOCH,
                 ],
@@ -281,6 +327,7 @@ def _paths() -> dict[str, Any]:
             "post": {
                 "operationId": "fetchSession",
                 "summary": "Replication: one request of a follower broker's fetch session.",
+                "parameters": [_BROKER_EPOCH],
                 "requestBody": {
                     "required": True,
                     "content": {JSON: {"schema": _ref("SessionFetchBody")}},
@@ -299,6 +346,7 @@ def _paths() -> dict[str, Any]:
             "post": {
                 "operationId": "offsetsForLeaderEpoch",
                 "summary": "Replication: where an epoch ends in the leader's log.",
+                "parameters": [_BROKER_EPOCH],
                 "requestBody": {
                     "required": True,
                     "content": {JSON: {"schema": _ref("EpochQueryBody")}},
@@ -319,7 +367,8 @@ def broker_openapi() -> dict[str, Any]:
             "description": "The client API and the replication endpoints of an epochlog broker. "
             "With TLS on (the default) every request on the API listener needs a client "
             "certificate (the clients CA's for users, the cluster CA's for brokers) or a "
-            "bearer token; replication takes only the certificate of the broker it names. "
+            "bearer token; replication takes only the certificate of the broker it names, "
+            "checked before the body is read. "
             "The probe listener serves /healthz, /readyz, /metrics and this document "
             "without credentials.",
         },

@@ -13,6 +13,10 @@ its own. The follower POSTs an `EpochQueryBody` to `EPOCH_PATH` and gets an
 `EpochAnswerBody` (KIP-279). Errors are the client API's error bodies
 (`errors.ErrorAnswer`).
 
+Both requests carry the follower's brokerEpoch in the query too
+(`bodies.Params.BROKER_EPOCH`): the leader checks the broker's certificate and
+that brokerEpoch before it reads a body, so nobody else can make it parse one.
+
 The answer's header is on the replication hot path, so it is plain dicts built
 and checked by hand; the request bodies are models. Epochs here use
 `epochs.NO_EPOCH` for none, and offsets -1 for an undefined end offset
@@ -29,7 +33,14 @@ from pydantic import Field, model_validator
 
 from epochlog.protocol.epochs import NO_EPOCH
 from epochlog.protocol.errors import InvalidRequestError
-from epochlog.protocol.wire import BrokerId, NonNegativeInt, PositiveInt, WireModel
+from epochlog.protocol.wire import (
+    INT32_MAX,
+    INT64_MAX,
+    NonNegInt32,
+    NonNegInt64,
+    PositiveInt32,
+    WireModel,
+)
 
 MAX_PARTITIONS: Final = 100_000
 """Partitions one session request may list (a bound on what a request can make a
@@ -44,10 +55,10 @@ EPOCH_PATH: Final = "/internal/v1/partitions/{name}/offsets-for-leader-epoch"
 UNDEFINED_OFFSET: Final = -1
 """An end offset the answering log does not know (KIP-279's UNDEFINED_EPOCH_OFFSET)."""
 
-EpochOrNone = Annotated[int, Field(strict=True, ge=NO_EPOCH)]
+EpochOrNone = Annotated[int, Field(strict=True, ge=NO_EPOCH, le=INT32_MAX)]
 """A leader epoch, or NO_EPOCH."""
 
-OffsetOrUndefined = Annotated[int, Field(strict=True, ge=UNDEFINED_OFFSET)]
+OffsetOrUndefined = Annotated[int, Field(strict=True, ge=UNDEFINED_OFFSET, le=INT64_MAX)]
 
 
 class PartitionFetchBody(WireModel):
@@ -59,11 +70,11 @@ class PartitionFetchBody(WireModel):
     waits until every in-sync replica's log starts at or above its offset)."""
 
     partition: PartitionName
-    leader_epoch: NonNegativeInt
-    fetch_offset: NonNegativeInt
-    persisted_log_end_offset: NonNegativeInt
+    leader_epoch: NonNegInt32
+    fetch_offset: NonNegInt64
+    persisted_log_end_offset: NonNegInt64
     last_fetched_epoch: EpochOrNone = NO_EPOCH
-    log_start_offset: NonNegativeInt | None = None
+    log_start_offset: NonNegInt64 | None = None
     """Absent from followers of versions before it (a rolling upgrade)."""
 
     @model_validator(mode="after")
@@ -82,23 +93,25 @@ class SessionFetchBody(WireModel):
     lists every partition), the partitions added or changed, those forgotten, and the
     limits of the answer."""
 
-    replica_id: BrokerId
-    broker_epoch: NonNegativeInt
-    session_id: NonNegativeInt = 0
-    session_epoch: NonNegativeInt = 0
+    replica_id: NonNegInt32
+    broker_epoch: NonNegInt64
+    # Wider than Kafka's int32s: ids start at brokerEpoch * 1e6 (`LeaderSessions`), and
+    # a session's requests are numbered without wrapping.
+    session_id: NonNegInt64 = 0
+    session_epoch: NonNegInt64 = 0
     partitions: list[PartitionFetchBody] = Field(default_factory=list, max_length=MAX_PARTITIONS)
     forgotten: list[PartitionName] = Field(default_factory=list, max_length=MAX_PARTITIONS)
     max_wait_ms: Annotated[int, Field(strict=True, ge=0, le=MAX_WAIT_MS)] = 0
     """How long the leader may hold a request that finds nothing new."""
-    max_bytes: PositiveInt = 10 << 20
-    partition_max_bytes: PositiveInt = 1 << 20
+    max_bytes: PositiveInt32 = 10 << 20
+    partition_max_bytes: PositiveInt32 = 1 << 20
 
 
 class EpochQueryBody(WireModel):
     """Where does `epoch` end in the leader's log? (OffsetsForLeaderEpoch)"""
 
-    replica_id: BrokerId
-    leader_epoch: NonNegativeInt
+    replica_id: NonNegInt32
+    leader_epoch: NonNegInt32
     epoch: EpochOrNone
 
 

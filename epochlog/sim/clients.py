@@ -10,13 +10,28 @@ and sequence), which the broker answers with the first copy if it holds one.
 An answer that leaves the outcome open (no answer, REQUEST_TIMED_OUT,
 NOT_ENOUGH_REPLICAS_AFTER_APPEND) is never recorded as an acknowledgement nor
 as a failure; a batch given up stays open, and the next carries new values.
+
+Consumers are KIP-320 readers: they remember the leader epochs of the records
+they read and, whenever the leader epoch they read from changes, validate
+their position with the leader's epoch ends (`epochlog.client.divergence`, the
+rule the client library uses) before they read on. A log truncated under them
+(an unclean election) is recorded as a `TruncationSeen`, and the consumer moves
+back to the divergence offset, as Kafka's consumer with a reset policy does.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from epochlog.checker.history import Ack, History, OffsetSeen, Read
+from epochlog.checker.history import Ack, History, OffsetSeen, Read, TruncationSeen
+from epochlog.client.divergence import (
+    Ask,
+    ConsumedEpochs,
+    EpochEnd,
+    Verdict,
+    first_question,
+    judge,
+)
 from epochlog.protocol.errors import (
     EpochlogError,
     NotEnoughReplicasAfterAppendError,
@@ -25,7 +40,7 @@ from epochlog.protocol.errors import (
 from epochlog.sim.nodes import SimBroker, SimPartitionStore
 from epochlog.sim.world import TIMEOUT, Process, World
 from epochlog_broker.core import ProduceDone, ProducerFields, ReadResult
-from epochlog_broker.replication.messages import Acks
+from epochlog_broker.replication.messages import Acks, EpochEndOffset
 
 
 def _broker(p: Process) -> SimBroker:
@@ -184,8 +199,27 @@ def _outcome_unknown(error: object) -> bool:
     )
 
 
+@dataclass
+class _Reading:
+    """A consumer's state in one partition."""
+
+    position: int = 0
+    consumed: ConsumedEpochs = field(default_factory=ConsumedEpochs)
+    validated_epoch: int | None = None
+    """The leader epoch the position was last validated against (or read from)."""
+    question: Ask | None = None
+    """The next question of a validation under way."""
+    answering: int | None = None
+    """The leader epoch answering the validation under way."""
+
+
 class SimConsumer(SimClient):
-    """Reads every partition from offset 0 to its HW, following leader changes."""
+    """Reads every partition from offset 0 to its HW, following leader changes, and validates
+    its position whenever the leader epoch changes (KIP-320)."""
+
+    validates = True
+    """False: a reader before KIP-320, which follows leader changes by offsets alone (to show
+    what the checker says of one)."""
 
     def __init__(
         self,
@@ -196,8 +230,12 @@ class SimConsumer(SimClient):
         config: ClientConfig,
     ) -> None:
         super().__init__(world, node_id, store, history, config)
-        self.position = dict.fromkeys(self.partitions, 0)
+        self.reading = {p: _Reading() for p in self.partitions}
         self.turn = 0
+
+    @property
+    def position(self) -> dict[str, int]:
+        return {p: r.position for p, r in self.reading.items()}
 
     def act(self) -> None:
         partition = self.partitions[self.turn % len(self.partitions)]
@@ -207,36 +245,111 @@ class SimConsumer(SimClient):
             self.after(self.config.backoff_ms, self.act)
             return
         leader, epoch = found
-        offset = self.position[partition]
+        r = self.reading[partition]
+        stale = r.question is not None or epoch != r.validated_epoch
+        if self.validates and len(r.consumed) and stale:
+            self._validate(partition, leader, epoch)
+            return
+        offset = r.position
         self.world.call(
             self,
             leader,
             lambda dst, reply: _broker(dst).handle_read(partition, offset, epoch, reply),
-            lambda result: self._answered(partition, leader, result),
+            lambda result: self._answered(partition, leader, offset, result),
             self.config.request_timeout_ms,
         )
 
-    def _answered(self, partition: str, leader: int, result: object) -> None:
-        if isinstance(result, ReadResult):
-            self.history.offsets.append(
-                OffsetSeen(
-                    self.name,
-                    partition,
-                    "hw",
-                    result.high_watermark,
-                    result.leader_epoch,
-                    leader,
-                    self.world.now,
-                )
-            )
-            for r in result.records:
-                self.history.reads.append(
-                    Read(self.name, partition, r.offset, (r.value or b"").decode(), self.world.now)
-                )
-                self.position[partition] = r.offset + 1
-            self.after(self.think(), self.act)
-        else:
+    def _answered(self, partition: str, leader: int, offset: int, result: object) -> None:
+        if not isinstance(result, ReadResult):
             self.after(self.config.backoff_ms, self.act)
+            return
+        self.history.offsets.append(
+            OffsetSeen(
+                self.name,
+                partition,
+                "hw",
+                result.high_watermark,
+                result.leader_epoch,
+                leader,
+                self.world.now,
+            )
+        )
+        r = self.reading[partition]
+        changed = self.validates and len(r.consumed) and result.leader_epoch != r.validated_epoch
+        if r.position != offset or changed:
+            # Moved since, or another leader epoch: validate before taking anything more.
+            self.after(self.think(), self.act)
+            return
+        r.validated_epoch = result.leader_epoch
+        for rec in result.records:
+            value = (rec.value or b"").decode()
+            self.history.reads.append(
+                Read(self.name, partition, rec.offset, value, self.world.now, rec.leader_epoch)
+            )
+            r.position = rec.offset + 1
+            r.consumed.consumed(rec.leader_epoch, rec.offset)
+        self.after(self.think(), self.act)
+
+    def _validate(self, partition: str, leader: int, epoch: int) -> None:
+        r = self.reading[partition]
+        step = r.question or first_question(r.consumed, r.position)
+        if isinstance(step, Verdict):
+            self._judged(partition, step, epoch)
+            self.after(self.think(), self.act)
+            return
+        r.question = step
+        self.world.call(
+            self,
+            leader,
+            lambda dst, reply: _broker(dst).handle_epoch_end(partition, step.epoch, epoch, reply),
+            lambda result: self._epoch_answered(partition, step, result),
+            self.config.request_timeout_ms,
+        )
+
+    def _epoch_answered(self, partition: str, asked: Ask, result: object) -> None:
+        r = self.reading[partition]
+        if r.question != asked:
+            self.after(self.think(), self.act)
+            return
+        if not isinstance(result, tuple):
+            r.question = r.answering = None  # start over with the leader found next
+            self.after(self.config.backoff_ms, self.act)
+            return
+        end, answering = result
+        assert isinstance(end, EpochEndOffset)
+        if answering < r.consumed.last_epoch or r.answering not in (None, answering):
+            # An older leader than the records read, or the leader changed meanwhile.
+            r.question = r.answering = None
+            self.after(self.config.backoff_ms, self.act)
+            return
+        r.answering = answering
+        step = judge(r.consumed, r.position, asked, EpochEnd(end.epoch, end.end_offset, answering))
+        if isinstance(step, Ask):
+            r.question = step
+        else:
+            self._judged(partition, step, answering)
+        self.after(self.think(), self.act)
+
+    def _judged(self, partition: str, verdict: Verdict, leader_epoch: int) -> None:
+        r = self.reading[partition]
+        r.question = r.answering = None
+        r.validated_epoch = leader_epoch
+        divergence = verdict.divergence_offset
+        if divergence is None:
+            return
+        self.history.truncations.append(
+            TruncationSeen(
+                self.name,
+                partition,
+                divergence,
+                r.position,
+                leader_epoch,
+                self.world.now,
+                len(self.history.reads),
+            )
+        )
+        r.position = divergence
+        r.consumed.truncate(divergence)
 
 
 class SimOffsetsClient(SimClient):

@@ -37,6 +37,11 @@ configured into any of these behaviours.
 - `refuse-once`: the controller sends a refused ISR proposal's refusal in one
   heartbeat answer only; if that answer is lost, the leader keeps the proposal
   pending (and the replica in its HW quorum) until the partitionEpoch moves.
+- `no-elr`: the controller keeps no eligible leader replicas (Kafka before
+  KIP-966's ELR): a replica that left the ISR when the ISR fell below
+  minInsyncReplicas is never elected, although it holds everything committed,
+  so a partition whose last ISR member is gone for good stays Offline while
+  such a replica is live.
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ LATE_MAXIMAL_ISR: Final = "late-maximal-isr"
 RANK_BY_KNOWN_EPOCH: Final = "rank-by-known-epoch"
 HISTORY_START_DIVERGENCE: Final = "history-start-divergence"
 REFUSE_ONCE: Final = "refuse-once"
+NO_ELR: Final = "no-elr"
 
 LEGACY: Final = {
     TRUNCATE_TO_HW: "truncate to the local HW on becoming follower (KAFKA-1211, pre KIP-101)",
@@ -79,6 +85,7 @@ LEGACY: Final = {
     HISTORY_START_DIVERGENCE: "take a leader's 'my history begins here' for a divergence point "
     "and keep a log start learned from the leader in memory until the next retention pass",
     REFUSE_ONCE: "send a refused ISR proposal's refusal in one heartbeat answer only",
+    NO_ELR: "keep no eligible leader replicas (pre KIP-966 ELR): only the ISR may lead",
 }
 
 COUNT_LAG_MAX_MESSAGES: Final = 20
@@ -232,6 +239,26 @@ def count_lag(
 
 def replace_status(status: PartitionStatus, **changes: object) -> PartitionStatus:
     return status.model_copy(update=changes)
+
+
+def no_elr(decision: Decision, written: PartitionStatus | None) -> Decision:
+    """The decision as a controller without eligible leader replicas makes it: the status
+    it writes names none (nor does the assignment it hands out), so none is ever elected
+    and none is restored. `written`: the status the decision was made from."""
+    status = decision.status
+    if status is None or not (
+        status.eligible_leader_replicas or status.last_known_eligible_leader_replicas
+    ):
+        return decision
+    stripped = replace_status(
+        status,
+        eligible_leader_replicas=(),
+        eligible_leader_replica_storage_ids={},
+        last_known_eligible_leader_replicas=(),
+    )
+    if stripped == written:
+        return replace(decision, status=None, material=False)
+    return replace(decision, status=stripped)
 
 
 def rank_by_known_epoch(heartbeat: BrokerHeartbeat) -> BrokerHeartbeat:

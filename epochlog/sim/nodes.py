@@ -18,12 +18,13 @@ Both record ground truth in the run's `History` for the checker.
 
 from __future__ import annotations
 
+import copy
 import functools
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from epochlog.checker.history import Deleted, History, Refusal, StatusWrite
+from epochlog.checker.history import Deleted, History, Refusal, StatusWrite, UncleanElection
 from epochlog.protocol.batch import Record
 from epochlog.protocol.errors import EpochlogError, InvalidRequestError
 from epochlog.protocol.heartbeat import BrokerHeartbeat, HeartbeatResponse
@@ -319,8 +320,22 @@ class SimBroker(Process):
                 (self.world.now, a.leader_epoch, a.leader, a.partition_epoch, self.broker_id)
             )
         self.run(core.on_heartbeat_response(result, self.now, seq))
+        self._note_leader_starts(core)
         if result.full_report_required and self.core is core and self.alive:
             self._send_heartbeat()  # the controller holds nothing of this broker yet
+
+    def _note_leader_starts(self, core: BrokerCore) -> None:
+        """The log each epoch this broker now leads began with (ground truth for the checker:
+        what an unclean election kept)."""
+        for name, host in core.partitions.items():
+            role = host.replica.role
+            if (
+                not isinstance(role, Leader)
+                or (name, role.leader_epoch) in self.history.leader_starts
+            ):
+                continue
+            entries = tuple((e.epoch, e.start_offset) for e in host.log.epochs.entries)
+            self.history.leader_starts[name, role.leader_epoch] = (entries, role.epoch_start_offset)
 
     def _restart(self, reason: str) -> None:
         """The process restarts (a new brokerEpoch) shortly after."""
@@ -619,7 +634,65 @@ class SimBroker(Process):
         except EpochlogError as exc:
             reply(exc)
 
+    def handle_epoch_end(
+        self, partition: str, epoch: int, leader_epoch: int | None, reply: Reply
+    ) -> None:
+        """A reader's epoch query (KIP-320): (`EpochEndOffset`, the answering leader epoch)."""
+        assert self.core is not None
+        try:
+            reply(self.core.epoch_end(partition, epoch, leader_epoch=leader_epoch))
+        except EpochlogError as exc:
+            reply(exc)
+
+    def batch_bounds(self, partition: str, upto: int) -> list[tuple[int, int]]:
+        """(base offset, last offset) of the batches of a live replica's log that start at
+        or above its log start and end below `upto` (for faults that aim inside one)."""
+        if self.core is None or partition not in self.core.partitions:
+            return []
+        log = self.core.partitions[partition].log
+        out: list[tuple[int, int]] = []
+        offset = log.log_start_offset
+        while offset < min(upto, log.log_end_offset):
+            batches = log.read_batches(offset, 1 << 20, upto)
+            if not batches:
+                break
+            for b in batches:
+                h = b.header
+                if h.base_offset >= log.log_start_offset and h.last_offset < upto:
+                    out.append((h.base_offset, h.last_offset))
+                offset = max(offset, h.last_offset + 1)
+        return out
+
     # -- inspection ------------------------------------------------------------------------
+
+    def records_on_disk(self, partition: str) -> set[tuple[int, str]]:
+        """(offset, value) of the records this broker's replica of `partition` holds: its
+        log if it runs, else what a process starting now would recover from its disk (read
+        from a copy: the disk itself is left as it is)."""
+        state = self.replica_state(partition)
+        if state is not None:
+            return {(o, v) for o, _e, v in state[0]}
+        if self.alive:
+            return set()  # running without the partition: nothing of it
+        directory = f"/data/{partition}"
+        disk = copy.deepcopy(self.fs)
+        disk.stop_after(None)
+        if not disk.exists(directory):
+            return set()
+        config = LogConfig(segment_bytes=self.config.segment_bytes)
+        try:
+            log = PartitionLog.open(disk, directory, config)
+        except EpochlogError:
+            return set()
+        out: set[tuple[int, str]] = set()
+        offset = log.log_start_offset
+        while offset < log.log_end_offset:
+            batch = log.read_records(offset)
+            if not batch:
+                break
+            out.update((r.offset, (r.value or b"").decode()) for r in batch)
+            offset = batch[-1].offset + 1
+        return out
 
     def replica_log_start(self, partition: str) -> int | None:
         """The log start offset of a live replica."""
@@ -698,11 +771,21 @@ class SimController(Process):
         self._refresh_at: dict[str, int] = {}
         self.preferred_elections = 0
         """PreferredLeaderElected decisions written, across controller restarts."""
+        self.eligible_elections = 0
+        """Leaders elected from the eligible leader replicas (KIP-966)."""
+        self.recoveries = 0
+        """Leaders elected by unclean recovery."""
+        self.silent_passed_over = 0
+        """Elections that passed over an ISR member live but silent for over two heartbeat
+        intervals (one that had just died)."""
 
     def boot(self) -> None:
         self.begin()
         self.core = ControllerCore.start(
-            self.world.now, self.config.session_timeout_ms, self.config.rebalance
+            self.world.now,
+            self.config.session_timeout_ms,
+            self.config.rebalance,
+            self.config.heartbeat_interval_ms,
         )
         self._last_write = {}
         self._offline = {}
@@ -743,6 +826,8 @@ class SimController(Process):
             decision = core.decide(name, p, now, inputs)
             if legacy_mod.COUNT_LAG in self.legacy:
                 decision = legacy_mod.count_lag(decision, name, core.heartbeats)
+            if legacy_mod.NO_ELR in self.legacy:
+                decision = legacy_mod.no_elr(decision, p.status)
             self._note_refusals(name, decision, p.status)
             status = decision.status
             if decision.material or not core.quiet(name, status or p.status):
@@ -766,6 +851,9 @@ class SimController(Process):
                 e.reason is EventReason.PREFERRED_LEADER_ELECTED for e in decision.events
             )
             self.history.status_writes.append(StatusWrite(name, status, now))
+            self._note_unclean(name, decision, status)
+            self._note_recovery(name, decision, status)
+            self._count_election(core, now, p.status, status)
         self.after(self.config.reconcile_interval_ms, self._reconcile)
 
     def _due(
@@ -799,6 +887,61 @@ class SimController(Process):
             ]
         self._decided = dict(inputs)
         return due
+
+    def _note_unclean(self, name: str, decision: Decision, status: PartitionStatus) -> None:
+        """Record an unclean election the status just written made (ground truth for the
+        checker: what a replica held past the new leader's log end may be gone)."""
+        unclean = any(e.reason is EventReason.UNCLEAN_LEADER_ELECTION for e in decision.events)
+        if not unclean or status.leader is None:
+            return
+        history = status.epoch_history
+        start = history[-1].start_offset if history else 0
+        self.history.unclean_elections.append(
+            UncleanElection(self.world.now, name, status.leader_epoch, status.leader, start)
+        )
+
+    def _count_election(
+        self,
+        core: ControllerCore,
+        now: int,
+        before: PartitionStatus | None,
+        status: PartitionStatus,
+    ) -> None:
+        if before is None or status.leader is None or status.leader_epoch == before.leader_epoch:
+            return
+        if status.leader in before.eligible_leader_replicas:
+            self.eligible_elections += 1
+        view = core.liveness.view(now)
+        silent = [m for m in before.isr if view.is_live(m) and not view.recently_heard(m)]
+        if any(m != status.leader for m in silent):
+            self.silent_passed_over += 1
+
+    def _note_recovery(self, name: str, decision: Decision, status: PartitionStatus) -> None:
+        """Record an unclean recovery the status just written made, with the records the
+        replicas' disks still held (ground truth for the checker: only what none of them
+        holds is lost; a replica that died moments ago still has its disk)."""
+        if status.leader is None or not any(
+            e.reason is EventReason.UNCLEAN_RECOVERY for e in decision.events
+        ):
+            return
+        self.recoveries += 1
+        surviving: set[tuple[int, str]] = set()
+        for b in status.replicas:
+            broker = self.world.processes.get(b)
+            if isinstance(broker, SimBroker):
+                surviving |= broker.records_on_disk(name)
+        history = status.epoch_history
+        start = history[-1].start_offset if history else 0
+        self.history.unclean_elections.append(
+            UncleanElection(
+                self.world.now,
+                name,
+                status.leader_epoch,
+                status.leader,
+                start,
+                frozenset(surviving),
+            )
+        )
 
     def _note_refusals(self, name: str, decision: Decision, before: PartitionStatus | None) -> None:
         """Record refused ISR proposals, and each new reason for leaving `name` leaderless."""

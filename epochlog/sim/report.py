@@ -58,7 +58,12 @@ def render(sim: Sim, violations: Sequence[Violation], *, max_faults: int = 60) -
         lines.append(
             f"  {s.name}: leader {status.leader} leaderEpoch {status.leader_epoch} "
             f"partitionEpoch {status.partition_epoch} isr {list(status.isr)} "
-            f"highWatermark {status.high_watermark} minIsr {s.min_insync_replicas}"
+            + (
+                f"elr {list(status.eligible_leader_replicas)} "
+                if status.eligible_leader_replicas
+                else ""
+            )
+            + f"highWatermark {status.high_watermark} minIsr {s.min_insync_replicas}"
         )
         lines.append(f"    elections: {history}")
         for b, broker in sorted(sim.brokers.items()):

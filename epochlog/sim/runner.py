@@ -11,7 +11,8 @@ liveness ones that only make sense once the faults are gone.
 Fault kinds (`FAULTS`): kill, power-loss, pause, partition, one-way,
 controller, lossy-network, lost-answer, double-kill, all-crash,
 kill-on-isr-change, recreate, rolling-restart, wipe, preferred-leader,
-retention, retention-crash, reassign.
+retention, retention-crash, reassign, delete-inside-batch, unclean-election,
+eligible-leader, isr-disk-loss, staggered-kill.
 
 With retention enabled, each partition keeps by time (a few seconds), by size (a
 few segments) or everything, drawn per seed (`_retention_settings`), so segments
@@ -79,10 +80,28 @@ FAULTS: Final = {
     "retention-crash": "power loss of a broker in the middle of a retention pass it runs at "
     "once, at one of its file operations (the log start checkpoint, a segment's files, a "
     "directory sync), at times with torn writes; restart later",
+    "delete-inside-batch": "DeleteRecords at a leader at an offset inside one of its batches, "
+    "then a replica must fetch from that log start: a follower's disk is lost, or a "
+    "reassignment drops a replica and adds it back (its files deleted, or not yet)",
+    "unclean-election": "uncleanLeaderElection is switched on for a partition; a follower "
+    "dies and leaves the ISR, the others die once more was written, and it comes back alone "
+    "to be elected uncleanly, under consumers that read past its log end (KIP-320: they "
+    "must find the truncation through leader epochs); then the switch goes off again",
     "lost-answer": "the controller's next one to three heartbeat answers to a broker are lost "
     "(at times only answers that carry assignments or refused ISR proposals); or a follower "
     "is cut off from the controller until fenced while it still fetches, and the answers "
     "refusing its leader's proposals to add it back are lost",
+    "eligible-leader": "take a partition's ISR down to its leader while a follower that left "
+    "it keeps everything committed: the other followers die, then that one is cut off from "
+    "the controller until fenced (it still fetches); then the leader dies and the cut heals: "
+    "with minInsyncReplicas 2 the follower leads as an eligible leader replica (KIP-966)",
+    "isr-disk-loss": "take a partition's ISR down to its leader (the followers die), then lose "
+    "the disks of the leader and of every eligible leader replica, and bring every broker "
+    "back: no replica holding what they alone held is left, and the controller elects the "
+    "most up-to-date one by unclean recovery",
+    "staggered-kill": "kill a follower (the preferred replica when it follows) and, a few "
+    "hundred ms later, the leader, which restarts within a second or two: the election comes "
+    "before the follower's session expires and must pass over it",
 }
 
 PREFERRED_CHECK_MS: Final = 2000
@@ -200,6 +219,9 @@ class _Nemesis:
         self.kinds = [k for k in kinds if k != "lossy-network"]
         self.rng = sim.world.rng
         self.count = 0
+        self.unclean_switched_on: set[str] = set()
+        """Partitions the unclean-election fault switched uncleanLeaderElection on for: no
+        disk is lost meanwhile (`_unclean_election` says why)."""
 
     def start(self, until_ms: int) -> None:
         self.until = until_ms
@@ -298,6 +320,10 @@ class _Nemesis:
             self._delete_records(rng.choice(sim.specs).name)
         elif kind == "reassign":
             self._reassign(rng.choice(sim.specs).name)
+        elif kind == "delete-inside-batch":
+            self._delete_inside_batch(rng.choice(sim.specs).name)
+        elif kind == "unclean-election":
+            self._unclean_election(rng.choice(sim.specs).name)
         elif kind == "retention-crash":
             if sim.brokers[b].alive:
                 sim.crash_in_retention(b, rng.randint(0, 12), torn=rng.random() < 0.5)
@@ -308,6 +334,12 @@ class _Nemesis:
                 self._fence_a_fetching_follower(rng.choice(sim.specs).name)
             else:
                 self._lose_answers(b, rng.randint(1, 3), carrying=shape < 2 / 3)
+        elif kind == "eligible-leader":
+            self._eligible_leader(rng.choice(sim.specs).name)
+        elif kind == "isr-disk-loss":
+            self._isr_disk_loss(rng.choice(sim.specs).name)
+        elif kind == "staggered-kill":
+            self._staggered_kill(rng.choice(sim.specs).name)
         elif kind == "all-crash":
             down = [x for x, br in sim.brokers.items() if br.alive]
             for x in down:
@@ -427,6 +459,112 @@ class _Nemesis:
         # Strike the new leader as soon as it leads, while its followers may still lag.
         self._at(sim.config.session_timeout_ms + self.rng.randint(0, 1500), second)
 
+    def _delete_inside_batch(self, name: str) -> None:
+        """DeleteRecords at `name`'s leader at an offset strictly inside one of its batches
+        below the HW; then a replica that must fetch from that log start."""
+        sim, rng = self.sim, self.rng
+        leader = sim.leader(name)
+        if leader is None or not sim.brokers[leader].alive:
+            return
+        high_watermark = sim.high_watermark(name, leader) or 0
+        inside = [
+            (b, e) for b, e in sim.brokers[leader].batch_bounds(name, high_watermark) if e > b
+        ]
+        if not inside:
+            return
+        base, last = rng.choice(inside)
+        sim.brokers[leader].delete_records(name, rng.randint(base + 1, last))
+        if rng.random() < 0.5:
+            self._later(0, 500, self._wipe)
+        else:
+            self._later(0, 500, lambda: self._drop_and_add_back(name))
+
+    def _drop_and_add_back(self, name: str) -> None:
+        """Reassign `name` to one replica fewer (not its leader), and soon back: the replica
+        dropped comes back as a new one (or with its files, if it was not stopped yet)."""
+        sim, rng = self.sim, self.rng
+        if name not in sim.store.items:
+            return
+        old = self._spec(name)
+        status = sim.status(name)
+        replicas = list(old.replicas or (status.replicas if status is not None else ()))
+        leader = status.leader if status is not None else None
+        if len(replicas) < 3 or old.min_insync_replicas > 2:
+            return
+        drop = rng.choice([r for r in replicas if r != leader])
+        kept = tuple(r for r in replicas if r != drop) if old.replicas else ()
+        sim.reassign(old.model_copy(update={"replicas": kept, "replication_factor": 2}))
+        back = old.model_copy(update={"replicas": (*kept, drop) if old.replicas else ()})
+        self._later(0, 3000, lambda: sim.reassign(back) if name in sim.store.items else None)
+
+    def _unclean_election(self, name: str) -> None:
+        """uncleanLeaderElection goes on for `name`; a follower dies and leaves the ISR;
+        once more was written without it, every other replica dies and it comes back
+        alone: the controller elects it uncleanly (the others return after the session
+        timeout), and the switch goes off again. Only meanwhile: with it on for the whole
+        run, the other faults elect uncleanly too, among them a replica whose disk was
+        lost, whose log end the controller then takes from its reports of before the
+        loss (a limit of the controller's unclean election, not of the readers); for the
+        same reason no disk is lost while the switch is on."""
+        sim, rng = self.sim, self.rng
+        leader = sim.leader(name)
+        followers = [m for m in sim.isr(name) if m != leader and sim.brokers[m].alive]
+        spec = self._spec(name) if name in sim.store.items else None
+        if leader is None or not followers or spec is None or spec.unclean_leader_election:
+            return
+        if any(self._wiped_while_down(b) or self._wiped_lately(b) for b in sim.brokers):
+            return
+        sim.allow_unclean_election(name)
+        self.unclean_switched_on.add(name)
+        stale = rng.choice(followers)
+        sim.kill(stale)
+        self._await_out_of_isr(name, stale, 200)
+
+    def _await_out_of_isr(self, name: str, stale: int, checks_left: int) -> None:
+        if self.sim.brokers[stale].alive:
+            self._end_unclean(name, stale)  # another fault restarted it: give up
+        elif stale not in self.sim.isr(name):
+            self._later(300, 2000, lambda: self._elect_alone(name, stale))
+        elif checks_left > 0:
+            self._at(50, lambda: self._await_out_of_isr(name, stale, checks_left - 1))
+        else:
+            self._end_unclean(name, stale)
+
+    def _elect_alone(self, name: str, stale: int) -> None:
+        sim = self.sim
+        status = sim.status(name)
+        others = [b for b in (status.replicas if status is not None else ()) if b != stale]
+        for b in others:
+            if sim.brokers[b].alive:
+                sim.kill(b)
+                timeout = sim.config.session_timeout_ms
+                self._later(
+                    timeout + 1000, timeout + 6000, functools.partial(self._restart_if_down, b)
+                )
+        self._restart_if_down(stale)
+        self._await_election(name, stale, 200)
+
+    def _await_election(self, name: str, stale: int, checks_left: int) -> None:
+        sim = self.sim
+        elected = sim.leader(name) == stale and sim.leading(name)
+        if elected or checks_left == 0 or sim.now >= self.until:
+            self._end_unclean(name, stale)
+        else:
+            # Not guarded by the fault phase: the switch goes off whatever happens.
+            sim.world.after(50, lambda: self._await_election(name, stale, checks_left - 1))
+
+    def _wiped_lately(self, b: int) -> bool:
+        """`b` lost its disk within the last few heartbeats: the controller may still hold
+        what it reported before."""
+        wiped = self.sim.history.wiped.get(b, [])
+        return bool(wiped) and self.sim.now - wiped[-1] < 2 * self.sim.config.session_timeout_ms
+
+    def _end_unclean(self, name: str, stale: int) -> None:
+        self.unclean_switched_on.discard(name)
+        self._restart_if_down(stale)
+        if name in self.sim.store.items and self._spec(name).unclean_leader_election:
+            self.sim.allow_unclean_election(name, False)
+
     def _reassign(self, name: str) -> None:
         """Grow or shrink a partition between 2 and 3 replicas, explicit ones in a new order
         (so leadership moves off a removed leader); at times the old spec comes back while
@@ -528,6 +666,8 @@ class _Nemesis:
 
     def _wipe(self) -> None:
         sim, rng = self.sim, self.rng
+        if self.unclean_switched_on:
+            return
         outside = [
             b
             for b in sorted(sim.brokers)
@@ -553,8 +693,11 @@ class _Nemesis:
         )
 
     def _wait_outside(self, b: int, checks_left: int) -> None:
-        """Wipe `b` once it is out of every ISR; restart it as it is if that never happens."""
-        if self._outside_every_isr(b):
+        """Wipe `b` once it is out of every ISR; restart it as it is if that never happens
+        (or an unclean election is under way)."""
+        if self.unclean_switched_on:
+            self._restart_if_down(b)
+        elif self._outside_every_isr(b):
             self._wipe_now(b)
         elif checks_left > 0:
             self._at(50, lambda: self._wait_outside(b, checks_left - 1))
@@ -642,6 +785,121 @@ class _Nemesis:
         before = -1 if rng.random() < 0.3 else rng.randint(start, max(start, high_watermark))
         sim.brokers[leader].delete_records(name, before)
 
+    def _led_isr(self, name: str) -> tuple[int, list[int]] | None:
+        """`name`'s live leader and its live followers in the ISR (None: no live leader)."""
+        sim = self.sim
+        status = sim.status(name) if name in sim.store.items else None
+        if status is None or status.leader is None or not sim.brokers[status.leader].alive:
+            return None
+        followers = [m for m in status.isr if m != status.leader and sim.brokers[m].alive]
+        return status.leader, followers
+
+    def _eligible_leader(self, name: str) -> None:
+        """The other followers of `name` die; one, `keep`, is cut off from the controller
+        until the ISR drops it (it goes on fetching, so it holds everything committed);
+        then the leader dies and the cut heals (`_elr_strike`)."""
+        sim, rng = self.sim, self.rng
+        led = self._led_isr(name)
+        if led is None or not led[1]:
+            return
+        leader, followers = led
+        keep = rng.choice(followers)
+        timeout = sim.config.session_timeout_ms
+        for f in followers:
+            if f != keep:
+                sim.kill(f)
+                self._later(
+                    timeout + 2000, timeout + 8000, functools.partial(self._restart_if_down, f)
+                )
+        cut = [(keep, CONTROLLER), (CONTROLLER, keep)]
+        for src, dst in cut:
+            sim.cut(src, dst)
+        self._await_dropped(name, leader, keep, cut, 2 * timeout // 50)
+
+    def _await_dropped(
+        self, name: str, leader: int, keep: int, cut: list[tuple[int, int]], checks_left: int
+    ) -> None:
+        sim = self.sim
+        if keep not in sim.isr(name) and sim.leader(name) == leader:
+            self._later(0, 1000, lambda: self._elr_strike(leader, cut))
+        elif checks_left > 0 and sim.leader(name) == leader:
+            self._at(50, lambda: self._await_dropped(name, leader, keep, cut, checks_left - 1))
+        else:
+            self._uncut(cut)
+
+    def _elr_strike(self, leader: int, cut: list[tuple[int, int]]) -> None:
+        """The last ISR member dies (back after the session timeout and more: the election
+        comes first), and the follower it left behind returns to the controller."""
+        sim = self.sim
+        timeout = sim.config.session_timeout_ms
+        if sim.brokers[leader].alive:
+            sim.kill(leader)
+            self._later(
+                timeout + 1000, timeout + 6000, functools.partial(self._restart_if_down, leader)
+            )
+        self._later(0, 500, lambda: self._uncut(cut))
+
+    def _isr_disk_loss(self, name: str) -> None:
+        """Every follower of `name` dies; once the ISR is its leader alone, the disks of the
+        leader and of every eligible leader replica are lost, and every broker comes back."""
+        sim = self.sim
+        if self.unclean_switched_on:
+            return  # an unclean election under way takes a wiped replica's old log end
+        led = self._led_isr(name)
+        if led is None:
+            return
+        leader, followers = led
+        for f in followers:
+            sim.kill(f)
+        self._await_alone(name, leader, followers, 2 * sim.config.session_timeout_ms // 50)
+
+    def _await_alone(self, name: str, leader: int, down: list[int], checks_left: int) -> None:
+        sim = self.sim
+        status = sim.status(name)
+        if self.unclean_switched_on or status is None or status.leader != leader:
+            for f in down:
+                self._later(300, 3000, functools.partial(self._restart_if_down, f))
+        elif status.isr == (leader,):
+            self._later(200, 2000, lambda: self._wipe_isr(name, leader, down))
+        elif checks_left > 0:
+            self._at(50, lambda: self._await_alone(name, leader, down, checks_left - 1))
+        else:
+            for f in down:
+                self._restart_if_down(f)
+
+    def _wipe_isr(self, name: str, leader: int, down: list[int]) -> None:
+        sim = self.sim
+        status = sim.status(name)
+        if self.unclean_switched_on or status is None:
+            lost: list[int] = []
+        else:
+            lost = [*status.isr, *status.eligible_leader_replicas]
+        for b in lost:
+            sim.wipe(b)
+        for b in sorted({*lost, *down}):
+            self._later(300, 3000, functools.partial(self._restart_if_down, b))
+
+    def _staggered_kill(self, name: str) -> None:
+        """A follower of `name` dies (its preferred replica, when that one follows), then
+        its leader a few hundred ms later; the leader restarts soon, the follower later."""
+        sim, rng = self.sim, self.rng
+        led = self._led_isr(name)
+        if led is None or not led[1]:
+            return
+        leader, followers = led
+        preferred = preferred_replica(self._spec(name), sim.status(name))
+        first = preferred if preferred in followers else rng.choice(followers)
+        timeout = sim.config.session_timeout_ms
+        sim.kill(first)
+        self._later(timeout, timeout + 4000, functools.partial(self._restart_if_down, first))
+
+        def second() -> None:
+            if sim.brokers[leader].alive:
+                sim.kill(leader)
+                self._later(200, 2000, functools.partial(self._restart_if_down, leader))
+
+        self._later(100, 700, second)
+
     def _kill_restart(self, *brokers: int) -> None:
         for b in brokers:
             if self.sim.brokers[b].alive:
@@ -679,7 +937,12 @@ def run_seed(seed: int, settings: RunSettings) -> ScheduleResult:
         sim_ms=sim.world.elapsed_ms,
         events=sim.world.events_run,
         wall_s=time.perf_counter() - started,
-        stats={"preferred_elections": sim.controller.preferred_elections},
+        stats={
+            "preferred_elections": sim.controller.preferred_elections,
+            "eligible_elections": sim.controller.eligible_elections,
+            "recoveries": sim.controller.recoveries,
+            "silent_passed_over": sim.controller.silent_passed_over,
+        },
     )
 
 
@@ -754,6 +1017,7 @@ def main(
     )
     began = time.perf_counter()
     done = failed = acks = events = sim_ms = preferred = 0
+    elections = {"eligible_elections": 0, "recoveries": 0, "silent_passed_over": 0}
     first_failure: ScheduleResult | None = None
     step = max(1, seeds // 20)
     for result in run_seeds(range(start, start + seeds), settings, jobs):
@@ -762,6 +1026,8 @@ def main(
         events += result.events
         sim_ms += result.sim_ms
         preferred += result.stats.get("preferred_elections", 0)
+        for kind in elections:
+            elections[kind] += result.stats.get(kind, 0)
         if result.violations:
             failed += 1
             checks = sorted({v.check for v in result.violations})
@@ -785,6 +1051,9 @@ def main(
     print(
         f"{done} schedule(s), {failed} with violations; {acks} acknowledged records checked; "
         f"{preferred} preferred leader elections; "
+        f"{elections['eligible_elections']} from eligible leader replicas, "
+        f"{elections['recoveries']} unclean recoveries, "
+        f"{elections['silent_passed_over']} passing over a silent ISR member; "
         f"{sim_ms / 1000:.0f} s simulated in {wall:.1f} s ({events} events)"
     )
     if first_failure is not None:

@@ -10,6 +10,7 @@
     sim.heal_link(2, 1)                  # one link back; sim.heal() heals them all
     sim.wipe(3)                          # broker 3's disk is lost; restart(3) boots it empty
     sim.recreate("t-0")                  # delete the Partition, create it again (no status)
+    sim.allow_unclean_election("t-0")    # uncleanLeaderElection on (False: off again)
     held = sim.hold(1, 2)                # the next message 1 -> 2 waits ...
     sim.release(held)                    # ... until now (sim.lose(held): never)
     pending = sim.produce_async("t-0", ["m2"])   # returns at once; the world is not run
@@ -340,6 +341,16 @@ class Sim:
         self.specs[known.index(name)] = partition
         where = list(partition.replicas) or f"{partition.replication_factor} assigned replicas"
         self._fault(f"reassign Partition {name} to {where}")
+        self.store.update(partition)
+
+    def allow_unclean_election(self, name: str, allowed: bool = True) -> None:
+        """Set a Partition's uncleanLeaderElection (a spec update, as `kubectl edit`)."""
+        known = [s.name for s in self.specs]
+        partition = self.specs[known.index(name)].model_copy(
+            update={"unclean_leader_election": allowed}
+        )
+        self.specs[known.index(name)] = partition
+        self._fault(f"uncleanLeaderElection {'on' if allowed else 'off'} for Partition {name}")
         self.store.update(partition)
 
     def recreate(self, name: str) -> None:

@@ -34,6 +34,7 @@ from epochlog_operator.assignment import cluster_load
 from epochlog_operator.decide import Decision, PartitionInput, decide
 from epochlog_operator.liveness import (
     DEFAULT_BROKER_SESSION_TIMEOUT_MS,
+    DEFAULT_HEARTBEAT_INTERVAL_MS,
     HeartbeatOutcome,
     HeartbeatResult,
     Liveness,
@@ -117,9 +118,10 @@ class ControllerCore:
         now_ms: int,
         session_timeout_ms: int = DEFAULT_BROKER_SESSION_TIMEOUT_MS,
         rebalance: RebalanceSettings | None = None,
+        heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
     ) -> ControllerCore:
         return cls(
-            Liveness.start(now_ms, session_timeout_ms),
+            Liveness.start(now_ms, session_timeout_ms, heartbeat_interval_ms),
             reports=ReportSessions(now_ms),
             preferred=PreferredLeaders.start(now_ms, rebalance or RebalanceSettings()),
         )
@@ -332,6 +334,8 @@ class ControllerCore:
                 isr=a.isr,
                 replicas=a.replicas,
                 isr_storage_ids=a.isr_storage_ids,
+                eligible_leader_replicas=a.eligible_leader_replicas,
+                eligible_leader_replica_storage_ids=a.eligible_leader_replica_storage_ids,
             )
 
     def decide(

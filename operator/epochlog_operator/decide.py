@@ -42,6 +42,16 @@ While a partition has no leader its ISR is left as it was: every member holds
 everything committed, so any of them that comes back may lead, and removing one
 could only lose a safe candidate.
 
+Eligible leader replicas (KIP-966's ELR, `election.eligible_leader_replicas`): a
+member that leaves the ISR when that takes the ISR below minInsyncReplicas holds
+everything committed while the ISR stays short (the high watermark does not move
+then), so the status keeps it in eligibleLeaderReplicas, with the storageId it was
+in sync on, and hands it to the brokers with the assignment. When no ISR member
+can lead, a live ELR member does; when none of them can ever come back with its
+data (each came back on another data directory), the most up-to-date replica
+leads by unclean recovery (`election.elect_in_recovery`, event UncleanRecovery).
+A change of the ELR bumps partitionEpoch like one of the ISR.
+
 A status that has never had an ISR (a new or re-created resource waiting for
 its replicas) carries the highest leaderEpoch and partitionEpoch the brokers
 report (none reported: both unset, left out of the status), so a watcher never
@@ -67,9 +77,10 @@ from epochlog_operator.election import (
     ElectionResult,
     OfflineReason,
     PartitionOffline,
-    elect_after_lost_disks,
+    elect_in_recovery,
     elect_initial_leader,
     elect_leader,
+    eligible_leader_replicas,
     next_epoch,
 )
 from epochlog_operator.events import Event, EventReason
@@ -142,6 +153,8 @@ class _Draft:
     last_caught_up: dict[int, int]
     epoch_history: list[EpochHistoryEntry]
     elected: bool = False
+    unclean: bool = False
+    """The leader installed was elected uncleanly (or by unclean recovery)."""
     offline: PartitionOffline | None = None
     events: list[Event] = field(default_factory=list)
     rejected: tuple[RejectedProposal, ...] = ()
@@ -495,6 +508,8 @@ def _elect(
     reached = max(
         [old.high_watermark] + [d.log_end_offsets[m] for m in before if m in d.log_end_offsets]
     )
+    disks_lost = _disks_lost(old, obs)
+    elr = [m for m in old.eligible_leader_replicas if m not in disks_lost]
     result = elect_leader(
         isr=old.isr,
         replicas=d.replicas,
@@ -505,22 +520,40 @@ def _elect(
         unclean_allowed=spec.unclean_leader_election,
         reached_end=reached,
         unavailable=obs.storage_errors(),
+        eligible=elr,
+        reports=obs.reports,
     )
+    cause = "no leader" if old.leader is None else assessment[old.leader].detail
     lost = [
         m
         for m in old.isr
         if m in assessment and assessment[m].reason is RemovalReason.STORAGE_CHANGED
     ]
-    every_member_lost = bool(lost) and len(lost) == len(old.isr)
-    if result.leader is None and every_member_lost and spec.min_insync_replicas >= 2:
-        result = elect_after_lost_disks(
+    if result.leader is None and lost and len(lost) == len(old.isr) and not elr:
+        # No replica that can ever come back holds what only the lost ones held.
+        gone = [m for m in old.eligible_leader_replicas if m in disks_lost] + [
+            m for m in old.last_known_eligible_leader_replicas if m not in lost
+        ]
+        result = elect_in_recovery(
             replicas=d.replicas,
             preferred_leader=spec.preferred_leader,
             liveness=view,
             reports=obs.reports,
-            lost=lost,
+            high_watermark=old.high_watermark,
+            lost=[*lost, *gone],
         )
-    cause = "no leader" if old.leader is None else assessment[old.leader].detail
+        if result.leader is not None:
+            # Its log as its process reports it now (none reported: it has none), not a
+            # log end recorded before: a replica may have lost its disk since.
+            d.log_end_offsets[result.leader] = obs.log_end_offset(result.leader) or 0
+        also = (
+            f"and so did the eligible leader replica(s) {gone}"
+            if gone
+            else "and no eligible leader replica is left"
+        )
+        cause = f"{cause}; every ISR member {lost} lost its disk, {also}"
+    elif result.eligible:
+        cause = f"{cause}; elected from the eligible leader replicas {elr}"
     if result.leader is None:
         d.offline = result.offline
         if old.leader is not None:
@@ -561,6 +594,7 @@ def _install_leader(
 ) -> None:
     assert result.leader is not None
     new = result.leader
+    d.unclean = result.unclean
     if new not in d.isr:
         d.isr = [m for m in d.replicas if m == new or m in d.isr]
     # The new leader leads as the process it is now; the others stay members with
@@ -605,6 +639,17 @@ def _install_leader(
             if old.isr
             else "without every replica live to compare logs"
         )
+        if result.recovery:
+            d.events.append(
+                Event.warning(
+                    EventReason.UNCLEAN_RECOVERY,
+                    f"broker {new} elected leader in leaderEpoch {d.leader_epoch} by unclean "
+                    f"recovery, the most up-to-date replica {outside} ({was}: {cause}); no "
+                    f"replica that can come back holds more, so it leads although "
+                    f"uncleanLeaderElection is off; {loss}",
+                )
+            )
+            return
         d.events.append(
             Event.warning(
                 EventReason.UNCLEAN_LEADER_ELECTION,
@@ -710,12 +755,25 @@ def _finish(
     spec = partition.spec
     isr_broker_epochs = {m: d.isr_broker_epochs[m] for m in d.isr if m in d.isr_broker_epochs}
     isr_storage_ids = _isr_storage_ids(d, obs)
+    elr, last_known_elr = eligible_leader_replicas(
+        isr_before=old.isr,
+        isr=d.isr,
+        replicas=d.replicas,
+        eligible=old.eligible_leader_replicas,
+        last_known=old.last_known_eligible_leader_replicas,
+        min_insync_replicas=spec.min_insync_replicas,
+        disk_lost=_disks_lost(old, obs),
+        unclean=d.unclean,
+    )
+    elr_storage_ids = _elr_storage_ids(elr, old, obs)
     partition_epoch = old.partition_epoch
     leader_epoch = d.leader_epoch
     changed = (
         tuple(d.isr),
         isr_broker_epochs,
         isr_storage_ids,
+        elr,
+        elr_storage_ids,
         d.replicas,
         d.adding,
         d.removing,
@@ -723,6 +781,8 @@ def _finish(
         old.isr,
         old.isr_broker_epochs,
         old.isr_storage_ids,
+        old.eligible_leader_replicas,
+        old.eligible_leader_replica_storage_ids,
         old.replicas,
         old.adding_replicas,
         old.removing_replicas,
@@ -757,6 +817,9 @@ def _finish(
         isr_broker_epochs=isr_broker_epochs,
         isr_storage_ids=isr_storage_ids,
         replicas=d.replicas,
+        eligible_leader_replicas=elr,
+        eligible_leader_replica_storage_ids=elr_storage_ids,
+        last_known_eligible_leader_replicas=last_known_elr,
         adding_replicas=d.adding,
         removing_replicas=d.removing,
         high_watermark=d.high_watermark,
@@ -825,6 +888,30 @@ def _isr_storage_ids(d: _Draft, obs: PartitionObservation) -> dict[int, str]:
     return out
 
 
+def _disks_lost(old: PartitionStatus, obs: PartitionObservation) -> frozenset[int]:
+    """ISR and ELR members whose broker runs on another data directory than the one the
+    status recorded them in sync on: what they held is gone."""
+    recorded = {**old.eligible_leader_replica_storage_ids, **old.isr_storage_ids}
+    return frozenset(b for b, was in recorded.items() if obs.storage_ids.get(b) not in (None, was))
+
+
+def _elr_storage_ids(
+    elr: tuple[int, ...], old: PartitionStatus, obs: PartitionObservation
+) -> dict[int, str]:
+    """The storageId each ELR member was in sync on: as recorded for it in the ELR or, for
+    one that just left the ISR, in the ISR; else (none recorded) the one it reports."""
+    out: dict[int, str] = {}
+    for m in elr:
+        storage = (
+            old.eligible_leader_replica_storage_ids.get(m)
+            or old.isr_storage_ids.get(m)
+            or obs.storage_ids.get(m)
+        )
+        if storage is not None:
+            out[m] = storage
+    return out
+
+
 def _clocks_only(status: PartitionStatus, written: PartitionStatus) -> bool:
     """`status` differs from `written` only in lastCaughtUpTime: caught-up followers of an
     idle partition, whose clocks move with every heartbeat of the leader. Not worth a write:
@@ -845,6 +932,9 @@ def _state(s: PartitionStatus) -> tuple[object, ...]:
         s.isr,
         s.isr_broker_epochs,
         s.isr_storage_ids,
+        s.eligible_leader_replicas,
+        s.eligible_leader_replica_storage_ids,
+        s.last_known_eligible_leader_replicas,
         s.replicas,
         s.adding_replicas,
         s.removing_replicas,

@@ -6,15 +6,31 @@ committed: the leader counts only the recorded ISR towards the high watermark,
 and a replica counts only what is on its disk. A member that runs on another
 data directory than the one it was in sync on (a new storageId: its disk was
 lost) or whose replica is offline after a storage error is not a candidate.
-Among the other live members the choice goes to members in good standing, then
-to restarted ones, then to lagging ones, and within each group to the preferred
-replica (spec.preferredLeader, else the first replica) and then the replicas'
-order.
+Among the other live members the choice goes first to the ones recently heard
+(a heartbeat within two heartbeat intervals: a broker that just died is live
+until its session expires, and elected it would lead nothing until then), then
+to members in good standing, then to restarted ones, then to lagging ones, and
+within each group to the preferred replica (spec.preferredLeader, else the
+first replica) and then the replicas' order.
 
-No live ISR member: the partition is offline and nobody is elected, unless
-uncleanLeaderElection is set; then the live replica with the highest log end
-offset leads, and everything between its log end and the highest offset
-known to have been reached before may be lost.
+No ISR member can lead: a live eligible leader replica does (KIP-966's ELR,
+`eligible_leader_replicas`: it left the ISR when the ISR fell below
+minInsyncReplicas, and the high watermark has not advanced since, so it holds
+everything committed). Among them, again recently heard ones first, then the
+most up-to-date log (the epoch of its last batch, then its end, as below), then
+preference. An ELR member must report the partition: one that does not host it
+holds none of it.
+
+No ISR or ELR member can lead: the partition is offline and nobody is elected,
+unless uncleanLeaderElection is set; then the live replica with the highest log
+end offset leads, and everything between its log end and the highest offset
+known to have been reached before may be lost. One case elects without it
+(unclean recovery, KIP-966's "balanced" strategy, `elect_in_recovery`): every
+ISR member came back on another data directory and no ELR member is left (each
+came back on another one too, or there was none), so no replica that can ever
+come back holds what only they held. Waiting helps nobody then: once every
+replica is live, the most up-to-date one leads, and the offsets from its log end
+to the high watermark recorded may be lost.
 
 A partition elected for the first time waits until every replica has
 heartbeated to this controller process at least once (or, with
@@ -78,6 +94,10 @@ class ElectionResult:
     """Unclean elections: offsets that existed before and that the new leader does not have."""
     offline: PartitionOffline | None = None
     """Why nobody was elected."""
+    eligible: bool = False
+    """The leader is an eligible leader replica: a clean election from outside the ISR."""
+    recovery: bool = False
+    """An unclean election by unclean recovery, with uncleanLeaderElection off."""
 
 
 def next_epoch(recorded: int, reported: int) -> int:
@@ -101,31 +121,35 @@ def elect_leader(
     unclean_allowed: bool,
     reached_end: int,
     unavailable: Collection[int] = (),
+    eligible: Sequence[int] = (),
+    reports: Mapping[int, PartitionReport] | None = None,
 ) -> ElectionResult:
-    """Elect a leader from `isr`, or with `unclean_allowed` from any live replica.
+    """Elect a leader from `isr`, else from the eligible leader replicas `eligible`, or with
+    `unclean_allowed` from any live replica.
 
     `assessment` says which ISR members are about to leave the ISR and why;
     `reached_end` is the highest offset known to have existed (high watermark, or
     the log end of the old leader and ISR) and bounds what an unclean election loses.
-    `unavailable` replicas cannot lead at all (their replica is offline).
+    `unavailable` replicas cannot lead at all (their replica is offline). `reports`, the
+    replicas' reports of the partition from their current processes, rank the ELR.
     """
     order = preference_order(replicas, preferred_leader)
     rank = {r: i for i, r in enumerate(order)}
 
-    def eligible(m: int) -> bool:
+    def may_lead(m: int) -> bool:
         removal = assessment.get(m)
         return removal is None or (
             removal.reason not in INELIGIBLE and removal.reason is not RemovalReason.SHUTTING_DOWN
         )
 
-    candidates = [m for m in isr if liveness.is_live(m) and eligible(m) and m not in unavailable]
+    candidates = [m for m in isr if liveness.is_live(m) and may_lead(m) and m not in unavailable]
     if candidates:
 
-        def standing(m: int) -> tuple[int, int]:
+        def standing(m: int) -> tuple[bool, int, int]:
             removal = assessment.get(m)
             reason = None if removal is None else removal.reason
             group = {None: 0, RemovalReason.RESTARTED: 1, RemovalReason.LAGGING: 2}[reason]
-            return group, rank.get(m, len(order))
+            return not liveness.recently_heard(m), group, rank.get(m, len(order))
 
         return ElectionResult(min(candidates, key=standing))
     # A member not heard from since the controller started may well be alive and
@@ -135,6 +159,30 @@ def elect_leader(
         offline = PartitionOffline(
             OfflineReason.AWAITING_HEARTBEATS,
             f"waiting for the first heartbeat of ISR member(s) {unknown}",
+        )
+        return ElectionResult(None, offline=offline)
+    held = reports or {}
+    electable = [
+        m
+        for m in eligible
+        if liveness.is_live(m)
+        and not liveness.is_shutting_down(m)
+        and m not in unavailable
+        and m in held
+    ]
+    if electable:
+
+        def progress(m: int) -> tuple[bool, int, int, int]:
+            r = held[m]
+            recent = liveness.recently_heard(m)
+            return not recent, -r.last_epoch, -r.log_end_offset, rank.get(m, len(order))
+
+        return ElectionResult(min(electable, key=progress), eligible=True)
+    unknown = [m for m in eligible if liveness.state(m) is BrokerState.UNKNOWN]
+    if unknown:
+        offline = PartitionOffline(
+            OfflineReason.AWAITING_HEARTBEATS,
+            f"waiting for the first heartbeat of eligible leader replica(s) {unknown}",
         )
         return ElectionResult(None, offline=offline)
     if unclean_allowed:
@@ -147,11 +195,12 @@ def elect_leader(
         return ElectionResult(None, offline=_no_live_replica(replicas))
     barred = [m for m in isr if liveness.is_live(m)]
     why = "" if not barred else f" (live but ineligible: {_barred(barred, assessment)})"
+    elr = f" or of the eligible leader replicas {list(eligible)}" if eligible else ""
     return ElectionResult(
         None,
         offline=PartitionOffline(
             OfflineReason.NO_LIVE_IN_SYNC_REPLICA,
-            f"no eligible member of the ISR {list(isr)} is live{why} and "
+            f"no eligible member of the ISR {list(isr)}{elr} is live{why} and "
             "uncleanLeaderElection is off",
         ),
     )
@@ -239,45 +288,88 @@ def elect_initial_leader(
     return ElectionResult(leader, unclean=True, may_be_lost=lost), (leader,)
 
 
-def elect_after_lost_disks(
+def elect_in_recovery(
     *,
     replicas: Sequence[int],
     preferred_leader: int | None,
     liveness: LivenessView,
     reports: Mapping[int, PartitionReport],
+    high_watermark: int,
     lost: Collection[int],
 ) -> ElectionResult:
-    """Every ISR member came back on another data directory: elect the most up-to-date of
-    the other replicas by the Raft rule, once every replica is live.
+    """Unclean recovery: no ISR member nor eligible leader replica can come back with its
+    data (`lost`: they came back on other data directories). Once every replica is live
+    and recently heard (so each has reported its log as a process running now has it:
+    a broker that just died, its disk perhaps with it, still counts as live for a
+    session timeout), the most up-to-date one leads by the Raft rule: the epoch of its
+    last batch, then its log end, then preference; a replica that reports no log of the
+    partition has none. What lies between its log end and `high_watermark` (the highest
+    recorded) may be lost.
 
-    Only for minInsyncReplicas >= 2: the high watermark advanced only while the ISR had
-    that many members, so every committed record reached at least one replica besides a
-    lost one, no replica truncates a committed record, and the log with the newest last
-    batch epoch (then the longest) among all the others holds every one of them.
+    Whatever the committed records were, each was on a disk of the ISR (or ELR) of its
+    time; the ones those disks alone held are gone with them, and a replica that holds
+    one of the others holds all that came before it in its log. The replica with the
+    newest last batch (then the longest log) holds the most of them.
     """
     order = preference_order(replicas, preferred_leader)
-    waiting = [r for r in order if not liveness.is_live(r)]
+    waiting = [r for r in order if not liveness.recently_heard(r)]
     if waiting:
         return ElectionResult(
             None,
             offline=PartitionOffline(
                 OfflineReason.AWAITING_REPLICAS,
-                f"every ISR member {sorted(lost)} lost its disk; electing from the other "
-                f"replicas needs every replica live, waiting for {waiting}",
+                f"every ISR member and eligible leader replica {sorted(lost)} lost its disk; "
+                f"unclean recovery elects the most up-to-date replica once every replica "
+                f"reports, waiting for {waiting}",
             ),
         )
-    candidates = [
-        r for r in order if r not in lost and not (r in reports and reports[r].storage_error)
-    ]
-    if not candidates:
+    serving = [r for r in order if not (r in reports and reports[r].storage_error)]
+    if not serving:
         return ElectionResult(None, offline=_no_live_replica(replicas))
 
-    def rank(b: int) -> tuple[int, int, int]:
+    def progress(b: int) -> tuple[int, int]:
         r = reports.get(b)
-        last, end = (0, 0) if r is None else (r.last_epoch, r.log_end_offset)
-        return (-last, -end, order.index(b))
+        return (0, 0) if r is None else (r.last_epoch, r.log_end_offset)
 
-    return ElectionResult(min(candidates, key=rank))
+    leader = min(serving, key=lambda b: (-progress(b)[0], -progress(b)[1], order.index(b)))
+    end = progress(leader)[1]
+    may_be_lost = OffsetRange(end, high_watermark) if end < high_watermark else None
+    return ElectionResult(leader, unclean=True, may_be_lost=may_be_lost, recovery=True)
+
+
+def eligible_leader_replicas(
+    *,
+    isr_before: Sequence[int],
+    isr: Sequence[int],
+    replicas: Sequence[int],
+    eligible: Sequence[int],
+    last_known: Sequence[int],
+    min_insync_replicas: int,
+    disk_lost: Collection[int],
+    unclean: bool,
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(eligibleLeaderReplicas, lastKnownEligibleLeaderReplicas) after a decision that took
+    the ISR from `isr_before` to `isr`, with `eligible` and `last_known` before it.
+
+    - The ISR at minInsyncReplicas (or more): both are empty. The high watermark moves
+      again, and a replica outside the ISR may lack what it commits.
+    - Otherwise a member that left the ISR in this decision joins the ELR: the leader
+      counted it for the high watermark until it learned of the removal, and the
+      high watermark stays where it is while the ISR is short. Members that left the
+      replicas, are in the ISR again, or run on another data directory than the one
+      they were in sync on (`disk_lost`) leave it; an ELR member of the last kind is
+      named in lastKnownEligibleLeaderReplicas until the ISR is back at the minimum.
+    - An unclean election (or recovery) empties both: the new leader's log is the
+      partition's now, and a replica of the old one would bring back what it dropped.
+    """
+    if unclean or len(isr) >= min_insync_replicas:
+        return (), ()
+    removed = {m for m in isr_before if m not in isr}
+    candidates = set(eligible) | removed
+    elr = tuple(r for r in replicas if r in candidates and r not in isr and r not in disk_lost)
+    known = set(last_known) | {m for m in eligible if m in disk_lost}
+    last = tuple(r for r in replicas if r in known and r not in isr and r not in elr)
+    return elr, last
 
 
 def _no_live_replica(replicas: Sequence[int]) -> PartitionOffline:

@@ -18,6 +18,10 @@ class EventReason(enum.StrEnum):
     BROKER_FENCED = "BrokerFenced"
     PARTITION_OFFLINE = "PartitionOffline"
     UNCLEAN_LEADER_ELECTION = "UncleanLeaderElection"
+    UNCLEAN_RECOVERY = "UncleanRecovery"
+    """No ISR member nor eligible leader replica can come back with its data: the most
+    up-to-date replica was elected although uncleanLeaderElection is off (KIP-966's unclean
+    recovery); the message names the offsets that may be lost."""
     REPLICA_OFFLINE = "ReplicaOffline"
     STATUS_RESTORED = "StatusRestored"
     NAME_CONFLICT = "NameConflict"

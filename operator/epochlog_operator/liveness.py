@@ -20,6 +20,10 @@ Rules:
   treats every broker as if it had heartbeated at the start: nobody is fenced
   until one session timeout has passed. Until then, a broker it has not heard
   from is UNKNOWN (neither live nor fenced); afterwards it is fenced.
+- A broker whose last heartbeat is at most `RECENTLY_HEARD_INTERVALS` heartbeat
+  intervals old is recently heard (`LivenessView.recently_heard`): one that died is
+  live until its session expires, but falls silent at once, and elections prefer
+  the ones still heard from.
 - A controller that did not run for a while (its process stopped, starved of
   CPU or throttled, or its clock jumped) cannot tell a silent broker from one
   whose heartbeats waited for it: `paused` does not count that time as the
@@ -36,6 +40,11 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 DEFAULT_BROKER_SESSION_TIMEOUT_MS: Final = 3000
+DEFAULT_HEARTBEAT_INTERVAL_MS: Final = 500
+"""How often brokers heartbeat (the broker's and the operator's default)."""
+RECENTLY_HEARD_INTERVALS: Final = 2
+"""A broker heard from within this many heartbeat intervals is recently heard: one late or
+lost heartbeat is tolerated, a dead broker is told apart well before its session expires."""
 STALL_CHECK_INTERVAL_MS: Final = 100
 """How often a running controller notes that it runs (`stall_threshold_ms`)."""
 
@@ -94,10 +103,15 @@ class Liveness:
     sessions: Mapping[int, BrokerSession] = field(default_factory=dict)
     resumed_ms: int | None = None
     """When this controller last ran again after a stall (`paused`), if it stalled."""
+    heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
 
     def __post_init__(self) -> None:
         if self.session_timeout_ms <= 0:
             raise ValueError(f"session_timeout_ms must be positive, not {self.session_timeout_ms}")
+        if self.heartbeat_interval_ms <= 0:
+            raise ValueError(
+                f"heartbeat_interval_ms must be positive, not {self.heartbeat_interval_ms}"
+            )
 
     @property
     def lag_floor_ms(self) -> int:
@@ -109,9 +123,16 @@ class Liveness:
 
     @classmethod
     def start(
-        cls, now_ms: int, session_timeout_ms: int = DEFAULT_BROKER_SESSION_TIMEOUT_MS
+        cls,
+        now_ms: int,
+        session_timeout_ms: int = DEFAULT_BROKER_SESSION_TIMEOUT_MS,
+        heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
     ) -> Liveness:
-        return cls(started_ms=now_ms, session_timeout_ms=session_timeout_ms)
+        return cls(
+            started_ms=now_ms,
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+        )
 
     def heartbeat(
         self,
@@ -245,6 +266,14 @@ class LivenessView:
         """Time since the broker's last heartbeat to this controller, if it ever sent one."""
         session = self.liveness.sessions.get(broker_id)
         return None if session is None else self.now_ms - session.last_heartbeat_ms
+
+    def recently_heard(self, broker_id: int) -> bool:
+        """Live, and heard from within `RECENTLY_HEARD_INTERVALS` heartbeat intervals: a
+        live broker silent for longer has probably died, and leads nothing until its
+        session expires and the controller elects again."""
+        silence = self.silence_ms(broker_id)
+        bound = RECENTLY_HEARD_INTERVALS * self.liveness.heartbeat_interval_ms
+        return self.is_live(broker_id) and silence is not None and silence <= bound
 
     def live_brokers(self) -> tuple[int, ...]:
         return tuple(sorted(b for b in self.liveness.sessions if self.is_live(b)))

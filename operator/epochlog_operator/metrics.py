@@ -56,7 +56,8 @@ class Metrics:
         self.elections = self._family(
             "epochlog_operator_elections_total",
             "counter",
-            "Leader elections written to Partition status, by kind (clean, unclean, preferred).",
+            "Leader elections written to Partition status, by kind (clean, unclean, preferred, "
+            "recovery).",
         )
         self.isr_changes = self._family(
             "epochlog_operator_isr_changes_total",

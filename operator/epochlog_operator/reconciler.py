@@ -236,6 +236,7 @@ def write_kind(decided_from: PartitionInput | None, decision: Decision) -> Write
 _EVENT_METRICS: Final = {
     EventReason.LEADER_ELECTED: ("elections", {"kind": "clean"}),
     EventReason.UNCLEAN_LEADER_ELECTION: ("elections", {"kind": "unclean"}),
+    EventReason.UNCLEAN_RECOVERY: ("elections", {"kind": "recovery"}),
     EventReason.PREFERRED_LEADER_ELECTED: ("elections", {"kind": "preferred"}),
     EventReason.ISR_SHRUNK: ("isr_changes", {"change": "shrink"}),
     EventReason.ISR_EXPANDED: ("isr_changes", {"change": "expand"}),
@@ -383,7 +384,10 @@ class Reconciler:
             self.observe(obj)
         self._term += 1
         self.core = ControllerCore.start(
-            self.now_ms(), self.settings.broker_session_timeout_ms, self.settings.rebalance
+            self.now_ms(),
+            self.settings.broker_session_timeout_ms,
+            self.settings.rebalance,
+            self.settings.heartbeat_interval_ms,
         )
         self._next_sweep = 0.0
         self._next_full = 0.0

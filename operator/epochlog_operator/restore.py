@@ -2,7 +2,8 @@
 
 The status is the controller's record, but not the only one: every broker keeps
 the last assignment it was handed (leader, leaderEpoch, partitionEpoch, ISR,
-replicas, the ISR's storage ids) and reports it in its heartbeat. When the
+replicas, the ISR's storage ids, the eligible leader replicas with theirs) and
+reports it in its heartbeat. When the
 status is missing, has never had an ISR, or is older than the newest assignment
 a broker holds (the resource was deleted and created again, a backup was
 restored, the status was wiped), that assignment is the truth: the controller
@@ -12,7 +13,8 @@ was committed since except through it.
 `restore` puts that assignment back into the status. The decision then goes on
 as usual: a live leader that still leads that epoch keeps leading it (nothing
 changes on the brokers), a leader that is gone or no longer leads that epoch
-is replaced from that ISR like any failover, with a new epoch. It waits until
+is replaced from that ISR like any failover, with a new epoch, or else from
+those eligible leader replicas. It waits until
 every replica named anywhere has heartbeated or been fenced, because one not
 heard from may hold a newer assignment; and unless this controller process
 handed out assignments for the name itself (then it knows the newest, which it
@@ -53,6 +55,9 @@ def restore(
     # A leader that no longer leads that epoch (it restarted, or resigned) must be
     # replaced with a new epoch: the restored status keeps no record of its process.
     leading = held.leader is not None and obs.leader_report(held.leader, held.leader_epoch)
+    elr = tuple(
+        m for m in held.eligible_leader_replicas if m in held.replicas and m not in held.isr
+    )
     restored = status.model_copy(
         update={
             "leader": held.leader if leading else None,
@@ -66,6 +71,13 @@ def restore(
             },
             "isr_storage_ids": {m: s for m, s in held.isr_storage_ids.items() if m in held.isr},
             "replicas": held.replicas,
+            "eligible_leader_replicas": elr,
+            "eligible_leader_replica_storage_ids": {
+                m: s for m, s in held.eligible_leader_replica_storage_ids.items() if m in elr
+            },
+            # Kept by no broker: the ISR members and ELR members it named lost their disks
+            # before, and those still in the replicas are outside the restored ISR and ELR.
+            "last_known_eligible_leader_replicas": (),
             # The lag clocks start afresh, as a new leader starts them: the record that
             # measured them is gone, and the ISR restored may be older than the one last
             # published (a removal that never reached a broker).
@@ -81,6 +93,6 @@ def restore(
         EventReason.STATUS_RESTORED,
         f"status restored from the brokers' assignment (it had {was}): leader {held.leader}, "
         f"leaderEpoch {held.leader_epoch}, partitionEpoch {held.partition_epoch}, "
-        f"ISR {list(held.isr)}",
+        f"ISR {list(held.isr)}" + (f", eligible leader replicas {list(elr)}" if elr else ""),
     )
     return restored, event

@@ -13,6 +13,12 @@ It turns the starting and ending options into offsets (`resolve`). A broker
 list nobody answers on, and offsets the log does not hold, are `OptionError`s
 naming the option.
 
+KIP-320: `epochs_below` learns the leader epoch of the record just below each
+planned end (one record read from the leader), which the checkpoint keeps;
+`validate` asks the leaders whether the records below each position are still
+theirs (`epochlog.client.reading.validate_position`), so that a log truncated
+under the query shows even after it grew past the position again.
+
 The client lives on an event loop of the view's own, which calls run to
 completion on; `close` ends both.
 """
@@ -26,11 +32,13 @@ from typing import Any, TypeVar
 import structlog
 
 from epochlog.client import EARLIEST, LATEST, Client, TopicPartition
+from epochlog.client.divergence import ConsumedEpochs, EpochStart
 from epochlog.client.errors import ClientError
 from epochlog.client.metadata import PartitionLeader
-from epochlog.client.records import OffsetAndEpoch
+from epochlog.client.reading import Validated, validate_position
+from epochlog.client.records import FetchAnswer, OffsetAndEpoch
 from epochlog.logs import configure_once
-from epochlog.protocol.errors import EpochlogError
+from epochlog.protocol.errors import EpochlogError, OffsetOutOfRangeError
 from epochlog_spark.offsets import Key, Offsets
 from epochlog_spark.options import (
     EARLIEST_OFFSET,
@@ -127,6 +135,58 @@ class BrokerView:
     def latest(self) -> Offsets:
         """The latest offset (high watermark) of every partition listed now."""
         return self.offsets(self.discover(), LATEST)
+
+    # -- leader epochs (KIP-320) -----------------------------------------------------------
+
+    def epochs_below(self, ends: Mapping[Key, int]) -> Offsets:
+        """The leader epoch of the record at `end - 1` of each partition (left out: none
+        there, or deleted since)."""
+        keys = sorted(k for k, end in ends.items() if end > 0 and k in self.names)
+
+        async def all_of() -> list[int | None]:
+            return await asyncio.gather(*(self._epoch_at(self.names[k], ends[k] - 1) for k in keys))
+
+        found = self._run(all_of())
+        return {k: e for k, e in zip(keys, found, strict=True) if e is not None}
+
+    async def _epoch_at(self, name: str, offset: int) -> int | None:
+        async def once(leader: PartitionLeader) -> FetchAnswer:
+            return await self._client.fetch(
+                leader, offset, max_records=1, max_bytes=1, max_wait_ms=0, binary=False
+            )
+
+        try:
+            answer = await self._client.retrying(
+                name,
+                once,
+                timeout_s=self.options.retry_timeout_ms / 1000,
+                what=f"reading offset {offset}",
+            )
+        except OffsetOutOfRangeError:
+            return None
+        first = answer.records[0] if answer.records else None
+        return first.leader_epoch if first is not None and first.offset == offset else None
+
+    def validate(self, marks: Mapping[Key, tuple[int, int]]) -> dict[Key, Validated]:
+        """For each partition's (position, leader epoch of the record below it): whether
+        the leader still holds that record (`Validated.divergence_offset` None) or not."""
+        keys = sorted(k for k in marks if k in self.names)
+
+        async def one(k: Key) -> Validated:
+            position, epoch = marks[k]
+            consumed = ConsumedEpochs((EpochStart(epoch, position - 1),))
+            return await validate_position(
+                self._client,
+                self.names[k],
+                consumed,
+                position,
+                retry_timeout_s=self.options.retry_timeout_ms / 1000,
+            )
+
+        async def all_of() -> list[Validated]:
+            return await asyncio.gather(*(one(k) for k in keys))
+
+        return dict(zip(keys, self._run(all_of()), strict=True))
 
     # -- the starting and ending options ----------------------------------------------------
 

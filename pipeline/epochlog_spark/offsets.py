@@ -17,6 +17,13 @@ partition stands (`epochlog_spark.brokers`) and hands the answers here.
 - `plan_ranges` turns (start, end) into the ranges read by Spark tasks, one
   per partition, split further to reach `minPartitions`. The same (start, end)
   always gives the same ranges.
+- Beside the offsets, the checkpoint keeps the leader epoch of the record just
+  below each one, when the planner learnt it (KIP-320, as Kafka's consumer
+  commits an offset with its leaderEpoch): `{"orders": {"0": 120},
+  "leaderEpochs": {"orders": {"0": 4}}}` (`LEADER_EPOCHS` cannot be a topic:
+  topics are lower case). The next planning validates each position against
+  the leader's epochs with it, and the task reading a range from it validates
+  its start (`OffsetRange.start_epoch`). Checkpoints without it read as before.
 """
 
 from __future__ import annotations
@@ -24,13 +31,18 @@ from __future__ import annotations
 import heapq
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
+
+from epochlog.protocol.wire import wire_name
 
 K = TypeVar("K", bound=Hashable)
 
 Key = tuple[str, int]
 """(topic, partition index)."""
 Offsets = dict[Key, int]
+
+LEADER_EPOCHS: Final = wire_name("leader_epochs")
+"""The checkpoint JSON's key for the leader epochs of the records below the offsets."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +55,8 @@ class OffsetRange:
     """The partition's name, which the brokers' API addresses it by."""
     start: int
     end: int
+    start_epoch: int | None = None
+    """The leader epoch of the record at `start - 1` as the planner saw it (None: unknown)."""
 
     @property
     def size(self) -> int:
@@ -58,15 +72,41 @@ class Truncation:
     latest: int
 
 
-def offsets_to_json(offsets: Mapping[Key, int]) -> dict[str, dict[str, int]]:
+def offsets_to_json(
+    offsets: Mapping[Key, int], epochs: Mapping[Key, int] | None = None
+) -> dict[str, Any]:
+    """The checkpoint's JSON of `offsets`, with the leader epochs of the records below them
+    (`epochs`, those of partitions in `offsets`) when any is known."""
+    out: dict[str, Any] = _per_topic(offsets)
+    known = {k: e for k, e in (epochs or {}).items() if k in offsets}
+    if known:
+        out[LEADER_EPOCHS] = _per_topic(known)
+    return out
+
+
+def _per_topic(values: Mapping[Key, int]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
-    for (topic, index), offset in sorted(offsets.items()):
-        out.setdefault(topic, {})[str(index)] = offset
+    for (topic, index), value in sorted(values.items()):
+        out.setdefault(topic, {})[str(index)] = value
     return out
 
 
 def offsets_from_json(doc: Any) -> Offsets:
     """An offset map from the checkpoint's JSON; ValueError if it is not one."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"offsets are not a JSON object of topics: {doc!r}")
+    return _from_per_topic({t: p for t, p in doc.items() if t != LEADER_EPOCHS})
+
+
+def epochs_from_json(doc: Any) -> Offsets:
+    """The leader epochs of the records below the offsets of the checkpoint's JSON (none
+    in a checkpoint written before they were kept); ValueError if they are damaged."""
+    if not isinstance(doc, dict) or LEADER_EPOCHS not in doc:
+        return {}
+    return _from_per_topic(doc[LEADER_EPOCHS])
+
+
+def _from_per_topic(doc: Any) -> Offsets:
     if not isinstance(doc, dict):
         raise ValueError(f"offsets are not a JSON object of topics: {doc!r}")
     out: Offsets = {}
@@ -129,11 +169,22 @@ def plan_ranges(
     end: Mapping[Key, int],
     names: Mapping[Key, str],
     min_partitions: int | None = None,
+    start_epochs: Mapping[Key, int] | None = None,
 ) -> list[OffsetRange]:
     """The non-empty ranges between `start` and `end` (a partition missing from `start`
-    starts at 0), split in halves, largest first, until there are `min_partitions`."""
+    starts at 0), split in halves, largest first, until there are `min_partitions`. The
+    first range of a partition carries the leader epoch below its start (`start_epochs`);
+    the halves split off after it do not (it is not known)."""
+    epochs = start_epochs or {}
     ranges = [
-        OffsetRange(topic, index, names[(topic, index)], start.get((topic, index), 0), stop)
+        OffsetRange(
+            topic,
+            index,
+            names[(topic, index)],
+            start.get((topic, index), 0),
+            stop,
+            epochs.get((topic, index)),
+        )
         for (topic, index), stop in sorted(end.items())
         if stop > start.get((topic, index), 0)
     ]
@@ -145,7 +196,7 @@ def plan_ranges(
         _, _, _, _, r = heapq.heappop(heap)
         middle = r.start + r.size // 2
         for part in (
-            OffsetRange(r.topic, r.partition, r.name, r.start, middle),
+            OffsetRange(r.topic, r.partition, r.name, r.start, middle, r.start_epoch),
             OffsetRange(r.topic, r.partition, r.name, middle, r.end),
         ):
             heapq.heappush(heap, (-part.size, part.topic, part.partition, part.start, part))

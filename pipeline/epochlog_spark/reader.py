@@ -7,7 +7,9 @@ reads exactly the range's records with `epochlog.client.ranges.RangeReader`
 OFFSET_NOT_AVAILABLE and NOT_LEADER_OR_FOLLOWER retried inside), and yields
 one Arrow record batch per read. Records that are gone fail the task with a
 message naming partition and offsets (`failOnDataLoss`, the default), or are
-logged and skipped.
+logged and skipped. A range planned with the leader epoch of the record below
+it validates its start against the leader's epochs before its first read
+(KIP-320), as it does after every leader change.
 
 The asynchronous client runs on an event loop private to the call; nothing is
 kept between calls, as Spark asks of `read`.
@@ -84,6 +86,7 @@ def read_range(
         max_bytes=settings.fetch_max_bytes,
         retry_timeout_ms=settings.retry_timeout_ms,
         poll_timeout_ms=settings.poll_timeout_ms,
+        start_epoch=offset_range.start_epoch,
     )
     chunks = reader.chunks()
     try:

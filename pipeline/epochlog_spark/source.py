@@ -15,6 +15,13 @@ Streaming (`EpochlogStreamReader`):
   seen when it was prepared. A log truncated under the query fails the query
   with a message naming partition and offsets (`failOnDataLoss`), or is
   logged, and the query goes on from where it stood.
+- KIP-320: each end it plans is kept in the checkpoint with the leader epoch of
+  the record below it (`epochs_below`), and each planning first validates the
+  positions against the leaders' epochs (`BrokerView.validate`). A log that was
+  truncated under the query and grew past its position again (an unclean
+  election) fails the query naming the partition, the offsets and the epochs
+  (failOnDataLoss=true), or is logged and the query goes on from the
+  divergence offset, reading what the log holds there now (false).
 - `partitions(start, end)` plans the ranges (`offsets.plan_ranges`); each is
   one Spark task reading one range over one connection
   (`reader.read_range`), in Arrow record batches.
@@ -47,6 +54,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from epochlog.client.reading import Validated
 from epochlog_spark.arrow import arrow_schema, spark_schema
 from epochlog_spark.brokers import BrokerView
 from epochlog_spark.offsets import (
@@ -54,6 +62,7 @@ from epochlog_spark.offsets import (
     OffsetRange,
     Offsets,
     Truncation,
+    epochs_from_json,
     next_end,
     offsets_from_json,
     offsets_to_json,
@@ -112,7 +121,11 @@ class _Ranges:
         )
 
     def _partitions(
-        self, start: Offsets, end: Offsets, names: dict[Key, str]
+        self,
+        start: Offsets,
+        end: Offsets,
+        names: dict[Key, str],
+        start_epochs: Offsets | None = None,
     ) -> list[RangePartition]:
         unnamed = sorted(set(end) - set(names))
         if unnamed:
@@ -121,7 +134,7 @@ class _Ranges:
                 + ", ".join(f"{t}/{i}" for t, i in unnamed)
                 + " of this batch; they cannot be read now"
             )
-        ranges = plan_ranges(start, end, names, self.options.min_partitions)
+        ranges = plan_ranges(start, end, names, self.options.min_partitions, start_epochs)
         return [RangePartition(r) for r in ranges]
 
 
@@ -196,7 +209,9 @@ class EpochlogStreamReader(_Ranges, DataSourceStreamReader, SupportsTriggerAvail
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         position = offsets_from_json(start)
+        epochs = epochs_from_json(start)
         self._latest = self.view.latest()
+        diverged = self._validate(position, epochs)
         end, truncated = next_end(
             position,
             self._latest,
@@ -205,7 +220,52 @@ class EpochlogStreamReader(_Ranges, DataSourceStreamReader, SupportsTriggerAvail
         )
         for t in truncated:
             self._truncated(t)
-        return offsets_to_json(end)
+        # A diverged partition ends this batch at its divergence offset (its range is
+        # empty: it lies below the start), and the next batch reads on from there.
+        end.update(diverged)
+        moved = {
+            k: e for k, e in end.items() if e != position.get(k) or k not in epochs or k in diverged
+        }
+        kept = {k: epochs[k] for k in end if k in epochs and k not in moved}
+        return offsets_to_json(end, kept | self.view.epochs_below(moved))
+
+    def _validate(self, position: Offsets, epochs: Offsets) -> Offsets:
+        """Validate every position whose leader epoch below is known (KIP-320): a diverged
+        one fails the query, or (failOnDataLoss=false) is reported; returns the divergence
+        offset of each reported one."""
+        marks = {k: (position[k], e) for k, e in epochs.items() if position.get(k, 0) > 0}
+        diverged: Offsets = {}
+        for key, v in (self.view.validate(marks) if marks else {}).items():
+            if v.divergence_offset is not None:
+                self._diverged(key, position[key], v)
+                diverged[key] = v.divergence_offset
+        return diverged
+
+    def _diverged(self, key: Key, position: int, v: Validated) -> None:
+        name = self.view.names.get(key, f"{key[0]}/{key[1]}")
+        error = v.truncation(name, position)
+        goes_on = (
+            f"the query stops (failOnDataLoss) at offset {position}"
+            if self.options.fail_on_data_loss
+            else f"the query goes on from offset {error.divergence_offset}"
+        )
+        message = (
+            f"{error} (the query's position {position} follows a record of leaderEpoch "
+            f"{error.epoch}; an unclean leader election, or the Partition was deleted and "
+            f"created again). Records the query read at {error.divergence_offset}.."
+            f"{position - 1} are not in the log, and {goes_on}. {DATA_LOSS_ADVICE}"
+        )
+        if self.options.fail_on_data_loss:
+            raise DataLossDetected(message)
+        log.warning(
+            "data_loss",
+            partition=name,
+            position=position,
+            divergenceOffset=error.divergence_offset,
+            leaderEpoch=error.leader_epoch,
+            reason="truncated",
+            detail=message,
+        )
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return offsets_to_json(self._latest) if self._latest else None
@@ -237,7 +297,7 @@ class EpochlogStreamReader(_Ranges, DataSourceStreamReader, SupportsTriggerAvail
         missing = set(last) - set(self.view.names)
         if missing:
             self.view.discover()
-        return self._partitions(first, last, dict(self.view.names))
+        return self._partitions(first, last, dict(self.view.names), epochs_from_json(start))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return self._read(partition)

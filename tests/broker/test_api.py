@@ -524,6 +524,45 @@ async def test_nothing_is_lost_or_added_by_bad_input(cluster: Cluster) -> None:
     assert answer["baseOffset"] == before[-1]["offset"] + 1
 
 
+OUT_OF_RANGE = [
+    ("producerId", 2**70),
+    ("producerId", 2**63),
+    ("producerId", -1),
+    ("producerEpoch", 2**15),
+    ("baseSequence", 2**31),
+]
+
+
+async def test_a_producer_id_beyond_int64_is_an_invalid_request_not_a_retriable_failure(
+    cluster: Cluster,
+) -> None:
+    """A producerId of 2**70 was answered 500 INTERNAL_ERROR, retriable, so a client
+    retried it until its delivery timeout; 2**63-1 was taken. Kafka's producerId is an
+    int64: beyond it the request is invalid, said so at once, and nothing of it is
+    written."""
+    b, path = await records_path(cluster)
+    before = await cluster.read_all(NAME, b)
+    ends_before = (await cluster.partitions(b))[NAME]
+    for field, value in OUT_OF_RANGE:
+        body = {
+            "records": [{"value": "out of range"}],
+            "producerId": 1,
+            "producerEpoch": 0,
+            "baseSequence": 0,
+            field: value,
+        }
+        status, raw, ctype = await cluster.request("POST", b, path, json=body)
+        assert ctype == "application/json", (field, value, status, raw)
+        err = json.loads(raw)["error"]
+        assert (status, err["code"]) == (400, "INVALID_REQUEST"), (field, value, err)
+        assert err["retriable"] is False, err
+        assert field in err["message"], err
+    assert await cluster.read_all(NAME, b) == before
+    ends_after = (await cluster.partitions(b))[NAME]
+    for end in ("logStartOffset", "logEndOffset", "highWatermark"):
+        assert ends_after[end] == ends_before[end], (end, ends_before, ends_after)
+
+
 # -- replication endpoints ---------------------------------------------------------------
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest_asyncio
 
+from epochlog.security.pki import issue_user, new_ca
+from epochlog.security.tls import TlsFiles, client_context
 from tests.broker.cluster import Cluster
 from tests.broker.controller import spec
 
@@ -150,6 +152,48 @@ async def test_connections_beyond_the_cap_are_closed_at_once(tmp_path: Path) -> 
         # With them gone, the broker serves as before.
         await c.produce(NAME, ["after"], leader=leader)
         assert [r["value"] for r in await c.read_all(NAME, leader)] == ["after"]
+
+
+async def test_failed_tls_handshakes_give_their_connection_back(tmp_path: Path) -> None:
+    """A connection whose TLS handshake failed (a certificate of another CA, a TCP probe
+    that closes before the handshake) stayed counted against --max-connections for good:
+    after as many of them as the cap, the broker refused every new connection, its own
+    clients' and peers' too. They now count only while they are open."""
+    cap = ("--max-connections", str(SMALL_CAP))
+    specs = [spec("events", 0, (1,), min_insync_replicas=1)]
+    async with Cluster(tmp_path, specs, broker_ids=(1,), extra_args=cap).serving(NAME) as c:
+        port = broker_port(c, 1)
+        pki = c.security.pki
+        assert pki is not None
+        other = issue_user(new_ca("another-cluster"), "admin").write(tmp_path / "other", "admin")
+        stranger = client_context(TlsFiles(str(pki.cluster_ca), *map(str, other)))
+        for _ in range(SMALL_CAP):
+            assert await _refused(port, stranger)
+            _, probe = await asyncio.open_connection("127.0.0.1", port)
+            probe.close()
+            await probe.wait_closed()
+        fresh = await _connect(port, tls(c))
+        try:
+            assert (await _health(fresh)).startswith(b"HTTP/1.1 200")
+        finally:
+            if fresh is not None:
+                fresh[1].close()
+        assert "connection_refused" not in c.brokers[1].log_text()
+        await c.produce(NAME, ["after"], leader=1)
+        assert [r["value"] for r in await c.read_all(NAME, 1)] == ["after"]
+
+
+async def _refused(port: int, context: ssl.SSLContext) -> bool:
+    """Whether a connection with `context` got no answer to GET /healthz (its handshake
+    failed; the alert it gets is tests/broker/test_security.py's)."""
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        line = await reader.readline()  # TLS 1.3: a refusal comes with the first read
+    except (ConnectionError, ssl.SSLError):
+        return True
+    writer.close()
+    return line == b""
 
 
 Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]

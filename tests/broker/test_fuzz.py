@@ -6,7 +6,15 @@ size, bodies that are random bytes, random JSON, produce bodies with fields of
 the wrong type, binary batches that are cut or corrupted. Every answer must be
 either a success or an error body with a protocol code, never a 500; and the
 records acknowledged before the fuzzing must read back unchanged after it.
-Under `make soak` (HYPOTHESIS_PROFILE=soak) it runs fifty times as long.
+
+A second property draws requests from the document alone (`openapi_requests`):
+every documented route, with the parameters and JSON bodies its schemas
+describe, integers often out of their range or of the wrong type. Every answer
+is one the document describes for that route and status, never a 500, and a 5xx
+only as a retriable error; a request the document does not allow is refused with
+a 4xx and changes nothing.
+
+Under `make soak` (HYPOTHESIS_PROFILE=soak) both run fifty times as long.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 from epochlog.protocol.batch import Record, encode_batch
@@ -26,11 +34,20 @@ from epochlog.protocol.framing import BATCH_CONTENT_TYPE
 from epochlog.protocol.openapi import broker_openapi
 from tests.broker.cluster import Cluster
 from tests.broker.controller import spec
+from tests.broker.openapi_requests import (
+    Operation,
+    answer_problems,
+    is_error_answer,
+    operations,
+    requests_for,
+)
 from tests.conftest import examples
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 NAME = "fuzz-0"
+DOCUMENTED = "documented-0"
+"""The partition of the property drawn from the document, which may delete its records."""
 KNOWN = [f"known-{i}" for i in range(20)]
 CODES = {str(c) for c in ErrorCode}
 
@@ -39,10 +56,10 @@ CODES = {str(c) for c in ErrorCode}
 async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Cluster]:
     async with Cluster(
         tmp_path_factory.mktemp("fuzz"),
-        [spec("fuzz", 0)],
+        [spec("fuzz", 0), spec("documented", 0)],
         extra_args=["--max-request-bytes", str(256 * 1024)],
         session_timeout_ms=10_000,
-    ).serving(NAME) as c:
+    ).serving(NAME, DOCUMENTED) as c:
         yield c
 
 
@@ -151,3 +168,49 @@ async def test_random_requests_get_clear_answers_and_lose_nothing(
     # What was acknowledged before is there, unchanged, whatever came since.
     records = await cluster.read_all(NAME, leader)
     assert [r["value"] for r in records[: len(KNOWN)]] == KNOWN
+
+
+OPERATIONS = operations()
+HINTS: dict[str, list[Any]] = {
+    "name": [DOCUMENTED] * 6 + ["unknown-0", "", "..", "a" * 300, "\u00fcn\u00ef"],
+    "partition": [DOCUMENTED],
+    "replicaId": [99],
+    "leaderEpoch": [1],
+}
+"""Values drawn often for these wire names: the partition, the broker the replication
+requests are sent as, and the partition's first leader epoch, so that requests get past
+the checks of who asks, which partition and which epoch to what they say."""
+ENDS = ("logStartOffset", "logEndOffset", "highWatermark")
+
+
+@pytest.mark.parametrize("op", OPERATIONS, ids=[op.operation_id for op in OPERATIONS])
+@given(data=st.data())
+@settings(max_examples=examples(40), suppress_health_check=list(HealthCheck))
+async def test_every_documented_route_answers_as_documented_and_refuses_what_it_does_not_allow(
+    cluster: Cluster, op: Operation, data: st.DataObject
+) -> None:
+    drawn = data.draw(requests_for(op, HINTS))
+    # The admin user, or broker 99, which no partition is assigned to.
+    as_broker = data.draw(st.sampled_from([None, 99]))
+    leader = await cluster.wait_leader(DOCUMENTED)
+    before = (await cluster.partitions(leader))[DOCUMENTED]
+    status, body, ctype = await cluster.request(
+        op.method,
+        leader,
+        drawn.path,
+        params=drawn.query,
+        data=drawn.body,
+        headers=None if drawn.body is None else {"Content-Type": "application/json"},
+        as_broker=as_broker,
+    )
+    note(f"HTTP {status} {body[:1000]!r}")
+    note(f"not allowed by the document: {drawn.problems}")
+    event(f"HTTP {status}, {'not allowed' if drawn.problems else 'allowed'}")
+    assert status != 500, body[:500]
+    assert not answer_problems(op, status, ctype, body), body[:500]
+    if status >= 500 and is_error_answer(op, status):
+        assert json.loads(body)["error"]["retriable"] is True, body[:500]
+    if drawn.problems:
+        assert 400 <= status < 500, body[:500]
+        after = (await cluster.partitions(leader))[DOCUMENTED]
+        assert [after[e] for e in ENDS] == [before[e] for e in ENDS], (before, after)

@@ -4,7 +4,8 @@
   be: forged fetches without credentials, with a user's certificate or another
   broker's cannot move the high watermark, so an acks=all write whose followers
   never fetched it is not acknowledged. A fetch with the follower's certificate
-  and a brokerEpoch older than its session is refused too.
+  and a brokerEpoch older than its session is refused too. Who asks is checked before
+  the body of a replication request is read.
 - Clients are authenticated (client certificate or bearer token) and authorized
   per topic by the access policy.
 - A rotated certificate is served to new connections without a restart.
@@ -26,11 +27,12 @@ import pytest
 import pytest_asyncio
 from cryptography import x509
 
-from epochlog.client import Client, Consumer, Producer, TlsHandshakeError
+from epochlog.client import CertificateRefusedError, Client, Consumer, Producer, TlsHandshakeError
 from epochlog.protocol.errors import AuthenticationFailedError, TopicAuthorizationFailedError
+from epochlog.protocol.replica import EPOCH_PATH
 from epochlog.security.access import token_digest
 from epochlog.security.options import Credentials
-from epochlog.security.pki import DevPki, issue_broker
+from epochlog.security.pki import DevPki, issue_broker, issue_user, new_ca
 from epochlog.security.tls import TlsFiles, client_context
 from tests.broker.cluster import Cluster
 from tests.broker.controller import spec
@@ -173,6 +175,104 @@ async def _all_at(c: Cluster, hw: int) -> bool:
     return True
 
 
+MALFORMED = b'{"replicaId": "me", "partitions": [{"partition": 7'
+"""Cut short, and of the wrong types: a body that would be answered with what is wrong."""
+
+
+async def _post_bytes(
+    http: aiohttp.ClientSession, url: str, body: bytes, params: dict[str, str] | None = None
+) -> tuple[int, dict[str, Any]]:
+    headers = {"Content-Type": "application/json"}
+    async with http.post(url, data=body, params=params, headers=headers) as rsp:
+        answer = await rsp.json()
+        error: dict[str, Any] = answer["error"]
+        return rsp.status, error
+
+
+async def _answer_without_sending_the_body(
+    c: Cluster, broker: int, context: ssl.SSLContext, path: str
+) -> tuple[int, dict[str, Any]]:
+    """POST `path` announcing a body that never comes: an answer at all means the broker did
+    not wait for the body (reading it would end in a 408 after its body timeout)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", c.brokers[broker].port, ssl=context)
+    try:
+        writer.write(
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            "Content-Length: 100000\r\n\r\n".encode()
+        )
+        await writer.drain()
+        status = int((await reader.readline()).split()[1])
+        length = 0
+        while (line := await reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode().partition(":")
+            if name.lower() == "content-length":
+                length = int(value)
+        answer = json.loads(await reader.readexactly(length))
+    finally:
+        writer.close()
+    return status, answer["error"]
+
+
+async def test_replication_endpoints_check_who_asks_before_reading_the_body(
+    cluster: Cluster,
+) -> None:
+    """The fetch session and the epoch query read up to 16 MiB (100k partitions) of body
+    for any authenticated client and told it what was wrong with it; only then did they
+    look at who asked. Now a client that is not a broker is refused before the body is
+    read, with nothing about the body, and so is a broker that asks with a brokerEpoch
+    older than the one the leader knows it by. The followers replicate as before."""
+    await cluster.produce(NAME, ["one"])
+    await cluster.wait_until(lambda: _all_at(cluster, 1), 20, "every replica at 1")
+    leader = await cluster.wait_leader(NAME)
+    follower = next(b for b in cluster.brokers if b != leader)
+    current = (await cluster.call("GET", follower, "/v1/partitions"))["brokerEpoch"]
+    base = cluster.brokers[leader].url
+    limits = {SESSION_PATH: 16 << 20, EPOCH_PATH.format(name=NAME): 1 << 20}
+    pki = cluster.security.pki
+    assert pki is not None
+    pki.ensure([], users=("mallory",))
+    mallory = cluster.security.client_ssl("mallory")
+    assert isinstance(mallory, ssl.SSLContext)
+
+    user = _session(mallory)
+    stale = {"brokerEpoch": str(current - 1)}
+    refusals = {
+        "a user": (user, None, 403, "CLUSTER_AUTHORIZATION_FAILED", "may not"),
+        "a stale broker": (
+            cluster.broker_session(follower),
+            stale,
+            409,
+            "NOT_LEADER_OR_FOLLOWER",
+            "older than",
+        ),
+    }
+    try:
+        for who, (http, params, status, code, says) in refusals.items():
+            for path, limit in limits.items():
+                for what, body in (("malformed", MALFORMED), ("oversized", b"x" * (limit + 1))):
+                    got = await _post_bytes(http, base + path, body, params)
+                    assert (got[0], got[1]["code"]) == (status, code), (who, what, path, got)
+                    assert says in got[1]["message"], (who, what, path, got)
+                    for detail in ("JSON", "replicaId", "limit", "bytes"):
+                        assert detail not in got[1]["message"], (who, what, path, got)
+    finally:
+        await user.close()
+    for path in limits:
+        status, error = await _answer_without_sending_the_body(cluster, leader, mallory, path)
+        assert (status, error["code"]) == (403, "CLUSTER_AUTHORIZATION_FAILED"), (path, error)
+    # A broker asking with its current brokerEpoch is told what is wrong with its body.
+    status, error = await _post_bytes(
+        cluster.broker_session(follower),
+        base + SESSION_PATH,
+        MALFORMED,
+        {"brokerEpoch": str(current)},
+    )
+    assert (status, error["code"]) == (400, "INVALID_REQUEST"), error
+    # The real followers replicate with their certificates and brokerEpochs as before.
+    await cluster.produce(NAME, ["two"])
+    await cluster.wait_until(lambda: _all_at(cluster, 2), 30, "every replica at 2")
+
+
 async def test_a_client_without_credentials_or_trust_is_told_so_at_once(cluster: Cluster) -> None:
     """Not retried until a timeout as if the brokers were down: credentials do not get
     better by asking again."""
@@ -290,6 +390,28 @@ async def test_clients_without_credentials_or_for_another_topic_are_refused(
     assert (orders, audit) == (["carol's"], ["alice's"])
 
 
+async def test_a_readers_epoch_query_is_authorized_as_a_read_of_the_topic(
+    guarded: Cluster,
+) -> None:
+    """KIP-320's epoch query tells what the log holds: only who may read the topic asks."""
+    c = guarded
+    leader = await c.wait_leader("audit-0")
+    epochs = c.brokers[leader].url + "/v1/partitions/audit-0/epochs/1"
+    async with _session(_no_certificate(c)) as anonymous:
+        async with anonymous.get(epochs) as rsp:
+            assert rsp.status == 401
+        bob = {"Authorization": f"Bearer {BOB_TOKEN}"}  # may read audit
+        async with anonymous.get(epochs, headers=bob) as rsp:
+            assert rsp.status == 200, await rsp.text()
+            assert (await rsp.json())["leaderEpoch"] >= 1
+        alice = {"Authorization": f"Bearer {ALICE_TOKEN}"}  # may only write audit*
+        async with anonymous.get(epochs, headers=alice) as rsp:
+            body = await rsp.json()
+            assert rsp.status == 403
+            assert body["error"]["code"] == "TOPIC_AUTHORIZATION_FAILED"
+            assert "User:alice may not read topic 'audit'" in body["error"]["message"]
+
+
 async def test_a_changed_access_policy_is_read_again_and_a_broken_one_is_not_taken(
     guarded: Cluster,
 ) -> None:
@@ -321,6 +443,64 @@ async def test_a_changed_access_policy_is_read_again_and_a_broken_one_is_not_tak
 
 def _every_broker_logged(c: Cluster, event: str) -> bool:
     return all(f"event={event}" in p.log_text() for p in c.brokers.values())
+
+
+async def test_a_certificate_of_another_ca_is_refused_with_the_unknown_ca_alert(
+    guarded: Cluster,
+) -> None:
+    """The broker closed the connection of a client certificate it does not trust without a
+    word: the client could not tell it from a network fault, and ours retried it as one
+    until its timeout. The handshake now ends in the unknown_ca alert, under TLS 1.2 and
+    1.3, and our client says the broker refused its certificate. Clients with a
+    certificate of the clients CA, or a token and none, are served as before."""
+    c = guarded
+    pki = c.security.pki
+    assert pki is not None
+    # The name of a user the policy lets in, from a CA the brokers do not know.
+    cert, key = issue_user(new_ca("another-cluster"), "carol").write(c.root / "other", "carol")
+    stranger = TlsFiles(str(pki.cluster_ca), str(cert), str(key))
+    leader = await c.wait_leader("orders-0")
+    broker = c.brokers[leader]
+    for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
+        context = client_context(stranger)
+        context.minimum_version = context.maximum_version = version
+        with pytest.raises(ssl.SSLError, match="tlsv1 alert unknown ca") as refused:
+            await _health_status(broker.port, context)
+        assert refused.value.reason == "TLSV1_ALERT_UNKNOWN_CA", (version, refused.value)
+    async with _session(client_context(stranger)) as http:
+        with pytest.raises(aiohttp.ClientError, match="alert unknown ca"):
+            async with http.get(broker.url + "/v1/partitions") as rsp:
+                await rsp.read()
+    urls = [p.url for p in c.brokers.values()]
+    async with Client(urls, credentials=Credentials(stranger)) as client:
+        with pytest.raises(
+            CertificateRefusedError, match="the broker refused the client certificate: unknown CA"
+        ) as err:
+            await client.list_offsets("orders-0", "latest")
+    assert err.value.alert == "unknown_ca"
+    assert not err.value.retriable
+    # Certificates of the clients CA and tokens without a certificate get in as before.
+    async with Client(urls, credentials=c.security.credentials("carol")) as carol:
+        assert (await carol.list_offsets("orders-0", "latest")).offset >= 0
+    bob = {"Authorization": f"Bearer {BOB_TOKEN}"}
+    async with (
+        _session(_no_certificate(c)) as anonymous,
+        anonymous.get(broker.url + "/v1/partitions/audit-0/offsets", headers=bob) as rsp,
+    ):
+        assert rsp.status == 200, await rsp.text()
+
+
+async def _health_status(port: int, context: ssl.SSLContext) -> bytes:
+    """The status line of GET /healthz over a new connection with `context`. Under TLS 1.3
+    the client's handshake is over before the server has checked its certificate: a
+    refusal arrives with the first read."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+    try:
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        return await reader.readline()
+    finally:
+        writer.close()
 
 
 # -- rotation ------------------------------------------------------------------------------

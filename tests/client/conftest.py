@@ -25,6 +25,7 @@ TOPICS = (
     "hint",
     "shrunk",
     "trim",
+    "epochs",
 )
 MAX_RECORD = 64 * 1024
 SESSION_MS = 10_000

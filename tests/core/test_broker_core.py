@@ -165,6 +165,26 @@ def test_client_errors_are_typed(tmp_path: Path) -> None:
         leader.read(NAME, 5)
 
 
+def test_a_readers_epoch_query_is_fenced_as_a_read_is(tmp_path: Path) -> None:
+    """KIP-320: the epoch query answers only at the leader of the epoch the reader knows,
+    FENCED_LEADER_EPOCH below it and UNKNOWN_LEADER_EPOCH above; the answer is where the
+    epoch asked for ends, with the leader epoch answering."""
+    leader, follower = core(tmp_path, 1), core(tmp_path, 2)
+    for c in (leader, follower):
+        c.on_heartbeat_response(assign(1, 3, (1, 2)), 0)
+    leader.produce(NAME, records("a", "b"), acks=Acks.LEADER, timeout_ms=10, now_ms=1, request_id=1)
+    with pytest.raises(FencedLeaderEpochError):
+        leader.epoch_end(NAME, 3, leader_epoch=2)
+    with pytest.raises(UnknownLeaderEpochError):
+        leader.epoch_end(NAME, 3, leader_epoch=4)
+    with pytest.raises(NotLeaderOrFollowerError):
+        follower.epoch_end(NAME, 3, leader_epoch=3)
+    end, answering = leader.epoch_end(NAME, 3, leader_epoch=3)
+    assert (end.epoch, end.end_offset, answering) == (3, 2, 3)
+    below, _ = leader.epoch_end(NAME, 1)
+    assert (below.epoch, below.end_offset) == (-1, 0), "below the first epoch: where it begins"
+
+
 def test_new_leader_hides_offsets_until_its_hw_reaches_its_log_end(tmp_path: Path) -> None:
     broker = core(tmp_path, 1)
     broker.on_heartbeat_response(assign(1, 1, (1, 2)), 0)

@@ -157,3 +157,74 @@ def test_delete_records_times_out_while_the_follower_does_not_fetch() -> None:
     assert done.request_id == 7
     assert isinstance(done.error, RequestTimedOutError)
     assert leader.partitions[NAME].log.log_start_offset == 8, "the deletion stands"
+
+
+def assign_all(
+    names: list[str], *, retention_ms: int, retention_bytes: int = -1
+) -> HeartbeatResponse:
+    return HeartbeatResponse(
+        assignments=tuple(
+            PartitionAssignment(
+                name=name,
+                leader=1,
+                leader_epoch=1,
+                partition_epoch=1,
+                isr=(1,),
+                replicas=(1,),
+                min_insync_replicas=1,
+                segment_bytes=1024,
+                retention_ms=retention_ms,
+                retention_bytes=retention_bytes,
+            )
+            for name in names
+        )
+    )
+
+
+def write(c: BrokerCore, name: str, batches: int, now_ms: int) -> None:
+    for i in range(batches):
+        value = f"v{i}".ljust(200, ".").encode()
+        c.produce(
+            name, [Record(value)], acks=Acks.LEADER, timeout_ms=1000, now_ms=now_ms, request_id=i
+        )
+    c.flush()
+
+
+def visits(c: BrokerCore, now_ms: int) -> tuple[int, list[str]]:
+    """Partitions one retention pass looked at, and the ones it deleted from."""
+    before = c.retention_visits
+    moved = c.enforce_retention(now_ms)
+    return c.retention_visits - before, moved
+
+
+def test_an_idle_brokers_retention_pass_looks_only_at_partitions_that_may_delete() -> None:
+    """A pass decided every hosted partition, so an idle broker's pass cost grew with its
+    partition count. It now looks at those that may have something to delete: opened,
+    written to with closed segments, with new settings, or whose oldest closed segment's
+    time has come. What it deletes is what the full pass deleted."""
+    c = core(CrashFileSystem())
+    idle = [f"idle-{i}" for i in range(400)]
+    busy = ["busy-0", "busy-1", "busy-2"]
+    c.on_heartbeat_response(assign_all(idle + busy, retention_ms=60_000), T0)
+    for name in idle:
+        write(c, name, 1, T0)  # one segment: nothing retention could ever take
+    for name in busy:
+        write(c, name, 12, T0)  # closed segments, all expiring at T0 + 60 s
+    assert all(len(c.partitions[n].log.segments) > 2 for n in busy)
+    assert visits(c, T0)[1] == [], "nothing expired yet"  # the newly hosted, once
+    assert visits(c, T0 + 1) == (0, []), "idle: nothing to look at"
+    assert visits(c, T0 + 30_000) == (0, [])
+    write(c, "idle-7", 1, T0 + 30_000)  # still one segment
+    write(c, "busy-1", 1, T0 + 30_000)
+    assert visits(c, T0 + 30_001) == (1, []), "only the partition written to"
+    assert visits(c, T0 + 60_000) == (0, [])
+    assert visits(c, T0 + 60_001) == (3, busy), "the three whose oldest segment expired"
+    assert visits(c, T0 + 60_002)[1] == [], "what a pass deleted is looked at again, once"
+    assert visits(c, T0 + 60_003) == (0, [])
+    write(c, "idle-3", 12, T0 + 60_003)
+    assert visits(c, T0 + 60_004) == (1, []), "closed segments now, not expired"
+    assert visits(c, T0 + 60_005) == (0, [])
+    # New settings make a partition a candidate at once.
+    c.on_heartbeat_response(assign_all(["idle-3"], retention_ms=-1, retention_bytes=0), T0)
+    assert visits(c, T0 + 60_006) == (1, ["idle-3"])
+    assert len(c.partitions["idle-3"].log.segments) == 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import uuid
+import zlib
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,50 @@ def test_a_damaged_assignment_checkpoint_is_reported_as_absent(tmp_path: Path) -
     (report,) = again.heartbeat(0).partitions
     assert report.assignment is None
     assert report.log_end_offset == 0  # the log itself is untouched
+
+
+def test_the_held_assignment_keeps_the_eligible_leader_replicas_across_a_restart(
+    tmp_path: Path,
+) -> None:
+    c = core(tmp_path / "data")
+    pa = (
+        assignment(2, 5, 6, (2,))
+        .assignments[0]
+        .model_copy(
+            update={
+                "eligible_leader_replicas": (1,),
+                "eligible_leader_replica_storage_ids": {1: "11111111-1111-4111-8111-111111111111"},
+            }
+        )
+    )
+    c.on_heartbeat_response(HeartbeatResponse(assignments=(pa,)), 0)
+    (report,) = c.heartbeat(0).partitions
+    assert report.assignment is not None
+    assert report.assignment.eligible_leader_replicas == (1,)
+    c.close()
+    again = core(tmp_path / "data", broker_epoch=2)
+    (report,) = again.heartbeat(0).partitions
+    assert report.assignment is not None
+    assert report.assignment.eligible_leader_replicas == (1,)
+    assert report.assignment.eligible_leader_replica_storage_ids == {
+        1: "11111111-1111-4111-8111-111111111111"
+    }
+
+
+def test_an_assignment_checkpoint_written_before_eligible_leader_replicas_still_reads(
+    tmp_path: Path,
+) -> None:
+    c = core(tmp_path / "data")
+    c.on_heartbeat_response(assignment(2, 5, 6, (2,)), 0)
+    c.close()
+    path = tmp_path / "data" / NAME / ASSIGNMENT_CHECKPOINT
+    older = (
+        b"epochlog-assignment-checkpoint v1\n6\nleader 2\nleader-epoch 5\npartition-epoch 6\n"
+        b"isr 2\nreplicas 1,2\nisr-storage-ids 1=11111111-1111-4111-8111-111111111111\n"
+    )
+    path.write_bytes(older + f"crc32 {zlib.crc32(older):08x}\n".encode())
+    again = core(tmp_path / "data", broker_epoch=2)
+    (report,) = again.heartbeat(0).partitions
+    assert report.assignment is not None
+    assert (report.assignment.leader, report.assignment.partition_epoch) == (2, 6)
+    assert report.assignment.eligible_leader_replicas == ()

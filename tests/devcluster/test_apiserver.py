@@ -374,6 +374,7 @@ async def test_table_with_printer_columns(http: Http) -> None:
         "Log-Start",
         "Adding",
         "Removing",
+        "ELR",
     ]
     (row,) = found["rows"]
     cells = row["cells"]

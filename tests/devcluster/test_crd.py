@@ -97,7 +97,9 @@ def test_crd_names_defaults_and_columns() -> None:
     assert props["replicas"]["x-kubernetes-list-type"] == "set"
     printed = version["additionalPrinterColumns"]
     columns = [c["name"].upper() for c in printed if not c.get("priority")]
-    assert "LOG-START" in [c["name"].upper() for c in printed if c.get("priority") == 1]
+    wide = [c["name"].upper() for c in printed if c.get("priority") == 1]
+    assert "LOG-START" in wide
+    assert "ELR" in wide
     assert columns == [
         "TOPIC",
         "PARTITION",
@@ -207,6 +209,34 @@ STATUSES: list[tuple[str, dict[str, Any], bool]] = [
         False,
     ),
     ("negative offset", {"logEndOffsets": {"1": -5}}, False),
+    (
+        "eligible leader replicas",
+        {
+            "leader": 1,
+            "isr": [1],
+            "replicas": [1, 2, 3],
+            "eligibleLeaderReplicas": [2],
+            "eligibleLeaderReplicaStorageIds": {"2": "22222222-2222-4222-8222-222222222222"},
+            "lastKnownEligibleLeaderReplicas": [3],
+        },
+        True,
+    ),
+    (
+        "elr member in the isr",
+        {"isr": [1, 2], "replicas": [1, 2], "eligibleLeaderReplicas": [2]},
+        False,
+    ),
+    (
+        "elr outside replicas",
+        {"isr": [1], "replicas": [1, 2], "eligibleLeaderReplicas": [4]},
+        False,
+    ),
+    ("duplicate elr", {"isr": [1], "replicas": [1, 2], "eligibleLeaderReplicas": [2, 2]}, False),
+    (
+        "last known elr in the isr",
+        {"isr": [1, 2], "replicas": [1, 2], "lastKnownEligibleLeaderReplicas": [2]},
+        False,
+    ),
 ]
 
 

@@ -168,3 +168,27 @@ async def test_namespaces_and_events(kubectl: Kubectl, http: Http, tmp_path: Pat
     _, out, _ = await kubectl.run("get", "events")
     assert "LeaderElected" in out
     assert "orders-0" in out
+
+
+async def test_eligible_leader_replicas_show_in_get_wide_and_describe(
+    kubectl: Kubectl, http: Http
+) -> None:
+    await kubectl.run("apply", "-f", str(EXAMPLES / "partition.yaml"))
+    status = {
+        "status": {
+            "leader": 1,
+            "leaderEpoch": 4,
+            "partitionEpoch": 6,
+            "isr": [1],
+            "replicas": [1, 2, 3],
+            "eligibleLeaderReplicas": [2],
+            "eligibleLeaderReplicaStorageIds": {"2": "22222222-2222-4222-8222-222222222222"},
+        }
+    }
+    await http.ok("PATCH", f"{PARTITIONS}/orders-0/status", status, content_type=MERGE)
+    _, out, _ = await kubectl.run("get", "part", "orders-0", "-o", "wide")
+    header, row = out.splitlines()
+    assert header.split()[-1] == "ELR"
+    assert row.split()[-1] == "[2]"
+    _, out, _ = await kubectl.run("describe", "partition", "orders-0")
+    assert re.search(r"Eligible Leader Replicas:\s+2", out)

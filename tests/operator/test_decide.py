@@ -255,7 +255,9 @@ def shrink_isr_to_leader(c: Controller, until: int) -> None:
 
 
 def test_unclean_election_picks_the_longest_live_log_and_reports_the_range_lost() -> None:
-    c = started(make_spec(unclean_leader_election=True))
+    # minInsyncReplicas 1: the leader committed alone once the followers left, so neither is
+    # an eligible leader replica (with 2 both would be: test_eligible_leader_replicas).
+    c = started(make_spec(unclean_leader_election=True, min_insync_replicas=1))
     shrink_isr_to_leader(c, 10_500)
     c.beat(1, 11_000, partitions=[leader_report(c.current, log_end_offset=120, high_watermark=100)])
     c.decide(11_000)
@@ -276,7 +278,7 @@ def test_unclean_election_picks_the_longest_live_log_and_reports_the_range_lost(
 
 
 def test_without_unclean_election_a_partition_whose_isr_is_gone_stays_offline() -> None:
-    c = started()
+    c = started(make_spec(min_insync_replicas=1))  # no eligible leader replica, as above
     shrink_isr_to_leader(c, 10_500)
     for now in range(11_000, 14_001, 500):
         c.beat(2, now, partitions=[follower_report(1, log_end_offset=80)])

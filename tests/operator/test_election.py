@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from epochlog.protocol.heartbeat import PartitionReport, PartitionRole
+from epochlog.resources import PartitionStatus
 from epochlog_operator.election import (
     OfflineReason,
     OffsetRange,
@@ -13,8 +14,11 @@ from epochlog_operator.election import (
     next_epoch,
     preference_order,
 )
+from epochlog_operator.events import EventReason
 from epochlog_operator.isr import IsrRemoval, RemovalReason
 from epochlog_operator.liveness import Liveness, LivenessView
+
+from .harness import Controller, leader_report, reasons
 
 
 def view_of(live: Mapping[int, int], now: int = 10_000, started: int = 0) -> LivenessView:
@@ -76,6 +80,37 @@ def test_members_in_good_standing_go_before_restarted_and_lagging_ones() -> None
     assert elect(view, assessment=assessment).leader == 3
     assert elect(view, isr=(1, 2), assessment=assessment).leader == 2  # restarted, then lagging
     assert elect(view, isr=(1,), assessment=assessment).leader == 1
+
+
+def heard_at(times: Mapping[int, int], now: int = 10_000) -> LivenessView:
+    """Each broker's last heartbeat (brokerEpoch 1) arrived at the time given."""
+    liveness = Liveness.start(0, 3_000)
+    for b, t in sorted(times.items(), key=lambda bt: bt[1]):
+        liveness, _ = liveness.heartbeat(b, 1, t)
+    return liveness.view(now)
+
+
+def test_members_heard_within_two_heartbeat_intervals_go_before_a_silent_one() -> None:
+    # Broker 1 died 1.5 s ago: live until its session expires, but no longer heartbeating.
+    view = heard_at({1: 8_500, 2: 9_800, 3: 9_600})
+    assert view.is_live(1)
+    assert elect(view).leader == 2
+    restarted = {2: IsrRemoval(2, RemovalReason.RESTARTED, "restarted")}
+    assert elect(view, assessment=restarted).leader == 3, "standing counts within the group"
+
+
+def test_the_preferred_leader_rule_applies_within_the_recently_heard_group() -> None:
+    view = heard_at({1: 8_500, 2: 9_800, 3: 9_600})
+    assert elect(view, preferred=3).leader == 3
+    assert elect(view, preferred=1).leader == 2
+    # One heartbeat late is not silent: two intervals (1 s at the default 500 ms) are allowed.
+    assert elect(heard_at({1: 9_000, 2: 9_800, 3: 9_600})).leader == 1
+
+
+def test_a_silent_member_is_still_elected_when_nobody_else_can_lead() -> None:
+    view = heard_at({1: 8_000, 2: 8_500, 3: 9_900})
+    assert elect(view, isr=(1, 2)).leader == 1
+    assert elect(view, isr=(1, 2), preferred=2).leader == 2
 
 
 def test_no_live_isr_member_means_offline_and_nobody_elected() -> None:
@@ -239,3 +274,29 @@ def test_a_new_partition_with_no_live_replica_waits() -> None:
     result, _ = first(view_of({}, now=10_000), {})
     assert result.offline is not None
     assert result.offline.reason is OfflineReason.NO_LIVE_REPLICA
+
+
+def test_a_leader_restarting_just_after_the_preferred_replica_died_passes_it_over() -> None:
+    """Broker 1, the preferred replica, dies; moments later broker 3, the leader, restarts.
+    The election comes before 1's session expires: 1 would lead nobody for seconds."""
+    status = PartitionStatus(
+        leader=3,
+        leader_epoch=4,
+        partition_epoch=6,
+        isr=(1, 2, 3),
+        isr_broker_epochs={1: 1, 2: 1, 3: 1},
+        replicas=(1, 2, 3),
+    )
+    c = Controller(status=status)
+    for now in (0, 500):
+        c.beat(1, now)
+        c.beat(2, now)
+        c.beat(3, now, partitions=[leader_report(status, caught_up={1: now, 2: now})])
+        c.decide(now)
+    c.beat(2, 1_000)
+    c.beat(2, 1_500)
+    c.beat(2, 2_000)
+    c.beat(3, 2_000, epoch=2)  # the leader's new process
+    d = c.decide(2_000)
+    assert c.current.leader == 2
+    assert EventReason.LEADER_ELECTED in reasons(d)

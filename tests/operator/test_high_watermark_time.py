@@ -95,7 +95,8 @@ def test_a_report_of_another_leader_epoch_says_nothing_about_freshness() -> None
 
 
 def test_an_unclean_election_shows_the_new_leaders_log_end_as_of_its_report() -> None:
-    c = started(make_spec(unclean_leader_election=True))
+    # minInsyncReplicas 1: the followers that left are no eligible leader replicas.
+    c = started(make_spec(unclean_leader_election=True, min_insync_replicas=1))
     shrink_isr_to_leader(c, 10_500)
     c.beat(1, 11_000, partitions=[leader_report(c.current, log_end_offset=120, high_watermark=100)])
     c.decide(11_000)

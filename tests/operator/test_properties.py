@@ -159,7 +159,10 @@ def check(
         was_unclean = EventReason.UNCLEAN_LEADER_ELECTION in reasons
         assert was_unclean <= unclean
         if before.isr and not was_unclean:
-            assert new.leader in before.isr, "elected a broker outside the ISR"
+            # Or from the eligible leader replicas: out of the ISR since it fell below
+            # minInsyncReplicas, with the high watermark frozen since (KIP-966).
+            electable = (*before.isr, *before.eligible_leader_replicas)
+            assert new.leader in electable, "elected a broker outside the ISR and the ELR"
         # Above every epoch a reachable replica knows: those are the epochs that
         # brokers have acted on (a fenced broker's may be out of sight for good).
         known = [

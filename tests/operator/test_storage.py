@@ -126,7 +126,9 @@ def test_a_status_without_storage_ids_adopts_the_ones_brokers_report() -> None:
 
 
 def test_when_every_isr_member_lost_its_disk_the_most_up_to_date_other_replica_leads() -> None:
-    # minInsyncReplicas 2: everything committed reached a replica besides broker 3.
+    # No eligible leader replica vouches for the others (a status recorded without one): the
+    # controller cannot tell that they hold every committed record, so the most up-to-date of
+    # them leads through unclean recovery, which says what may be lost.
     status = PartitionStatus(
         leader=None,
         leader_epoch=4,
@@ -145,15 +147,113 @@ def test_when_every_isr_member_lost_its_disk_the_most_up_to_date_other_replica_l
     assert s.isr == (1,)
     assert s.leader_epoch == 5
     assert EventReason.REPLICA_OFFLINE in reasons(d)
+    assert EventReason.UNCLEAN_RECOVERY in reasons(d)
 
 
-def test_with_min_insync_replicas_one_a_lost_sole_isr_member_leaves_the_partition_offline() -> None:
+def test_when_every_isr_member_lost_its_disk_a_live_eligible_leader_replica_leads() -> None:
+    # minInsyncReplicas 2: broker 2 left the ISR when it fell to broker 3 alone, and the high
+    # watermark has not moved since. 2 holds everything committed; 1, whose log is newer,
+    # need not (what it has of epoch 4 was never committed).
     status = PartitionStatus(
-        leader=None, leader_epoch=4, partition_epoch=6, isr=(3,), replicas=(1, 2, 3)
+        leader=None,
+        leader_epoch=4,
+        partition_epoch=6,
+        isr=(3,),
+        isr_storage_ids={3: DISK3},
+        replicas=(1, 2, 3),
+        eligible_leader_replicas=(2,),
+        eligible_leader_replica_storage_ids={2: DISK[2]},
+    )
+    c = Controller(status=status)
+    c.beat(1, 0, storage_id=DISK[1], partitions=[follower_report(4, log_end_offset=10)])
+    c.beat(2, 0, storage_id=DISK[2], partitions=[follower_report(2, log_end_offset=12)])
+    c.beat(3, 0, epoch=2, storage_id=WIPED3)
+    d = c.decide(0)
+    s = c.current
+    assert s.leader == 2
+    assert s.isr == (2,)
+    assert s.eligible_leader_replicas == ()  # 3's replica is gone with its disk
+    assert EventReason.LEADER_ELECTED in reasons(d)
+    assert EventReason.UNCLEAN_RECOVERY not in reasons(d)
+
+
+def test_with_min_insync_replicas_one_a_lost_sole_isr_member_is_replaced_by_unclean_recovery() -> (
+    None
+):
+    status = PartitionStatus(
+        leader=None,
+        leader_epoch=4,
+        partition_epoch=6,
+        isr=(3,),
+        replicas=(1, 2, 3),
+        high_watermark=15,
     ).model_copy(update={"isr_storage_ids": {3: DISK3}})
     c = Controller(make_spec(min_insync_replicas=1), status=status)
     c.beat(1, 0, storage_id=DISK[1], partitions=[follower_report(4, log_end_offset=10)])
     c.beat(2, 0, storage_id=DISK[2], partitions=[follower_report(2, log_end_offset=12)])
     c.beat(3, 0, epoch=2, storage_id=WIPED3)
-    c.decide(0)
-    assert c.current.leader is None
+    d = c.decide(0)
+    s = c.current
+    assert s.leader == 1
+    assert (s.leader_epoch, s.partition_epoch) == (5, 7)
+    assert s.isr == (1,)
+    assert s.high_watermark == 10
+    (recovery,) = [e for e in d.events if e.reason is EventReason.UNCLEAN_RECOVERY]
+    assert recovery.type == "Warning"
+    assert "offsets [10, 15) may be lost" in recovery.message
+    assert "uncleanLeaderElection is off" in recovery.message
+
+
+def test_unclean_recovery_waits_for_every_replica_to_report() -> None:
+    status = PartitionStatus(
+        leader=None,
+        leader_epoch=4,
+        partition_epoch=6,
+        isr=(3,),
+        isr_storage_ids={3: DISK3},
+        replicas=(1, 2, 3),
+    )
+    c = Controller(make_spec(min_insync_replicas=1), status=status)
+    for now in range(0, 6_001, 500):
+        c.beat(1, now, storage_id=DISK[1], partitions=[follower_report(4, log_end_offset=10)])
+        c.beat(3, now, epoch=2, storage_id=WIPED3)
+        c.decide(now)
+        assert c.current.leader is None, "broker 2 may hold more than broker 1"
+    offline = c.current.condition(ConditionType.OFFLINE)
+    assert offline is not None
+    assert "waiting for [2]" in offline.message
+    c.beat(2, 6_500, storage_id=DISK[2], partitions=[follower_report(4, log_end_offset=11)])
+    c.beat(1, 6_500, storage_id=DISK[1], partitions=[follower_report(4, log_end_offset=10)])
+    c.beat(3, 6_500, epoch=2, storage_id=WIPED3)
+    d = c.decide(6_500)
+    assert c.current.leader == 2
+    assert EventReason.UNCLEAN_RECOVERY in reasons(d)
+
+
+def test_no_unclean_recovery_while_an_eligible_leader_replica_may_come_back() -> None:
+    status = PartitionStatus(
+        leader=None,
+        leader_epoch=4,
+        partition_epoch=6,
+        isr=(3,),
+        isr_storage_ids={3: DISK3},
+        replicas=(1, 2, 3),
+        eligible_leader_replicas=(2,),
+        eligible_leader_replica_storage_ids={2: DISK[2]},
+    )
+    c = Controller(status=status)
+    for now in range(0, 6_001, 500):
+        c.beat(1, now, storage_id=DISK[1], partitions=[follower_report(4, log_end_offset=10)])
+        c.beat(3, now, epoch=2, storage_id=WIPED3)
+        c.decide(now)
+        assert c.current.leader is None, "broker 2 (fenced) holds everything committed"
+    # Broker 2 comes back on a new disk too: nothing that holds the committed records is
+    # left, and the most up-to-date replica leads through unclean recovery.
+    c.beat(2, 6_500, epoch=2, storage_id="88888888-8888-4888-8888-888888888888")
+    c.beat(1, 6_500, storage_id=DISK[1], partitions=[follower_report(4, log_end_offset=10)])
+    c.beat(3, 6_500, epoch=2, storage_id=WIPED3)
+    d = c.decide(6_500)
+    assert c.current.leader == 1
+    assert c.current.last_known_eligible_leader_replicas == ()
+    (recovery,) = [e for e in d.events if e.reason is EventReason.UNCLEAN_RECOVERY]
+    assert "[2]" in recovery.message  # the eligible leader replica that lost its disk

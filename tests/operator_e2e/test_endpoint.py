@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import re
+import ssl
 import time
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 from cryptography import x509
 
 from epochlog.resources import PartitionStatus
-from epochlog.security.pki import issue_operator
+from epochlog.security.pki import issue_broker, issue_operator, new_ca
 from epochlog.security.tls import TlsFiles, client_context
 from tests import waiting
 from tests.devcluster.conftest import kubectl_binary
@@ -342,3 +343,51 @@ async def test_the_operator_serves_a_rotated_certificate_without_a_restart(env: 
     assert op.process.starts == 1
     async with env.cluster([1, 2, 3]):
         await _three_in_sync(env)
+
+
+async def test_the_heartbeat_port_refuses_certificates_with_the_alert_that_says_why(
+    env: Env,
+) -> None:
+    """The heartbeat port takes only certificates of the cluster CA. It closed the
+    connection of a broker without one, or with one of another CA, without a word, as a
+    network fault would; the handshake now ends in the alert that says why:
+    certificate_required (TLS 1.3; TLS 1.2 has no such alert and says handshake_failure)
+    and unknown_ca. A broker's certificate gets in as before."""
+    op = await env.operator("--standalone")
+    pki = env.security.pki
+    assert pki is not None
+    other = issue_broker(new_ca("another-cluster"), 1).write(env.tmp / "other", "broker-1")
+    none = TlsFiles(str(pki.cluster_ca))
+    foreign = TlsFiles(str(pki.cluster_ca), *map(str, other))
+    refusals = [
+        (none, ssl.TLSVersion.TLSv1_3, "TLSV13_ALERT_CERTIFICATE_REQUIRED"),
+        (none, ssl.TLSVersion.TLSv1_2, "SSLV3_ALERT_HANDSHAKE_FAILURE"),
+        (foreign, ssl.TLSVersion.TLSv1_3, "TLSV1_ALERT_UNKNOWN_CA"),
+        (foreign, ssl.TLSVersion.TLSv1_2, "TLSV1_ALERT_UNKNOWN_CA"),
+    ]
+    for files, version, reason in refusals:
+        context = client_context(files)
+        context.minimum_version = context.maximum_version = version
+        with pytest.raises(ssl.SSLError) as refused:
+            await _health_over(op.port, context)
+        assert refused.value.reason == reason, (version, files.cert, refused.value)
+    no_certificate = client_context(none)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=no_certificate)) as s:
+        with pytest.raises(aiohttp.ClientError, match="alert certificate required"):
+            async with s.post(op.heartbeat_url, json=GOOD) as rsp:
+                await rsp.read()
+    status, body = await post(env, op, json.dumps(GOOD))
+    assert status == 200, body
+
+
+async def _health_over(port: int, context: ssl.SSLContext) -> bytes:
+    """The status line of GET /healthz on a new connection: under TLS 1.3 the client's
+    handshake is over before the server checked its certificate, so a refusal comes with
+    the first read."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+    try:
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        return await reader.readline()
+    finally:
+        writer.close()

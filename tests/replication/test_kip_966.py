@@ -10,8 +10,14 @@ from epochlog.protocol.errors import (
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
 )
-from epochlog_broker.replication.leader import ProduceCompleted, ProduceFailed, ProposeIsr
+from epochlog_broker.replication.leader import (
+    DeleteRecordsCompleted,
+    ProduceCompleted,
+    ProduceFailed,
+    ProposeIsr,
+)
 from epochlog_broker.replication.messages import Acks
+from tests.replication import test_low_watermark as low
 from tests.replication.test_leader import append, fetch, make_leader
 
 
@@ -111,3 +117,19 @@ def test_kip_966_retried_batch_below_the_hw_completes_once_isr_is_back() -> None
         request_id=2, last_offset=1, log_end_offset=2, acks=Acks.ALL, now_ms=0, timeout_ms=500
     )
     assert retried == [ProduceCompleted(2, 1)]
+
+
+def test_kip_966_the_low_watermark_waits_for_eligible_leader_replicas() -> None:
+    """Replica 2 left the ISR when it fell below minInsyncReplicas: an eligible leader
+    replica, which the controller may elect cleanly. A DeleteRecords is answered only once
+    its log starts at the new start too, or a leader elected from the ELR would serve
+    records a client was told were deleted; once the ELR is cleared, it counts no more."""
+    lead = make_leader(isr=(1, 2), min_isr=2, log_end=20, hw=20)
+    lead.on_isr_update({1}, partition_epoch=11, eligible_leader_replicas={2})
+    low.report(lead, 2, 0, offset=4)  # behind the HW: not proposed for the ISR
+    assert lead.pending_proposal is None
+    assert low.delete(lead, 3) == []
+    assert low.report(lead, 2, 3, offset=4).actions == (DeleteRecordsCompleted(7, 3),)
+    assert low.delete(lead, 4, rid=8) == []
+    done = lead.on_isr_update({1}, partition_epoch=12, eligible_leader_replicas=())
+    assert done == [DeleteRecordsCompleted(8, 4)]

@@ -12,6 +12,7 @@ from epochlog.sim.legacy import (
     HISTORY_START_DIVERGENCE,
     LATE_MAXIMAL_ISR,
     LEGACY,
+    NO_ELR,
     NO_OFFSET_GATE,
     RANK_BY_KNOWN_EPOCH,
     REFUSE_ONCE,
@@ -21,6 +22,7 @@ from epochlog.sim.scenario import Sim
 from tests.sim import scenarios
 from tests.sim.helpers import checks
 from tests.sim.test_deposed_leader import deposed_leader_tail
+from tests.sim.test_eligible_leader_replicas import last_isr_member_lost
 from tests.sim.test_lost_refusal import lost_refusal
 from tests.sim.test_state_recovery import P, recreated_after_failover
 
@@ -36,6 +38,7 @@ EXERCISED = {
     RANK_BY_KNOWN_EPOCH,
     HISTORY_START_DIVERGENCE,
     REFUSE_ONCE,
+    NO_ELR,
 }
 
 
@@ -188,3 +191,21 @@ def test_refuse_once_keeps_a_proposal_pending_after_one_lost_answer() -> None:
     good = lost_refusal()
     good.sim.advance(15_000)
     passes(good.sim)
+
+
+def test_no_elr_leaves_the_partition_offline_when_the_last_isr_member_dies() -> None:
+    """KIP-966 without ELR: B left the ISR while it was below minInsyncReplicas and holds
+    everything committed, but only the ISR [A] may lead; A is gone for good, and the
+    partition stays Offline although B is live: no-leader."""
+    good = last_isr_member_lost()
+    assert good.elr_when_a_died == (B,)
+    assert good.led_within is not None
+    good.sim.advance(16_000)
+    passes(good.sim)
+
+    out = last_isr_member_lost([NO_ELR])
+    assert out.elr_when_a_died == ()
+    assert out.led_within is None
+    assert out.offline_reason == "NoLiveInSyncReplica"
+    out.sim.advance(16_000)
+    flagged(out.sim, "no-leader")

@@ -14,6 +14,7 @@ from epochlog.client import Client, Producer, RecordMetadata
 from epochlog.devcluster.local import LocalCluster
 from epochlog.devcluster.partitions import partition_manifest
 from epochlog.resources import PartitionStatus
+from epochlog_spark.offsets import LEADER_EPOCHS
 from tests.spark.conftest import Background
 
 LONG_S = 300.0
@@ -128,6 +129,16 @@ def rows(spark: SparkSession, path: Path, *columns: str) -> list[tuple[Any, ...]
 
 def checkpoint_offsets(checkpoint: Path) -> list[dict[str, dict[str, int]]]:
     """The source's end offsets of every micro-batch, in batch order, from the checkpoint's
-    offset log (a version line, the batch metadata, then one line per source)."""
+    offset log (a version line, the batch metadata, then one line per source), without the
+    leader epochs kept beside them (`checkpoint_epochs`)."""
+    return [{t: p for t, p in doc.items() if t != LEADER_EPOCHS} for doc in _offset_log(checkpoint)]
+
+
+def checkpoint_epochs(checkpoint: Path) -> list[dict[str, dict[str, int]]]:
+    """The leader epochs of the records below the end offsets of every micro-batch."""
+    return [doc.get(LEADER_EPOCHS, {}) for doc in _offset_log(checkpoint)]
+
+
+def _offset_log(checkpoint: Path) -> list[dict[str, Any]]:
     logs = sorted((checkpoint / "offsets").glob("[0-9]*"), key=lambda p: int(p.name))
     return [json.loads(p.read_text().splitlines()[2]) for p in logs]

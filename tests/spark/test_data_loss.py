@@ -5,13 +5,16 @@ A Partition with uncleanLeaderElection: replicas 1, 2, 3 (the first leads). The
 query reads the first records; one follower is SIGKILLed and leaves the ISR;
 more records are acknowledged by the two others and read by the query too. Then
 those two are SIGKILLed and the stale follower comes back: the operator elects
-it uncleanly, and the log ends below where the query stands.
+it uncleanly, its log ending below where the query stands, and it takes new
+records until its log reaches past the query's position again: the latest
+offset says nothing is wrong. The leader epoch the checkpoint keeps of the
+record below the position does (KIP-320).
 
 - failOnDataLoss=true (the default): the query's next run fails, and the error
-  names the partition and both offsets.
+  names the partition, the offsets and the leader epoch.
 - failOnDataLoss=false: from a copy of the same checkpoint, the query logs the
-  loss and goes on; it never goes back, so it reads only records written past
-  its position once the log grows beyond it again.
+  loss and goes on from the divergence offset: it reads what the log holds
+  there now.
 
 Records deleted below where the query stands (DeleteRecords, as retention does) are
 the other loss: the next run fails naming the deleted offsets, or with
@@ -32,6 +35,7 @@ from epochlog.devcluster.local import LocalCluster
 from tests.spark.conftest import Background
 from tests.spark.helpers import (
     LONG_S,
+    checkpoint_epochs,
     checkpoint_offsets,
     create_partition,
     produce,
@@ -82,6 +86,8 @@ def test_fail_on_data_loss_both_ways_on_a_log_truncated_under_the_query(
     _run(spark, cluster, out)
     assert checkpoint_offsets(out / "checkpoint")[-1] == {TOPIC: {"0": 50}}
 
+    epoch = checkpoint_epochs(out / "checkpoint")[-1][TOPIC]["0"]
+
     # The two brokers holding offsets 20..49 go; the stale one comes back and is elected.
     for broker in REPLICAS:
         if broker != STALE:
@@ -91,25 +97,26 @@ def test_fail_on_data_loss_both_ways_on_a_log_truncated_under_the_query(
     status = background.run(cluster.wait_leader(NAME, not_in=others, timeout=LONG_S))
     assert status.leader == STALE, status
     background.run(cluster.wait_serving(NAME, status, timeout=LONG_S))
+    # Its log grows back past the query's position, with other records at 20..49.
+    produce(background, cluster, [(NAME, f"third-{n}") for n in range(40)])
 
     lenient = workdir / "lenient"
     shutil.copytree(out, lenient)
     with pytest.raises(CapturedException) as failed:
         _run(spark, cluster, out)
     message = str(failed.value)
-    assert "loss-0: the latest offset went back from 50 to 20" in message, message
+    assert "loss-0: the log was truncated under the reader" in message, message
+    assert "records it read at offsets 20..49" in message, message
+    assert f"leaderEpoch {epoch}" in message, message
     assert "failOnDataLoss" in message
 
-    _run(spark, cluster, lenient, failOnDataLoss="false")
-    assert checkpoint_offsets(lenient / "checkpoint")[-1] == {TOPIC: {"0": 50}}
-    produce(background, cluster, [(NAME, f"third-{n}") for n in range(40)])
     _run(spark, cluster, lenient, failOnDataLoss="false")
     got = sorted(
         (o, bytes(v).decode()) for o, v in rows(spark, lenient / "data", "offset", "value")
     )
-    # Offsets 20..49 now hold third-0..29, which the query never reads: it stood at 50.
+    # From the divergence offset on, what the log holds now: third-0..39 at 20..59.
     assert [(o, v) for o, v in got if v.startswith("third")] == [
-        (20 + n, f"third-{n}") for n in range(30, 40)
+        (20 + n, f"third-{n}") for n in range(40)
     ]
     assert checkpoint_offsets(lenient / "checkpoint")[-1] == {TOPIC: {"0": 60}}
 

@@ -330,16 +330,24 @@ class LeaderSessions:
     """Followers whose session got data news since `take_woken`."""
     _next_id: int = 0
 
+    def check_broker_epoch(self, replica_id: int, broker_epoch: int) -> None:
+        """Refuse broker `replica_id` asking with a brokerEpoch older than the one its
+        session here was opened with: the asker is a process (or a core) of that broker
+        that has since been replaced. The shell checks it before it reads a replication
+        request's body, when the request names its brokerEpoch apart from the body."""
+        s = self.sessions.get(replica_id)
+        if s is not None and broker_epoch < s.broker_epoch:
+            raise NotLeaderOrFollowerError(
+                f"broker {replica_id} asked with broker epoch {broker_epoch}, older than "
+                f"{s.broker_epoch}, which its fetch session here was opened with"
+            )
+
     def receive(self, request: SessionFetchRequest, now_ms: int) -> LeaderSession:
         """Check `request` against the session it names (or open one) and apply its
         changes. Raises the session-level errors."""
         s = self.sessions.get(request.replica_id)
         if request.full:
-            if s is not None and request.broker_epoch < s.broker_epoch:
-                raise NotLeaderOrFollowerError(
-                    f"broker {request.replica_id} opened a fetch session with broker epoch "
-                    f"{request.broker_epoch}, older than {s.broker_epoch}"
-                )
+            self.check_broker_epoch(request.replica_id, request.broker_epoch)
             if s is not None:
                 self._close(s)
             self._next_id += 1

@@ -24,7 +24,8 @@ Protocol with the shell:
 - Follower fetch: `on_fetch(request, now_ms)` raises a typed error or returns a
   `FetchDecision`: either `DivergingEpoch` (send as is) or `ReadRange` (read
   the batches in the range from the log and send them with its HW).
-  `offsets_for_leader_epoch(...)` answers a follower's divergence query.
+  `offsets_for_leader_epoch(...)` answers a follower's divergence query,
+  `epoch_end_for_reader(epoch)` the same question from a client (KIP-320).
 - Controller: send every `ProposeIsr` action; feed recorded ISR changes to
   `on_isr_update`, and `on_isr_proposal_rejected` when the controller refused
   the proposal. `heartbeat()` is the per-partition part of the heartbeat.
@@ -214,6 +215,7 @@ class Leader:
         now_ms: int,
         reported_high_watermark: int = 0,
         log_start_offset: int = 0,
+        eligible_leader_replicas: Iterable[int] = (),
     ) -> None:
         self.partition = partition
         self.broker_id = broker_id
@@ -238,6 +240,9 @@ class Leader:
         self._epochs = EpochHistory(epochs.entries)
         self._epochs.assign(leader_epoch, log_end_offset)
         self._isr = frozenset(isr) | {broker_id}
+        self._eligible = frozenset(eligible_leader_replicas) - self._isr
+        """The eligible leader replicas the controller recorded (KIP-966): electable as
+        cleanly as the ISR, so the low watermark waits for them too."""
         self._proposed: ProposeIsr | None = None
         self._proposals_made = 0
         self._followers = {r: _Follower() for r in self.replicas if r != broker_id}
@@ -493,15 +498,15 @@ class Leader:
         and of the members of the maximal ISR, as their fetches in this leader epoch
         reported them; None while a member has not fetched yet (its log start is unknown).
 
-        ISR members, because they are who the controller may elect cleanly: once each of
-        them starts its log at an offset, no leader that can follow this one serves a
-        record below it. A replica outside the ISR becomes leader only through an unclean
-        election, and takes the leader's log start when it fetches. The maximal ISR
-        (recorded plus proposed, KIP-497) because a proposed replica may be recorded at
-        any moment, as for the high watermark.
+        ISR members and eligible leader replicas, because they are who the controller may
+        elect cleanly: once each of them starts its log at an offset, no leader that can
+        follow this one serves a record below it. A replica outside both becomes leader
+        only through an unclean election, and takes the leader's log start when it
+        fetches. The maximal ISR (recorded plus proposed, KIP-497) because a proposed
+        replica may be recorded at any moment, as for the high watermark.
         """
         starts = [own_log_start]
-        for r in self.maximal_isr - {self.broker_id}:
+        for r in (self.maximal_isr | self._eligible) - {self.broker_id}:
             f = self._followers.get(r)
             if f is None or f.log_start_offset is None:
                 return None
@@ -674,6 +679,13 @@ class Leader:
         self._check_leader_epoch(request.leader_epoch)
         return EpochEndOffset(*self._epoch_end(request.epoch))
 
+    def epoch_end_for_reader(self, epoch: int) -> EpochEndOffset:
+        """Where `epoch` ends in this log, for a client validating its position (KIP-320:
+        the consumer's OffsetsForLeaderEpoch). The same answer a follower gets: a reader
+        whose records of `epoch` reach past it read records this log does not hold."""
+        self._check_leader_epoch(self.leader_epoch)
+        return EpochEndOffset(*self._epoch_end(epoch))
+
     def _epoch_end(self, epoch: int) -> tuple[int, int]:
         """Where `epoch` ends in this log (KIP-279), for a follower's divergence check.
 
@@ -692,11 +704,16 @@ class Leader:
     # -- controller ----------------------------------------------------------------------
 
     def on_isr_update(
-        self, isr: Iterable[int], partition_epoch: int, replicas: Iterable[int] | None = None
+        self,
+        isr: Iterable[int],
+        partition_epoch: int,
+        replicas: Iterable[int] | None = None,
+        eligible_leader_replicas: Iterable[int] | None = None,
     ) -> list[LeaderAction]:
-        """The controller recorded `isr` (and `replicas`, None: unchanged) at
-        `partition_epoch`; stale updates are ignored. A reassignment adds followers, which
-        start out of the ISR, and drops removed ones with what the leader knew of them."""
+        """The controller recorded `isr` (and `replicas` and `eligible_leader_replicas`,
+        None: unchanged) at `partition_epoch`; stale updates are ignored. A reassignment
+        adds followers, which start out of the ISR, and drops removed ones with what the
+        leader knew of them."""
         if partition_epoch <= self.partition_epoch:
             return []
         self.partition_epoch = partition_epoch
@@ -708,6 +725,9 @@ class Leader:
                 if r != self.broker_id
             }
         self._isr = frozenset(isr) | {self.broker_id}
+        if eligible_leader_replicas is not None:
+            self._eligible = frozenset(eligible_leader_replicas)
+        self._eligible -= self._isr
         # Any proposal in flight was made against an older partition epoch and is
         # void: the recorded ISR now says who is in.
         self._proposed = None

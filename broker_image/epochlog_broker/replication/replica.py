@@ -37,6 +37,10 @@ class Assignment:
     replicas: tuple[int, ...]
     isr_storage_ids: tuple[tuple[int, str], ...] = ()
     """Kept only to be reported back: the controller restores a lost status from it."""
+    eligible_leader_replicas: tuple[int, ...] = ()
+    """KIP-966's ELR: a leader's low watermark waits for them too (they are electable);
+    with their storage ids below, reported back as above."""
+    eligible_leader_replica_storage_ids: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +144,11 @@ class Replica:
             if isinstance(self.role, Leader):
                 return Transition(
                     TransitionKind.ISR_UPDATED,
-                    tuple(self.role.on_isr_update(a.isr, a.partition_epoch, a.replicas)),
+                    tuple(
+                        self.role.on_isr_update(
+                            a.isr, a.partition_epoch, a.replicas, a.eligible_leader_replicas
+                        )
+                    ),
                 )
             return Transition(TransitionKind.ISR_UPDATED)
         high_watermark = max(self.high_watermark, log.high_watermark)
@@ -175,6 +183,7 @@ class Replica:
                 now_ms=now_ms,
                 reported_high_watermark=self._served_high_watermark,
                 log_start_offset=log.log_start_offset,
+                eligible_leader_replicas=a.eligible_leader_replicas,
             )
             return Transition(TransitionKind.BECAME_LEADER, tuple(actions))
         follower = self.follower_class(
