@@ -534,14 +534,28 @@ def _elect(
         gone = [m for m in old.eligible_leader_replicas if m in disks_lost] + [
             m for m in old.last_known_eligible_leader_replicas if m not in lost
         ]
-        result = elect_in_recovery(
-            replicas=d.replicas,
-            preferred_leader=spec.preferred_leader,
-            liveness=view,
-            reports=obs.reports,
-            high_watermark=old.high_watermark,
-            lost=[*lost, *gone],
-        )
+        if old.leader is None:
+            result = elect_in_recovery(
+                replicas=d.replicas,
+                preferred_leader=spec.preferred_leader,
+                liveness=view,
+                reports=obs.reports,
+                high_watermark=old.high_watermark,
+                lost=[*lost, *gone],
+                partition_epoch=old.partition_epoch,
+            )
+        else:
+            # Leaderless first: a follower may have fetched from the lost leader after its
+            # last report, and only a report made once it follows nobody is final.
+            result = ElectionResult(
+                None,
+                offline=PartitionOffline(
+                    OfflineReason.AWAITING_REPLICAS,
+                    f"every ISR member and eligible leader replica {sorted([*lost, *gone])} "
+                    f"lost its disk; unclean recovery elects the most up-to-date replica "
+                    f"once every replica reports its log with no leader",
+                ),
+            )
         if result.leader is not None:
             # Its log as its process reports it now (none reported: it has none), not a
             # log end recorded before: a replica may have lost its disk since.
@@ -791,8 +805,14 @@ def _finish(
         # Never elected: show the highest epochs handed out for this name, never less.
         leader_epoch = max(leader_epoch, obs.max_leader_epoch)
         partition_epoch = max(partition_epoch, obs.max_partition_epoch)
-    elif d.elected or changed or old.partition_epoch < obs.max_partition_epoch:
-        # The last case: a restored status older than an epoch already handed out.
+    elif (
+        d.elected
+        or changed
+        or (d.leader is None and old.leader is not None)
+        or old.partition_epoch < obs.max_partition_epoch
+    ):
+        # Losing the leader is a change the brokers must apply (they stop following it);
+        # the last case: a restored status older than an epoch already handed out.
         partition_epoch = next_epoch(old.partition_epoch, obs.max_partition_epoch)
     if d.leader is None and leader_epoch < obs.max_leader_epoch:
         # Leaderless (a restored leader lost, nobody to elect yet): no leader holds the

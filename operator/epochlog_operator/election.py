@@ -296,15 +296,19 @@ def elect_in_recovery(
     reports: Mapping[int, PartitionReport],
     high_watermark: int,
     lost: Collection[int],
+    partition_epoch: int,
 ) -> ElectionResult:
     """Unclean recovery: no ISR member nor eligible leader replica can come back with its
-    data (`lost`: they came back on other data directories). Once every replica is live
-    and recently heard (so each has reported its log as a process running now has it:
-    a broker that just died, its disk perhaps with it, still counts as live for a
-    session timeout), the most up-to-date one leads by the Raft rule: the epoch of its
-    last batch, then its log end, then preference; a replica that reports no log of the
-    partition has none. What lies between its log end and `high_watermark` (the highest
-    recorded) may be lost.
+    data (`lost`: they came back on other data directories). The partition is leaderless
+    in `partition_epoch`. Once every replica is live, recently heard and reports the
+    partition in that partitionEpoch or a later one, the most up-to-date one leads by
+    the Raft rule: the epoch of its last batch, then its log end, then preference. A
+    report in the leaderless epoch is final: the replica follows nobody since it took
+    that assignment, so its log cannot grow past what it reports; an older report may
+    be short of what the replica fetched from the lost leader before its next heartbeat
+    (and a broker that died since then is still live for a session timeout). What lies
+    between the leader's log end and `high_watermark` (the highest recorded) may be
+    lost.
 
     Whatever the committed records were, each was on a disk of the ISR (or ELR) of its
     time; the ones those disks alone held are gone with them, and a replica that holds
@@ -312,7 +316,13 @@ def elect_in_recovery(
     newest last batch (then the longest log) holds the most of them.
     """
     order = preference_order(replicas, preferred_leader)
-    waiting = [r for r in order if not liveness.recently_heard(r)]
+    waiting = [
+        r
+        for r in order
+        if not liveness.recently_heard(r)
+        or r not in reports
+        or reports[r].partition_epoch < partition_epoch
+    ]
     if waiting:
         return ElectionResult(
             None,
@@ -320,7 +330,8 @@ def elect_in_recovery(
                 OfflineReason.AWAITING_REPLICAS,
                 f"every ISR member and eligible leader replica {sorted(lost)} lost its disk; "
                 f"unclean recovery elects the most up-to-date replica once every replica "
-                f"reports, waiting for {waiting}",
+                f"reports its log in leaderless partitionEpoch {partition_epoch}, waiting "
+                f"for {waiting}",
             ),
         )
     serving = [r for r in order if not (r in reports and reports[r].storage_error)]

@@ -204,13 +204,14 @@ def test_a_heartbeating_leader_keeps_its_epoch() -> None:
     assert all(d.events == () for d in c.decisions[1:])
 
 
-def test_no_live_isr_member_takes_the_partition_offline_and_keeps_epochs_and_isr() -> None:
+def test_no_live_isr_member_takes_the_partition_offline_and_keeps_leader_epoch_and_isr() -> None:
     c = started()
     c.beat(4, 3_500)
     d = c.decide(3_500)  # 1, 2 and 3 all silent since 0
     s = c.current
     assert s.leader is None
-    assert (s.leader_epoch, s.partition_epoch) == (1, 1)
+    # A new partitionEpoch: the brokers apply the leaderless assignment and stop following.
+    assert (s.leader_epoch, s.partition_epoch) == (1, 2)
     assert s.isr == (1, 2, 3)  # every one of them holds all that was committed
     assert reasons(d) == [EventReason.BROKER_FENCED, EventReason.PARTITION_OFFLINE]
     assert all(e.type is EventType.WARNING for e in d.events)
@@ -240,7 +241,7 @@ def test_an_offline_partition_elects_the_first_isr_member_that_returns() -> None
     d = c.decide(5_000)
     s = c.current
     assert s.leader == 3
-    assert (s.leader_epoch, s.partition_epoch) == (2, 2)
+    assert (s.leader_epoch, s.partition_epoch) == (2, 3)
     assert s.isr == (3,)
     assert s.isr_broker_epochs == {3: 2}
     assert s.epoch_history[-1] == EpochHistoryEntry(epoch=2, leader=3, start_offset=70, time=5_000)
@@ -500,7 +501,7 @@ def test_a_restarted_controller_fences_nobody_during_its_grace_period() -> None:
     assert c.current.isr == (1, 2, 3)
     d = c.decide(103_001)
     assert c.current.leader is None
-    assert (c.current.leader_epoch, c.current.partition_epoch) == (5, 9)
+    assert (c.current.leader_epoch, c.current.partition_epoch) == (5, 10)
 
 
 def test_a_restarted_controller_continues_from_the_status_epochs() -> None:

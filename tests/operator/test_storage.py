@@ -18,6 +18,8 @@ from .harness import Controller, follower_report, leader_report, make_spec, reas
 DISK = {1: "11111111-1111-4111-8111-111111111111", 2: "22222222-2222-4222-8222-222222222222"}
 DISK3 = "33333333-3333-4333-8333-333333333333"
 WIPED3 = "99999999-9999-4999-8999-999999999999"
+# A replica on a new disk, as it reports the leaderless assignment of the statuses below.
+EMPTY = follower_report(4, last_epoch=0, partition_epoch=6)
 
 
 def in_sync(c: Controller, now: int, storage3: str = DISK3, epoch3: int = 1) -> None:
@@ -138,9 +140,19 @@ def test_when_every_isr_member_lost_its_disk_the_most_up_to_date_other_replica_l
         replicas=(1, 2, 3),
     )
     c = Controller(status=status)
-    c.beat(1, 0, storage_id=DISK[1], partitions=[follower_report(4, log_end_offset=10)])
-    c.beat(2, 0, storage_id=DISK[2], partitions=[follower_report(2, log_end_offset=12)])
-    c.beat(3, 0, epoch=2, storage_id=WIPED3)
+    c.beat(
+        1,
+        0,
+        storage_id=DISK[1],
+        partitions=[follower_report(4, log_end_offset=10, partition_epoch=6)],
+    )
+    c.beat(
+        2,
+        0,
+        storage_id=DISK[2],
+        partitions=[follower_report(2, log_end_offset=12, partition_epoch=6)],
+    )
+    c.beat(3, 0, epoch=2, storage_id=WIPED3, partitions=[EMPTY])
     d = c.decide(0)
     s = c.current
     assert s.leader == 1  # newest last batch epoch, although 2's log is longer
@@ -165,9 +177,19 @@ def test_when_every_isr_member_lost_its_disk_a_live_eligible_leader_replica_lead
         eligible_leader_replica_storage_ids={2: DISK[2]},
     )
     c = Controller(status=status)
-    c.beat(1, 0, storage_id=DISK[1], partitions=[follower_report(4, log_end_offset=10)])
-    c.beat(2, 0, storage_id=DISK[2], partitions=[follower_report(2, log_end_offset=12)])
-    c.beat(3, 0, epoch=2, storage_id=WIPED3)
+    c.beat(
+        1,
+        0,
+        storage_id=DISK[1],
+        partitions=[follower_report(4, log_end_offset=10, partition_epoch=6)],
+    )
+    c.beat(
+        2,
+        0,
+        storage_id=DISK[2],
+        partitions=[follower_report(2, log_end_offset=12, partition_epoch=6)],
+    )
+    c.beat(3, 0, epoch=2, storage_id=WIPED3, partitions=[EMPTY])
     d = c.decide(0)
     s = c.current
     assert s.leader == 2
@@ -189,9 +211,19 @@ def test_with_min_insync_replicas_one_a_lost_sole_isr_member_is_replaced_by_uncl
         high_watermark=15,
     ).model_copy(update={"isr_storage_ids": {3: DISK3}})
     c = Controller(make_spec(min_insync_replicas=1), status=status)
-    c.beat(1, 0, storage_id=DISK[1], partitions=[follower_report(4, log_end_offset=10)])
-    c.beat(2, 0, storage_id=DISK[2], partitions=[follower_report(2, log_end_offset=12)])
-    c.beat(3, 0, epoch=2, storage_id=WIPED3)
+    c.beat(
+        1,
+        0,
+        storage_id=DISK[1],
+        partitions=[follower_report(4, log_end_offset=10, partition_epoch=6)],
+    )
+    c.beat(
+        2,
+        0,
+        storage_id=DISK[2],
+        partitions=[follower_report(2, log_end_offset=12, partition_epoch=6)],
+    )
+    c.beat(3, 0, epoch=2, storage_id=WIPED3, partitions=[EMPTY])
     d = c.decide(0)
     s = c.current
     assert s.leader == 1
@@ -215,16 +247,31 @@ def test_unclean_recovery_waits_for_every_replica_to_report() -> None:
     )
     c = Controller(make_spec(min_insync_replicas=1), status=status)
     for now in range(0, 6_001, 500):
-        c.beat(1, now, storage_id=DISK[1], partitions=[follower_report(4, log_end_offset=10)])
-        c.beat(3, now, epoch=2, storage_id=WIPED3)
+        c.beat(
+            1,
+            now,
+            storage_id=DISK[1],
+            partitions=[follower_report(4, log_end_offset=10, partition_epoch=6)],
+        )
+        c.beat(3, now, epoch=2, storage_id=WIPED3, partitions=[EMPTY])
         c.decide(now)
         assert c.current.leader is None, "broker 2 may hold more than broker 1"
     offline = c.current.condition(ConditionType.OFFLINE)
     assert offline is not None
     assert "waiting for [2]" in offline.message
-    c.beat(2, 6_500, storage_id=DISK[2], partitions=[follower_report(4, log_end_offset=11)])
-    c.beat(1, 6_500, storage_id=DISK[1], partitions=[follower_report(4, log_end_offset=10)])
-    c.beat(3, 6_500, epoch=2, storage_id=WIPED3)
+    c.beat(
+        2,
+        6_500,
+        storage_id=DISK[2],
+        partitions=[follower_report(4, log_end_offset=11, partition_epoch=6)],
+    )
+    c.beat(
+        1,
+        6_500,
+        storage_id=DISK[1],
+        partitions=[follower_report(4, log_end_offset=10, partition_epoch=6)],
+    )
+    c.beat(3, 6_500, epoch=2, storage_id=WIPED3, partitions=[EMPTY])
     d = c.decide(6_500)
     assert c.current.leader == 2
     assert EventReason.UNCLEAN_RECOVERY in reasons(d)
@@ -243,17 +290,87 @@ def test_no_unclean_recovery_while_an_eligible_leader_replica_may_come_back() ->
     )
     c = Controller(status=status)
     for now in range(0, 6_001, 500):
-        c.beat(1, now, storage_id=DISK[1], partitions=[follower_report(4, log_end_offset=10)])
-        c.beat(3, now, epoch=2, storage_id=WIPED3)
+        c.beat(
+            1,
+            now,
+            storage_id=DISK[1],
+            partitions=[follower_report(4, log_end_offset=10, partition_epoch=6)],
+        )
+        c.beat(3, now, epoch=2, storage_id=WIPED3, partitions=[EMPTY])
         c.decide(now)
         assert c.current.leader is None, "broker 2 (fenced) holds everything committed"
     # Broker 2 comes back on a new disk too: nothing that holds the committed records is
     # left, and the most up-to-date replica leads through unclean recovery.
-    c.beat(2, 6_500, epoch=2, storage_id="88888888-8888-4888-8888-888888888888")
-    c.beat(1, 6_500, storage_id=DISK[1], partitions=[follower_report(4, log_end_offset=10)])
-    c.beat(3, 6_500, epoch=2, storage_id=WIPED3)
+    c.beat(2, 6_500, epoch=2, storage_id="88888888-8888-4888-8888-888888888888", partitions=[EMPTY])
+    c.beat(
+        1,
+        6_500,
+        storage_id=DISK[1],
+        partitions=[follower_report(4, log_end_offset=10, partition_epoch=6)],
+    )
+    c.beat(3, 6_500, epoch=2, storage_id=WIPED3, partitions=[EMPTY])
     d = c.decide(6_500)
     assert c.current.leader == 1
     assert c.current.last_known_eligible_leader_replicas == ()
     (recovery,) = [e for e in d.events if e.reason is EventReason.UNCLEAN_RECOVERY]
     assert "[2]" in recovery.message  # the eligible leader replica that lost its disk
+
+
+def test_unclean_recovery_takes_leadership_away_before_it_elects() -> None:
+    # Broker 3 led alone and comes back on a new disk. Its followers' reports were made
+    # while it led: either may have fetched more since. The controller first records the
+    # partition leaderless (a new partitionEpoch the brokers apply: they stop following),
+    # and elects only on reports made in that epoch.
+    status = PartitionStatus(
+        leader=3,
+        leader_epoch=4,
+        partition_epoch=6,
+        isr=(3,),
+        isr_storage_ids={3: DISK3},
+        replicas=(1, 2, 3),
+        high_watermark=12,
+    )
+    c = Controller(make_spec(min_insync_replicas=1), status=status)
+
+    def beat(now: int, partition_epoch: int, log_end_2: int) -> None:
+        c.beat(
+            1,
+            now,
+            storage_id=DISK[1],
+            partitions=[follower_report(4, log_end_offset=11, partition_epoch=partition_epoch)],
+        )
+        c.beat(
+            2,
+            now,
+            storage_id=DISK[2],
+            partitions=[
+                follower_report(4, log_end_offset=log_end_2, partition_epoch=partition_epoch)
+            ],
+        )
+        c.beat(
+            3,
+            now,
+            epoch=2,
+            storage_id=WIPED3,
+            partitions=[follower_report(4, last_epoch=0, partition_epoch=partition_epoch)],
+        )
+
+    beat(0, 6, log_end_2=10)
+    d = c.decide(0)
+    leaderless = c.current
+    assert leaderless.leader is None
+    assert leaderless.partition_epoch > 6
+    assert EventReason.UNCLEAN_RECOVERY not in reasons(d)
+    # Reports of the epoch it led in are not final: nobody is elected on them.
+    beat(500, 6, log_end_2=10)
+    c.decide(500)
+    assert c.current.leader is None
+    offline = c.current.condition(ConditionType.OFFLINE)
+    assert offline is not None
+    assert f"partitionEpoch {leaderless.partition_epoch}" in offline.message
+    # Broker 2 had fetched to 12 before it took the leaderless assignment.
+    beat(1000, leaderless.partition_epoch, log_end_2=12)
+    d = c.decide(1000)
+    assert c.current.leader == 2
+    assert c.current.high_watermark == 12
+    assert EventReason.UNCLEAN_RECOVERY in reasons(d)

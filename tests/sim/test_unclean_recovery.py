@@ -82,3 +82,47 @@ def test_the_checker_excuses_only_what_no_disk_held_at_an_unclean_recovery() -> 
     # m1 still on a disk, but at another offset (a producer's retry in an older epoch): the
     # record acknowledged at offset 1 is gone.
     assert judged(frozenset({(0, "m0"), (2, "m1")})) == set()
+
+
+def test_unclean_recovery_waits_for_a_replica_that_fetched_after_its_last_report() -> None:
+    """B comes back with m0..m4, fetches m5..m9 and x0..x4 from A, and dies before its next
+    heartbeat: the controller last heard "5" from it, and B is still within its session
+    (even recently heard). A's disk is lost, A and C come back; C reports 10. Electing
+    C then would lose x0..x4, which B's disk holds. The recovery first takes leadership
+    away, then elects only once every replica reported the partition as leaderless, which
+    B does only when it is back with its disk: nothing acknowledged is lost."""
+    sim = Sim(
+        6105582,
+        brokers=3,
+        partitions=[spec("t", 0, replicas=(A, B, C), min_insync_replicas=1)],
+    )
+    sim.start()
+    assert leads(sim, P, A)
+    assert sim.produce(P, [f"m{i}" for i in range(5)]).acked
+    assert sim.wait_for(lambda: all(sim.high_watermark(P, b) == 5 for b in (A, B, C)), 5000)
+    sim.kill(B)
+    assert sim.wait_for(lambda: sim.isr(P) == (A, C), 10_000)
+    assert sim.produce(P, [f"m{i}" for i in range(5, 10)]).acked
+    assert sim.wait_for(lambda: sim.high_watermark(P, C) == 10, 5000)
+    sim.kill(C)
+    assert sim.wait_for(lambda: sim.isr(P) == (A,), 10_000)
+    assert sim.produce(P, ONLY_ON_A).acked
+    sim.restart(B)
+    assert sim.wait_for(lambda: len(sim.log(P, B)) == 15, 10_000)
+    sim.kill(B)
+    assert sim.isr(P) == (A,), "B must die before it rejoins the ISR"
+    assert status(sim, P).log_end_offsets.get(B, 0) < 15, "B's last report must be stale"
+    sim.kill(A)
+    sim.wipe(A)
+    sim.restart(A)
+    sim.restart(C)
+    # Within B's session: nobody may lead yet, C least of all.
+    sim.advance(sim.config.session_timeout_ms // 2)
+    assert sim.leader(P) != C
+    sim.restart(B)
+    assert sim.wait_for(lambda: sim.leader(P) == B and sim.leading(P), 20_000)
+    assert sim.produce(P, ["after"]).acked
+    sim.heal_all()
+    assert sim.wait_for(lambda: len(sim.isr(P)) == 3 and sim.replicated(), 20_000)
+    assert sim.log(P, C)[:16] == [*(f"m{i}" for i in range(10)), *ONLY_ON_A, "after"]
+    sim.assert_ok()
