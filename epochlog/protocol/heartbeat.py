@@ -72,7 +72,14 @@ from typing import Annotated, Final, Self
 
 from pydantic import Field, IPvAnyAddress, model_validator
 
-from epochlog.protocol.wire import BrokerId, BrokerKey, NonNegativeInt, PositiveInt, WireModel
+from epochlog.protocol.wire import (
+    BrokerKey,
+    Int64,
+    NonNegInt32,
+    NonNegInt64,
+    PositiveInt32,
+    WireModel,
+)
 from epochlog.resources import (
     DEFAULT_MIN_INSYNC_REPLICAS,
     DEFAULT_REPLICA_LAG_TIME_MAX_MS,
@@ -82,6 +89,9 @@ from epochlog.resources import (
 
 DEFAULT_HEARTBEAT_INTERVAL_MS: Final = 500
 MAX_RACK_LENGTH: Final = 253
+
+BrokerId = NonNegInt32
+"""A broker id in a heartbeat, as in every broker request: Kafka's int32."""
 """A rack is a zone name: a Kubernetes label value is at most 63 characters, a DNS name 253."""
 
 
@@ -94,9 +104,9 @@ class FollowerProgress(WireModel):
     """A leader's view of one follower, from the follower's fetches."""
 
     replica: BrokerId
-    log_end_offset: NonNegativeInt
+    log_end_offset: NonNegInt64
     """The offset the follower fetches from: all below it is on the follower's disk."""
-    last_caught_up_time: NonNegativeInt | None = None
+    last_caught_up_time: NonNegInt64 | None = None
     """Leader clock when a fetch last read up to the leader's log end; None: not since the
     broker became leader, or `caught_up`."""
     caught_up: bool = Field(default=False, exclude_if=lambda v: not v)
@@ -108,9 +118,9 @@ class IsrProposal(WireModel):
     """The leader asks to add `replica`, which caught up while it had `broker_epoch`."""
 
     replica: BrokerId
-    broker_epoch: NonNegativeInt
-    log_end_offset: NonNegativeInt
-    proposal_id: NonNegativeInt = 0
+    broker_epoch: NonNegInt64
+    log_end_offset: NonNegInt64
+    proposal_id: NonNegInt64 = 0
     """The leader's number for this proposal; a refusal names it."""
 
 
@@ -118,8 +128,8 @@ class HeldAssignment(WireModel):
     """The last assignment a broker holds for a partition, as the controller handed it out."""
 
     leader: BrokerId | None
-    leader_epoch: NonNegativeInt
-    partition_epoch: NonNegativeInt
+    leader_epoch: NonNegInt32
+    partition_epoch: NonNegInt32
     isr: tuple[BrokerId, ...]
     replicas: tuple[BrokerId, ...]
     isr_storage_ids: dict[BrokerKey, str] = Field(default_factory=dict)
@@ -135,23 +145,23 @@ class PartitionReport(WireModel):
 
     name: Annotated[str, Field(min_length=1)]
     role: PartitionRole
-    leader_epoch: NonNegativeInt
+    leader_epoch: NonNegInt32
     """The newest leaderEpoch this replica knows, from its log or an assignment (0: none)."""
-    partition_epoch: NonNegativeInt = 0
-    log_end_offset: NonNegativeInt
+    partition_epoch: NonNegInt32 = 0
+    log_end_offset: NonNegInt64
     """Log end offset on disk (fsynced); data above it is not counted anywhere."""
-    last_epoch: NonNegativeInt = 0
+    last_epoch: NonNegInt32 = 0
     """leaderEpoch of the last batch below logEndOffset (0: empty log). Ranks logs."""
-    high_watermark: NonNegativeInt
+    high_watermark: NonNegInt64
     assignment: HeldAssignment | None = None
     """The last assignment this broker holds for the partition (None: none since it started
     and none on disk)."""
     storage_error: str | None = None
     """Set while the replica is offline after a storage error (disk full, I/O error, a
     damaged segment): it neither leads nor counts as in sync."""
-    epoch_start_offset: NonNegativeInt | None = None
+    epoch_start_offset: NonNegInt64 | None = None
     """Leaders: the log end offset recorded when this broker became leader of leader_epoch."""
-    log_start_offset: NonNegativeInt = Field(default=0, exclude_if=lambda v: v == 0)
+    log_start_offset: NonNegInt64 = Field(default=0, exclude_if=lambda v: v == 0)
     """The first offset this replica holds (retention and DeleteRecords move it up)."""
     followers: tuple[FollowerProgress, ...] = ()
     isr_proposals: tuple[IsrProposal, ...] = ()
@@ -191,7 +201,7 @@ class PartitionReport(WireModel):
 
 class BrokerHeartbeat(WireModel):
     broker_id: BrokerId
-    broker_epoch: NonNegativeInt
+    broker_epoch: NonNegInt64
     address: Annotated[str, Field(min_length=1)]
     ip: IPvAnyAddress | None = Field(default=None, exclude_if=lambda v: v is None)
     """The IP address peers reach this broker at (its pod's, from the downward API), when
@@ -201,14 +211,14 @@ class BrokerHeartbeat(WireModel):
     reach a new leader for that long falls out of the ISR. Older operators ignore it."""
     storage_id: str | None = None
     """The data directory's storage id (a UUID); None from brokers that do not report one."""
-    time_ms: NonNegativeInt
+    time_ms: NonNegInt64
     full: Annotated[bool, Field(strict=True)] = True
     """`partitions` lists every hosted partition; otherwise only those that changed."""
-    session_id: NonNegativeInt = 0
+    session_id: NonNegInt64 = 0
     """The report session an incremental heartbeat continues (0 with a full one)."""
-    seq: NonNegativeInt = 0
+    seq: NonNegInt64 = 0
     """This heartbeat's number within the broker process: rises by one per heartbeat."""
-    answered: NonNegativeInt = 0
+    answered: NonNegInt64 = 0
     """`seq` of the last heartbeat whose answer the broker applied (0: none)."""
     partitions: tuple[PartitionReport, ...] = ()
     removed: tuple[Annotated[str, Field(min_length=1)], ...] = ()
@@ -260,12 +270,12 @@ class PartitionAssignment(WireModel):
 
     name: str
     leader: BrokerId | None
-    leader_epoch: NonNegativeInt
-    partition_epoch: NonNegativeInt
+    leader_epoch: NonNegInt32
+    partition_epoch: NonNegInt32
     isr: tuple[BrokerId, ...]
     replicas: tuple[BrokerId, ...]
     isr_storage_ids: dict[BrokerKey, str] = Field(default_factory=dict)
-    isr_broker_epochs: dict[BrokerKey, NonNegativeInt] = Field(
+    isr_broker_epochs: dict[BrokerKey, NonNegInt64] = Field(
         default_factory=dict, exclude_if=lambda v: not v
     )
     """The brokerEpoch each ISR member was in sync as: a restarted broker is back in sync
@@ -278,20 +288,20 @@ class PartitionAssignment(WireModel):
     eligible_leader_replica_storage_ids: dict[BrokerKey, str] = Field(
         default_factory=dict, exclude_if=lambda v: not v
     )
-    min_insync_replicas: PositiveInt = DEFAULT_MIN_INSYNC_REPLICAS
-    replica_lag_time_max_ms: PositiveInt = DEFAULT_REPLICA_LAG_TIME_MAX_MS
+    min_insync_replicas: PositiveInt32 = DEFAULT_MIN_INSYNC_REPLICAS
+    replica_lag_time_max_ms: PositiveInt32 = DEFAULT_REPLICA_LAG_TIME_MAX_MS
     topic: str | None = Field(default=None, exclude_if=lambda v: v is None)
     """The Partition's spec.topic, so that brokers can say which topic a name belongs to
     (None from controllers that do not send it)."""
-    partition: NonNegativeInt | None = Field(default=None, exclude_if=lambda v: v is None)
+    partition: NonNegInt32 | None = Field(default=None, exclude_if=lambda v: v is None)
     """The Partition's spec.partition: its index within the topic."""
-    retention_ms: int | None = Field(default=None, exclude_if=lambda v: v is None)
+    retention_ms: Int64 | None = Field(default=None, exclude_if=lambda v: v is None)
     """The Partition's spec.retentionMs (-1: unlimited; None: the broker's default)."""
-    retention_bytes: int | None = Field(default=None, exclude_if=lambda v: v is None)
+    retention_bytes: Int64 | None = Field(default=None, exclude_if=lambda v: v is None)
     """The Partition's spec.retentionBytes (-1: unlimited)."""
-    segment_bytes: PositiveInt | None = Field(default=None, exclude_if=lambda v: v is None)
+    segment_bytes: PositiveInt32 | None = Field(default=None, exclude_if=lambda v: v is None)
     """The Partition's spec.segmentBytes (None: the broker's default)."""
-    segment_ms: PositiveInt | None = Field(default=None, exclude_if=lambda v: v is None)
+    segment_ms: PositiveInt32 | None = Field(default=None, exclude_if=lambda v: v is None)
     """The Partition's spec.segmentMs (None: segments roll by size only)."""
     adding_replicas: tuple[BrokerId, ...] = Field(default=(), exclude_if=lambda v: not v)
     """Replicas a reassignment adds: their catch-up fetches are throttled."""
@@ -330,25 +340,25 @@ class PartitionAssignment(WireModel):
 class ControlledShutdownProgress(WireModel):
     """The controller's answer to a broker in controlled shutdown: what it still waits for."""
 
-    partitions_remaining: NonNegativeInt
+    partitions_remaining: NonNegInt64
     """Partitions the broker still leads or is in the ISR of while another live ISR member
     could take its place, or whose new assignment their other ISR members have not applied
     yet: the broker keeps serving until this is 0."""
     partitions_without_successor: tuple[str, ...] = ()
     """Partitions the broker leads with no other live ISR member in good standing: they
     stay led by it and go offline when it stops (at most 100 names)."""
-    partitions_without_successor_count: NonNegativeInt = 0
+    partitions_without_successor_count: NonNegInt64 = 0
 
 
 class RejectedIsrProposal(WireModel):
     """The controller refused to add `replica`: the leader stops counting it for the HW."""
 
     name: str
-    leader_epoch: NonNegativeInt
-    partition_epoch: NonNegativeInt
+    leader_epoch: NonNegInt32
+    partition_epoch: NonNegInt32
     replica: BrokerId
     reason: str
-    proposal_id: NonNegativeInt = 0
+    proposal_id: NonNegInt64 = 0
 
 
 class HeartbeatResponse(WireModel):
@@ -357,7 +367,7 @@ class HeartbeatResponse(WireModel):
     full_report_required: Annotated[bool, Field(strict=True)] = False
     """The controller does not know the session of this incremental heartbeat (it
     restarted, or a newer session replaced it) and took nothing from it: send a full one."""
-    session_id: NonNegativeInt = 0
+    session_id: NonNegInt64 = 0
     """The report session the heartbeat was taken into."""
     assignments: tuple[PartitionAssignment, ...] = ()
     """Assignments that changed since the answer the broker last applied (every one in the

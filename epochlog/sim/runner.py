@@ -501,11 +501,10 @@ class _Nemesis:
         """uncleanLeaderElection goes on for `name`; a follower dies and leaves the ISR;
         once more was written without it, every other replica dies and it comes back
         alone: the controller elects it uncleanly (the others return after the session
-        timeout), and the switch goes off again. Only meanwhile: with it on for the whole
-        run, the other faults elect uncleanly too, among them a replica whose disk was
-        lost, whose log end the controller then takes from its reports of before the
-        loss (a limit of the controller's unclean election, not of the readers); for the
-        same reason no disk is lost while the switch is on."""
+        timeout), and the switch goes off again. Only meanwhile, and no disk is lost
+        while it is on: an unclean election of a replica that lost its disk is a
+        controller case of its own (`tests/operator/test_storage.py`), kept out of the
+        readers' schedules so that a violation here points at the readers."""
         sim, rng = self.sim, self.rng
         leader = sim.leader(name)
         followers = [m for m in sim.isr(name) if m != leader and sim.brokers[m].alive]

@@ -556,10 +556,6 @@ def _elect(
                     f"once every replica reports its log with no leader",
                 ),
             )
-        if result.leader is not None:
-            # Its log as its process reports it now (none reported: it has none), not a
-            # log end recorded before: a replica may have lost its disk since.
-            d.log_end_offsets[result.leader] = obs.log_end_offset(result.leader) or 0
         also = (
             f"and so did the eligible leader replica(s) {gone}"
             if gone
@@ -609,6 +605,10 @@ def _install_leader(
     assert result.leader is not None
     new = result.leader
     d.unclean = result.unclean
+    if result.unclean:
+        # Its log as its process reports it now (none reported: it has none), not a log
+        # end recorded before: a replica may have lost its disk since.
+        d.log_end_offsets[new] = obs.log_end_offset(new) or 0
     if new not in d.isr:
         d.isr = [m for m in d.replicas if m == new or m in d.isr]
     # The new leader leads as the process it is now; the others stay members with

@@ -26,10 +26,21 @@ def test_ids_within_the_range_are_taken(broker_id: int) -> None:
     assert heartbeat_problem(hb(broker_id), NOW, HeartbeatBounds()) is None
 
 
-@pytest.mark.parametrize("broker_id", [1001, 2**31, 2**63, 2**70])
+@pytest.mark.parametrize("broker_id", [1001, 2**31 - 1])
 def test_ids_beyond_the_range_are_refused(broker_id: int) -> None:
     problem = heartbeat_problem(hb(broker_id), NOW, HeartbeatBounds())
     assert problem == f"broker id {broker_id} is outside the configured range 0..1000"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("brokerId", 2**31), ("brokerId", 2**70), ("brokerEpoch", 2**63), ("timeMs", 2**63)],
+)
+def test_integers_beyond_their_wire_range_are_invalid_requests(field: str, value: int) -> None:
+    body = {"brokerId": 1, "brokerEpoch": 1, "address": "b:9092", "timeMs": NOW, field: value}
+    with pytest.raises(InvalidRequestError) as raised:
+        parse_heartbeat(json.dumps(body).encode())
+    assert raised.value.details["errors"][0]["field"] == field
 
 
 def test_the_range_is_configurable() -> None:

@@ -374,3 +374,32 @@ def test_unclean_recovery_takes_leadership_away_before_it_elects() -> None:
     assert c.current.leader == 2
     assert c.current.high_watermark == 12
     assert EventReason.UNCLEAN_RECOVERY in reasons(d)
+
+
+def test_an_unclean_election_takes_the_new_leaders_log_end_from_its_process_now() -> None:
+    # uncleanLeaderElection on; the ISR (broker 3) is gone and broker 1, the only live
+    # replica, came back on an empty disk and has not reported the partition yet. The
+    # status still holds its log end of before the loss (10): the new epoch starts at 0,
+    # and so does the high watermark.
+    status = PartitionStatus(
+        leader=None,
+        leader_epoch=4,
+        partition_epoch=6,
+        isr=(3,),
+        isr_storage_ids={3: DISK3},
+        replicas=(1, 2, 3),
+        high_watermark=10,
+        log_end_offsets={1: 10, 2: 10, 3: 10},
+    )
+    c = Controller(make_spec(unclean_leader_election=True), status=status)
+    for now in range(0, 30_001, 500):  # until the others' sessions would have expired
+        c.beat(1, now, epoch=2, storage_id="77777777-7777-4777-8777-777777777777")
+        d = c.decide(now)
+        if c.current.leader is not None:
+            break
+    s = c.current
+    assert s.leader == 1
+    assert EventReason.UNCLEAN_LEADER_ELECTION in reasons(d)
+    assert s.epoch_history[-1].start_offset == 0
+    assert s.high_watermark == 0
+    assert s.log_end_offsets[1] == 0

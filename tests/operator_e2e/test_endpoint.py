@@ -94,12 +94,27 @@ async def test_malformed_heartbeats_get_400_naming_the_problem(env: Env) -> None
     assert status == 400
     assert "reported more than once" in body["error"]["message"]
 
+    # Beyond what an int64 (an int32, for broker ids and epochs) holds: a status carrying
+    # one could never be written, and the partition would stop being decided.
+    too_large = [
+        ("partitions[0].logEndOffset", {**GOOD["partitions"][0], "logEndOffset": 2**63}),
+        ("partitions[0].leaderEpoch", {**GOOD["partitions"][0], "leaderEpoch": 2**31}),
+    ]
+    for field, report in too_large:
+        status, body = await post(env, op, json.dumps({**GOOD, "partitions": [report]}))
+        assert status == 400, body
+        assert body["error"]["errors"][0]["field"] == field
+        assert "less than or equal to" in body["error"]["message"]
+    status, body = await post(env, op, json.dumps({**GOOD, "timeMs": 2**70}))
+    assert status == 400, body
+    assert body["error"]["errors"][0]["field"] == "timeMs"
+
     status, body = await post(env, op, json.dumps(GOOD))
     assert status == 200, body
     assert body["fenced"] is False
     assert body["assignments"] == []
     assert (
-        await op.metric(env.session, 'epochlog_operator_heartbeats_total{outcome="invalid"}') == 6
+        await op.metric(env.session, 'epochlog_operator_heartbeats_total{outcome="invalid"}') == 9
     )
 
 
@@ -224,7 +239,13 @@ async def test_heartbeats_outside_the_bounds_are_refused_and_change_nothing(env:
         for forged_id in (1001, 2**31, 2**63, 2**70):
             status, body = await post(env, op, json.dumps({**GOOD, "brokerId": forged_id}))
             assert status == 400, body
-            assert "is outside the configured range 0..1000" in body["error"]["message"]
+            # Past an int32 the schema refuses it; within, the configured range does.
+            expected = (
+                "is outside the configured range 0..1000"
+                if forged_id < 2**31
+                else "brokerId: Input should be less than or equal to 2147483647"
+            )
+            assert expected in body["error"]["message"]
         future = int(time.time() * 1000) + 3_600_000
         forged = {**GOOD, "brokerId": first.leader, "brokerEpoch": future, "partitions": []}
         status, body = await post(env, op, json.dumps(forged))
