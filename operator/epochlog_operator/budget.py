@@ -1,29 +1,35 @@
-"""The operator's budget of API writes: one token bucket, shared by kinds of write by priority.
+"""The operator's budget of API writes: what waits for a token, and what never does.
 
-A real control plane is shared: the operator may write to it (status writes and
-Event posts) at `rate` writes per second, with bursts of up to `burst`, as
-client-go's QPS and burst limit a controller. `WriteBudget` owns the bucket and
-the line of writes waiting for a token. It is told that a write wants to go
-(`request`), gave up waiting (`cancel`) or did not need the token it was
-granted after all (`give_back`), and answers which waiting writes may go now
-(`grant`) and when the next one could (`next_grant_at`). The I/O shell
-(`throttle.WriteThrottle`) asks `grant` when a write arrives and again at
-`next_grant_at`, and lets the granted writes go.
+A real control plane is shared, and what it must be protected from is a steady
+stream of refreshes, not a burst of elections after a failure. So:
+- state changes (`WriteKind.material`: elections first, then the other changes
+  of leader, ISR, epochs and conditions, fencing among them) never wait for a
+  token. They go out at once, as many at a time as the operator's pool of
+  status writers (`--write-concurrency`), elections first; they take a token
+  when one is there, so that what is left for the others is what the API server
+  was really spared;
+- Events and refreshes of high watermark, log end offsets and lag wait for
+  tokens: `rate` writes per second, with bursts of up to `burst`, as client-go's
+  QPS and burst limit a controller, and only tokens above `reserve` (half the
+  burst unless told), so that however many refreshes wait, a burst of state
+  changes finds tokens at hand and leaves the refreshes its rate;
+- when the API server pushes back (429 Too Many Requests with Retry-After, as
+  API Priority and Fairness answers), nothing goes until the time it named
+  (`push_back`), state changes included: they slow down only then.
 
-Who goes first:
-- the line is served strictly in `WriteKind` order: elections (a leader
-  changes, without which a partition takes no writes at all), then other state
-  changes (ISR, epochs, conditions), then Events, then refreshes of high
-  watermark, log end offsets and lag; within a kind by the `order` the caller
-  gives (refreshes: the time of the partition's last write, so the partition
-  refreshed longest ago goes first), then first come first served;
-- state changes may take the last token; Events and refreshes only take tokens
-  above `reserve` (half the burst unless told), so that however many
-  refreshes wait, the next state changes find tokens at hand. In a steady
-  state refreshes still get the whole rate: they only never drain the
-  bucket below the reserve. A state change that finds the bucket empty (state
-  changes used it up) waits for the next token, still ahead of every Event and
-  refresh; nothing is ever dropped here.
+`WriteBudget` owns the bucket and the line of writes waiting. It is told that a
+write wants to go (`request`), gave up waiting (`cancel`), did not need the
+token it was granted after all (`give_back`) or was pushed back (`push_back`),
+and answers which waiting writes may go now (`grant`) and when the next one
+could (`next_grant_at`). The I/O shell (`throttle.WriteThrottle`) asks `grant`
+when a write arrives and again at `next_grant_at`, and lets the granted writes
+go.
+
+The line is served strictly in `WriteKind` order (elections, state, Events,
+refreshes), within a kind by the `order` the caller gives (refreshes: the time
+of the partition's last write, so the partition refreshed longest ago goes
+first), then first come first served; when the first in line cannot go, none
+behind it goes either. Nothing is ever dropped here.
 
 Pure: no clock, no I/O. `now` is in seconds on any clock that does not go back
 (a `now` earlier than one seen before counts as the one seen before).
@@ -56,7 +62,7 @@ class WriteKind(enum.StrEnum):
 
     @property
     def material(self) -> bool:
-        """State changes: they may take the last token."""
+        """State changes: they never wait for a token (only for a push-back to end)."""
         return self in (WriteKind.ELECTION, WriteKind.STATE)
 
 
@@ -135,6 +141,16 @@ class WriteBudget:
         assert 0 <= self.reserve < burst, f"reserve {self.reserve} must be below burst {burst}"
         self._line: list[Ticket] = []
         self._seq = itertools.count()
+        self.paused_until = now
+        """Nothing goes before this time: the API server's last Retry-After."""
+
+    def push_back(self, now: float, retry_after: float) -> None:
+        """The API server answered 429 and asked for `retry_after` seconds of quiet."""
+        self.paused_until = max(self.paused_until, now + max(0.0, retry_after))
+
+    def oldest(self, kind: WriteKind) -> float | None:
+        """When the write of `kind` waiting longest asked (None: none waits)."""
+        return min((t.requested for t in self._line if t.kind is kind), default=None)
 
     @property
     def waiting(self) -> int:
@@ -160,17 +176,22 @@ class WriteBudget:
         """A granted write did not go (it had nothing left to write): its token is unused."""
         self.bucket.give_back(now)
 
-    def _keep(self, ticket: Ticket) -> float:
-        return 0.0 if ticket.kind.material else float(self.reserve)
+    def _may_go(self, ticket: Ticket, now: float) -> bool:
+        if ticket.kind.material:
+            self.bucket.take(now)  # one if there is one: it goes either way
+            return True
+        return self.bucket.take(now, float(self.reserve))
 
     def grant(self, now: float) -> list[Ticket]:
-        """The waiting writes that may go now, in order; each took a token.
+        """The waiting writes that may go now, in order: every state change, then the
+        Events and refreshes the tokens above the reserve allow; none during a push-back.
 
-        Strictly in line order: when the first cannot go, none behind it goes either (a
-        refresh never overtakes a state change that waits for the bucket to refill).
+        Strictly in line order: when the first cannot go, none behind it goes either.
         """
         granted: list[Ticket] = []
-        while self._line and self.bucket.take(now, self._keep(self._line[0])):
+        if now < self.paused_until:
+            return granted
+        while self._line and self._may_go(self._line[0], now):
             granted.append(self._line.pop(0))
         return granted
 
@@ -178,4 +199,6 @@ class WriteBudget:
         """When the first write in line could go; None when the line is empty."""
         if not self._line:
             return None
-        return self.bucket.ready_at(now, self._keep(self._line[0]))
+        first = self._line[0]
+        ready = now if first.kind.material else self.bucket.ready_at(now, float(self.reserve))
+        return max(ready, self.paused_until)

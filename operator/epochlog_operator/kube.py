@@ -67,7 +67,38 @@ class NotFoundError(KubeApiError):
     """404: the object (or its namespace, or its resource type) does not exist."""
 
 
-def _raise_for(status: int, body: Any) -> None:
+class TooManyRequestsError(KubeApiError):
+    """429: the API server pushes back (API Priority and Fairness, or a max-inflight
+    limit) and asks for `retry_after` seconds before the next request."""
+
+    def __init__(self, status: int, reason: str, message: str, retry_after: float) -> None:
+        super().__init__(status, reason, message)
+        self.retry_after = retry_after
+
+
+DEFAULT_RETRY_AFTER_S: Final = 1.0
+"""What a 429 without a usable Retry-After asks for (the API server sends 1)."""
+MAX_RETRY_AFTER_S: Final = 60.0
+"""Never quieter than this on one answer's word."""
+
+
+def retry_after_of(header: str | None, body: Any) -> float:
+    """Seconds from a Retry-After header (delay-seconds), else the Status's
+    `details.retryAfterSeconds`, else the default; within 0..MAX_RETRY_AFTER_S."""
+    candidates: list[Any] = [header]
+    if isinstance(body, Mapping) and isinstance(body.get("details"), Mapping):
+        candidates.append(body["details"].get("retryAfterSeconds"))
+    for value in candidates:
+        try:
+            seconds = float(str(value).strip())
+        except ValueError:
+            continue
+        if seconds == seconds and seconds >= 0:  # not NaN
+            return min(seconds, MAX_RETRY_AFTER_S)
+    return DEFAULT_RETRY_AFTER_S
+
+
+def _raise_for(status: int, body: Any, retry_after: str | None = None) -> None:
     reason = ""
     message = ""
     if isinstance(body, Mapping):
@@ -78,6 +109,10 @@ def _raise_for(status: int, body: Any) -> None:
         raise ConflictError(status, reason or "Conflict", message)
     if status == 404:
         raise NotFoundError(status, reason or "NotFound", message)
+    if status == 429:
+        raise TooManyRequestsError(
+            status, reason or "TooManyRequests", message, retry_after_of(retry_after, body)
+        )
     raise KubeApiError(status, reason or "Error", message)
 
 
@@ -142,7 +177,7 @@ class KubeClient:
             except ValueError:
                 payload = {"message": text[:500]}
             if rsp.status >= 400:
-                _raise_for(rsp.status, payload)
+                _raise_for(rsp.status, payload, rsp.headers.get("Retry-After"))
             return payload
 
     # -- Partitions -----------------------------------------------------------------------

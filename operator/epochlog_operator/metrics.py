@@ -89,9 +89,9 @@ class Metrics:
         self.api_writes = self._family(
             "epochlog_operator_api_writes_total",
             "counter",
-            "Writes to the API server let through by the write budget (status writes, their "
-            "retries after a conflict, and Event posts), by kind (election, state, event, "
-            "refresh).",
+            "Writes to the API server by kind (election, state, event, refresh): status "
+            "writes, their retries after a conflict or a push-back, and Event posts. State "
+            "changes go at once; Events and refreshes wait for the write budget.",
         )
         self.api_write_wait = self._family(
             "epochlog_operator_api_write_wait_seconds_total",
@@ -103,6 +103,17 @@ class Metrics:
             "epochlog_operator_api_writes_waiting",
             "gauge",
             "Writes waiting for the write budget now, by kind.",
+        )
+        self.api_write_queue_age = self._family(
+            "epochlog_operator_api_write_queue_age_seconds",
+            "gauge",
+            "How long the write of each kind waiting longest has waited (0: none waits).",
+        )
+        self.api_push_backs = self._family(
+            "epochlog_operator_api_push_backs_total",
+            "counter",
+            "Writes the API server answered with 429 Too Many Requests, by kind: every "
+            "write then waits for the Retry-After it named, state changes too.",
         )
         self.conflicts = self._family(
             "epochlog_operator_status_conflicts_total",

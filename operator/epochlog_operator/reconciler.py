@@ -82,7 +82,14 @@ from epochlog_operator.controller import ControllerCore
 from epochlog_operator.decide import Decision, PartitionInput
 from epochlog_operator.events import Event, EventReason
 from epochlog_operator.indexed import NameClaims
-from epochlog_operator.kube import ConflictError, KubeApiError, KubeClient, NotFoundError, Obj
+from epochlog_operator.kube import (
+    ConflictError,
+    KubeApiError,
+    KubeClient,
+    NotFoundError,
+    Obj,
+    TooManyRequestsError,
+)
 from epochlog_operator.liveness import (
     STALL_CHECK_INTERVAL_MS,
     HeartbeatOutcome,
@@ -95,6 +102,8 @@ from epochlog_operator.throttle import WriteThrottle
 log = structlog.get_logger("epochlog.operator")
 
 MAX_CONFLICT_RETRIES: Final = 5
+MAX_EVENT_PUSH_BACKS: Final = 5
+"""An Event pushed back more often than this is dropped (a status write never is)."""
 """Re-read and decide again this often on 409 before leaving the Partition to the next sweep."""
 EVENT_POSTERS: Final = 2
 """Events are posted by a few workers, so that a burst of them (a broker failure touches
@@ -800,11 +809,14 @@ class Reconciler:
         self.metrics.api_write_wait.inc(waited, kind=str(kind))
 
     def count_waiting(self) -> None:
-        """Set the gauge of writes waiting for the budget (at scrape time)."""
+        """Set the gauges of writes waiting for the budget (at scrape time)."""
+        budget = self.throttle.budget
+        now = self._monotonic()
         for kind in WriteKind:
-            self.metrics.api_writes_waiting.set(
-                self.throttle.budget.waiting_of(kind), kind=str(kind)
-            )
+            self.metrics.api_writes_waiting.set(budget.waiting_of(kind), kind=str(kind))
+            oldest = budget.oldest(kind)
+            age = 0.0 if oldest is None else max(0.0, now - oldest)
+            self.metrics.api_write_queue_age.set(age, kind=str(kind))
 
     async def close(self) -> None:
         """Stop the loop and every write and event post in flight."""
@@ -848,13 +860,15 @@ class Reconciler:
         self, entry: Entry, decision: Decision, term: int, granted: bool
     ) -> None:
         name = entry.name
-        for _ in range(MAX_CONFLICT_RETRIES + 1):
+        conflicts = 0
+        while conflicts <= MAX_CONFLICT_RETRIES:
             if term != self._term or decision.status is None:
                 return
             if decision.resource_version is None:
                 return
+            kind = write_kind(entry.input, decision)
             if not granted:
-                await self._take(write_kind(entry.input, decision))
+                await self._take(kind)
                 if term != self._term:
                     return
             granted = False
@@ -863,7 +877,13 @@ class Reconciler:
                 written = await self.kube.replace_status(
                     entry.body, status, decision.resource_version
                 )
+            except TooManyRequestsError as exc:
+                # The same write again once the quiet the API server asked for is over
+                # (every other write waits for it too).
+                self._pushed_back(exc, kind, name)
+                continue
             except ConflictError:
+                conflicts += 1
                 self.metrics.conflicts.inc()
                 log.info(
                     "status write conflict; deciding again",
@@ -951,6 +971,9 @@ class Reconciler:
                 written = await self.kube.replace_status(
                     body, status.model_dump(mode="json", by_alias=True), meta.resource_version or ""
                 )
+            except TooManyRequestsError as exc:
+                self._pushed_back(exc, WriteKind.STATE, name)
+                continue
             except ConflictError:
                 self.metrics.conflicts.inc()
                 fresh = await self.kube.get_partition(namespace, name)
@@ -1033,10 +1056,13 @@ class Reconciler:
             obj, event = await self._events.get()
             # Status first: Events of a burst wait until its writes are done.
             await self._material_idle.wait()
-            await self._take(WriteKind.EVENT)
-            await self._post_event(obj, event)
+            for _ in range(MAX_EVENT_PUSH_BACKS + 1):
+                await self._take(WriteKind.EVENT)
+                if await self._post_event(obj, event):
+                    break
 
-    async def _post_event(self, obj: Obj, event: Event) -> None:
+    async def _post_event(self, obj: Obj, event: Event) -> bool:
+        """Post one Event; False when the API server pushed back (post it again later)."""
         try:
             await self.kube.post_event(
                 obj,
@@ -1045,7 +1071,23 @@ class Reconciler:
                 message=event.message,
                 instance=self.settings.identity,
             )
+        except TooManyRequestsError as exc:
+            self._pushed_back(exc, WriteKind.EVENT, metadata_of(obj).name or "")
+            return False
         except (KubeApiError, aiohttp.ClientError, TimeoutError) as exc:
             log.warning("event not posted", reason=str(event.reason), error=repr(exc))
-            return
+            return True
         self.metrics.events_posted.inc(reason=str(event.reason))
+        return True
+
+    def _pushed_back(self, exc: TooManyRequestsError, kind: WriteKind, name: str) -> None:
+        """The API server answered 429: every write waits for the time it asked."""
+        self.metrics.api_push_backs.inc(kind=str(kind))
+        self.throttle.push_back(exc.retry_after)
+        log.warning(
+            "api server pushed back",
+            partition=name,
+            kind=str(kind),
+            retryAfterSeconds=exc.retry_after,
+            message=exc.message,
+        )

@@ -25,8 +25,8 @@ class WriteThrottle:
     async def acquire(self, kind: WriteKind, order: float = 0.0) -> float:
         """Wait for a token for one write of `kind`; the seconds waited, on the budget's clock.
 
-        A write granted at once does not yield to the event loop: an election that finds
-        tokens at hand goes out without waiting behind anything.
+        A write granted at once does not yield to the event loop: a state change (unless
+        the API server pushed back) goes out without waiting behind anything.
         """
         now = self._monotonic()
         ticket = self.budget.request(kind, now, order)
@@ -43,6 +43,12 @@ class WriteThrottle:
             # The first in line gave up: the next may go sooner, or later.
             self._dispatch()
             raise
+
+    def push_back(self, retry_after: float) -> None:
+        """The API server answered 429: nothing goes for `retry_after` seconds."""
+        now = self._monotonic()
+        self.budget.push_back(now, retry_after)
+        self._schedule(now)
 
     def give_back(self) -> None:
         """Return the token of a write that did not go; a waiting write may take it."""

@@ -73,7 +73,7 @@ def drain(budget: WriteBudget, now: float = 0.0) -> None:
     assert budget.next_grant_at(now) is None
 
 
-def test_an_empty_bucket_serves_elections_then_state_then_events_then_refreshes() -> None:
+def test_state_changes_go_at_once_on_an_empty_bucket_elections_first() -> None:
     budget = WriteBudget(rate=1, burst=1, now=0.0, reserve=0)
     drain(budget)
     waiting = [
@@ -84,22 +84,20 @@ def test_an_empty_bucket_serves_elections_then_state_then_events_then_refreshes(
         budget.request(REFRESH, 0.5, order=0.0),
         budget.request(STATE, 0.6),
     ]
-    served = []
-    for second in range(1, 7):
+    served = budget.grant(0.6)
+    assert [(t.kind, t.requested) for t in served] == [(ELECTION, 0.4), (STATE, 0.3), (STATE, 0.6)]
+    for second in range(1, 4):
         granted = budget.grant(float(second))
         assert len(granted) == 1
-        served.append(granted[0])
-    assert [(t.kind, t.requested) for t in served] == [
-        (ELECTION, 0.4),
-        (STATE, 0.3),
-        (STATE, 0.6),
+        served += granted
+    assert [(t.kind, t.requested) for t in served[3:]] == [
         (EVENT, 0.2),
         (REFRESH, 0.5),  # refreshed longest ago (order 0.0) first
         (REFRESH, 0.1),
     ]
     assert sorted(waiting) == served
     assert budget.waiting == 0
-    assert budget.next_grant_at(7.0) is None
+    assert budget.next_grant_at(4.0) is None
 
 
 def test_refreshes_refreshed_equally_long_ago_go_first_come_first_served() -> None:
@@ -111,49 +109,45 @@ def test_refreshes_refreshed_equally_long_ago_go_first_come_first_served() -> No
     assert budget.grant(2.0) == [second]
 
 
-def test_refreshes_never_take_the_reserve_so_an_election_goes_at_once() -> None:
+def test_refreshes_never_take_the_reserve_and_state_changes_take_what_is_there() -> None:
     budget = WriteBudget(rate=20, burst=30, now=0.0)
     assert budget.reserve == 15
     for i in range(100):
         budget.request(REFRESH, 0.0, order=float(i))
     assert len(budget.grant(0.0)) == 15
     assert budget.waiting == 100 - 15
-    # However many refreshes wait, the next state changes find tokens at hand.
-    election = budget.request(ELECTION, 0.0)
+    # A burst of elections after a failure: every one goes at once, far beyond the
+    # burst, and the tokens they find are spent on them.
+    elections = [budget.request(ELECTION, 0.0) for _ in range(100)]
     state = budget.request(STATE, 0.0)
-    assert budget.grant(0.0) == [election, state]
+    assert budget.grant(0.0) == [*elections, state]
+    assert budget.bucket.available(0.0) == 0
     # Refreshes go on at the rate once the bucket is above the reserve again.
-    assert budget.next_grant_at(0.0) == pytest.approx((15 + 1 - 13) / 20)
-    assert budget.grant(0.1) == []
-    assert len(budget.grant(0.15)) == 1
-    assert len(budget.grant(0.65)) == 10
-    assert budget.bucket.available(0.65) == pytest.approx(15)
+    assert budget.next_grant_at(0.0) == pytest.approx((15 + 1) / 20)
+    assert budget.grant(0.7) == []
+    assert len(budget.grant(0.8)) == 1
+    assert len(budget.grant(1.3)) == 10
 
 
-def test_a_state_change_that_finds_the_bucket_empty_waits_for_the_next_token() -> None:
-    budget = WriteBudget(rate=10, burst=2, now=0.0)
-    assert budget.reserve == 1
-    drain(budget)
-    refresh = budget.request(REFRESH, 0.0)
-    state = budget.request(STATE, 0.05)
-    assert budget.grant(0.05) == []
-    assert budget.next_grant_at(0.05) == pytest.approx(0.1)
-    # The first token goes to the state change, although the refresh waited longer.
-    assert budget.grant(0.1) == [state]
-    # The refresh needs a token above the reserve: two tokens in the bucket.
-    assert budget.next_grant_at(0.1) == pytest.approx(0.3)
-    assert budget.grant(0.29) == []
-    assert budget.grant(0.3) == [refresh]
-
-
-def test_a_refresh_never_overtakes_a_state_change_waiting_for_the_bucket() -> None:
+def test_a_refresh_never_overtakes_a_state_change() -> None:
     budget = WriteBudget(rate=1, burst=3, now=0.0, reserve=0)
-    drain(budget)
-    state = budget.request(STATE, 0.0)
     refresh = budget.request(REFRESH, 0.0)
-    assert budget.grant(0.5) == []
-    assert budget.grant(1.0) == [state]
-    assert budget.grant(2.0) == [refresh]
+    state = budget.request(STATE, 0.0)
+    assert budget.grant(0.0) == [state, refresh]
+
+
+def test_a_push_back_holds_every_write_until_the_time_the_api_server_named() -> None:
+    budget = WriteBudget(rate=10, burst=10, now=0.0, reserve=0)
+    budget.push_back(1.0, retry_after=2.0)
+    budget.push_back(1.5, retry_after=0.5)  # an earlier end does not shorten it
+    election = budget.request(ELECTION, 1.0)
+    refresh = budget.request(REFRESH, 1.0)
+    assert budget.grant(2.9) == []
+    assert budget.next_grant_at(2.0) == 3.0
+    assert budget.oldest(ELECTION) == 1.0
+    assert budget.grant(3.0) == [election, refresh]
+    assert budget.oldest(ELECTION) is None
+    assert budget.next_grant_at(3.0) is None
 
 
 def test_a_write_that_gives_up_leaves_the_line() -> None:
@@ -200,8 +194,8 @@ def test_no_interval_sees_more_than_the_burst_plus_the_rate(
     rate: float, burst: int, arrivals: list[tuple[float, WriteKind]]
 ) -> None:
     """Granted as the shell grants (on every arrival and at `next_grant_at`): in any
-    interval [a, b], at most burst + rate * (b - a) writes go; state changes wait only
-    while state changes took every token; and every write goes in the end."""
+    interval [a, b], at most burst + rate * (b - a) Events and refreshes go; a state
+    change goes as it asks; and every write goes in the end."""
     budget = WriteBudget(rate, burst, 0.0)
     log: list[tuple[str, Ticket, float]] = []
     """("asked" or "went", ticket, time), in the order it happened."""
@@ -219,15 +213,10 @@ def test_no_interval_sees_more_than_the_burst_plus_the_rate(
         log += [("went", t, now) for t in budget.grant(now)]
     went = [(t, at) for what, t, at in log if what == "went"]
     assert len(went) == len(arrivals)
-    times = [at for _, at in went]
+    times = [at for t, at in went if not t.kind.material]
     for i, start in enumerate(times):
         for j in range(i, len(times)):
             assert j - i + 1 <= burst + rate * (times[j] - start) + 1e-6
-    # A state change that had to wait found every token taken by state changes: no Event
-    # or refresh went between its asking and its going.
-    for i, (what, ticket, _) in enumerate(log):
-        if what != "asked" or not ticket.kind.material:
-            continue
-        end = next(j for j in range(i, len(log)) if log[j][:2] == ("went", ticket))
-        between = [t.kind for w, t, _ in log[i:end] if w == "went"]
-        assert all(k.material for k in between), between
+    for what, ticket, at in log:
+        if what == "went" and ticket.kind.material:
+            assert at == ticket.requested

@@ -14,6 +14,7 @@ import pytest
 from epochlog.resources import PartitionStatus
 from epochlog_operator.budget import WriteBudget, WriteKind
 from epochlog_operator.decide import Decision, PartitionInput
+from epochlog_operator.kube import DEFAULT_RETRY_AFTER_S, MAX_RETRY_AFTER_S, retry_after_of
 from epochlog_operator.reconciler import write_kind
 from epochlog_operator.throttle import WriteThrottle
 from tests.waiting import until_true
@@ -40,8 +41,9 @@ def drained(clock: Clock, burst: int = 1) -> WriteThrottle:
     return WriteThrottle(budget, clock)
 
 
-async def test_a_write_with_tokens_at_hand_goes_without_yielding_to_the_loop() -> None:
-    throttle = WriteThrottle(WriteBudget(rate=1, burst=2, now=0.0), Clock())
+async def test_a_state_change_goes_without_yielding_to_the_loop_even_on_an_empty_bucket() -> None:
+    clock = Clock()
+    throttle = drained(clock)
     for kind in (ELECTION, STATE):
         step = throttle.acquire(kind)
         with pytest.raises(StopIteration) as went:
@@ -52,13 +54,13 @@ async def test_a_write_with_tokens_at_hand_goes_without_yielding_to_the_loop() -
 async def test_waiting_writes_go_in_the_budgets_order_as_tokens_come() -> None:
     clock = Clock()
     throttle = drained(clock)
-    order: list[WriteKind] = []
+    order: list[tuple[WriteKind, float]] = []
 
     async def write(kind: WriteKind, since: float) -> None:
         await throttle.acquire(kind, since)
-        order.append(kind)
+        order.append((kind, since))
 
-    asked = [(REFRESH, 2.0), (EVENT, 0.0), (REFRESH, 1.0), (STATE, 0.0), (ELECTION, 0.0)]
+    asked = [(REFRESH, 2.0), (EVENT, 0.0), (REFRESH, 1.0)]
     writers = [asyncio.create_task(write(kind, since)) for kind, since in asked]
     await until_true(lambda: throttle.budget.waiting == len(asked), "every write in line", 5)
 
@@ -68,14 +70,27 @@ async def test_waiting_writes_go_in_the_budgets_order_as_tokens_come() -> None:
 
     for went in range(1, len(asked) + 1):
         await one_more_token(went)
-    assert order == [ELECTION, STATE, EVENT, REFRESH, REFRESH]
+    assert order == [(EVENT, 0.0), (REFRESH, 1.0), (REFRESH, 2.0)]
     await asyncio.gather(*writers)
+
+
+async def test_a_push_back_holds_state_changes_too_until_its_end() -> None:
+    clock = Clock()
+    throttle = WriteThrottle(WriteBudget(rate=1 / TICK, burst=10, now=0.0), clock)
+    throttle.push_back(5 * TICK)
+    election = asyncio.create_task(throttle.acquire(ELECTION))
+    await until_true(lambda: throttle.budget.waiting == 1, "the election in line", 5)
+    clock.now += 4 * TICK
+    throttle.give_back()  # wakes the line: the push-back still holds it
+    assert throttle.budget.waiting == 1
+    clock.now += TICK
+    assert await election == pytest.approx(5 * TICK)
 
 
 async def test_a_write_that_is_cancelled_while_waiting_leaves_the_line() -> None:
     clock = Clock()
     throttle = drained(clock)
-    first = asyncio.create_task(throttle.acquire(ELECTION))
+    first = asyncio.create_task(throttle.acquire(EVENT))
     second = asyncio.create_task(throttle.acquire(REFRESH))
     await until_true(lambda: throttle.budget.waiting == 2, "both writes in line", 5)
     first.cancel()
@@ -90,7 +105,7 @@ async def test_a_token_given_back_wakes_the_next_write_at_once() -> None:
     clock = Clock()
     throttle = WriteThrottle(WriteBudget(rate=1 / TICK, burst=1, now=0.0, reserve=0), clock)
     assert await throttle.acquire(REFRESH) == 0.0
-    waiting = asyncio.create_task(throttle.acquire(STATE))
+    waiting = asyncio.create_task(throttle.acquire(EVENT))
     await until_true(lambda: throttle.budget.waiting == 1, "the write in line", 5)
     throttle.give_back()
     assert throttle.budget.waiting == 0
@@ -130,3 +145,25 @@ def test_other_state_changes_are_state_and_the_rest_refreshes() -> None:
         update={"high_watermark": 9, "high_watermark_time": "2030-01-01T00:00:00Z"}
     )
     assert write_kind(_input(LED), _decision(fresher, material=False)) is REFRESH
+
+
+# --- the API server's push-back ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("header", "body", "seconds"),
+    [
+        ("1", None, 1.0),
+        (" 7 ", {"details": {"retryAfterSeconds": 3}}, 7.0),
+        (None, {"details": {"retryAfterSeconds": 3}}, 3.0),
+        ("Wed, 21 Oct 2015 07:28:00 GMT", {"details": {}}, DEFAULT_RETRY_AFTER_S),
+        ("-5", None, DEFAULT_RETRY_AFTER_S),
+        ("nan", None, DEFAULT_RETRY_AFTER_S),
+        ("86400", None, MAX_RETRY_AFTER_S),
+        (None, "not a Status", DEFAULT_RETRY_AFTER_S),
+    ],
+)
+def test_a_429_asks_for_the_retry_after_it_names_within_bounds(
+    header: str | None, body: object, seconds: float
+) -> None:
+    assert retry_after_of(header, body) == seconds
