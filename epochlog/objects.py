@@ -108,6 +108,20 @@ class SecretObject(WireModel):
     data: dict[str, str] = Field(default_factory=dict)
 
 
+class StatusDetails(WireModel):
+    """meta/v1 StatusDetails, the part of an API server's error answer (a Status) epochlog
+    reads: how long a 429 Too Many Requests asks the client to wait."""
+
+    retry_after_seconds: Any = None
+    """An int on a real API server; anything else is not trusted (read as absent)."""
+
+
+def status_details(body: Any) -> StatusDetails:
+    """The `details` of a Status body (empty when it is not one, or has none)."""
+    details = body.get("details") if isinstance(body, dict) else None
+    return StatusDetails.model_validate(details if isinstance(details, dict) else {})
+
+
 def to_body(model: WireModel) -> dict[str, Any]:
     """The JSON body for a request: camelCase names, unset (None) fields left out."""
     body: dict[str, Any] = model.model_dump(mode="json", exclude_none=True)

@@ -39,6 +39,7 @@ from epochlog.objects import (
     PartitionObject,
     PeeringObject,
     metadata_of,
+    status_details,
     to_body,
 )
 from epochlog.resources import KIND, PLURAL
@@ -85,10 +86,10 @@ MAX_RETRY_AFTER_S: Final = 60.0
 def retry_after_of(header: str | None, body: Any) -> float:
     """Seconds from a Retry-After header (delay-seconds), else the Status's
     `details.retryAfterSeconds`, else the default; within 0..MAX_RETRY_AFTER_S."""
-    candidates: list[Any] = [header]
-    if isinstance(body, Mapping) and isinstance(body.get("details"), Mapping):
-        candidates.append(body["details"].get("retryAfterSeconds"))
+    candidates = [header, status_details(body).retry_after_seconds]
     for value in candidates:
+        if value is None:
+            continue
         try:
             seconds = float(str(value).strip())
         except ValueError:
