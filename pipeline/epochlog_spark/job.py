@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -119,8 +119,10 @@ WORKER_START_FAILURE: Final = "Python worker failed to connect back"
 """How Spark reports a Python worker that did not connect back to the JVM in time. Spark
 waits a fixed 10 s for the worker that plans a Python data source's micro-batches (no
 setting changes it), which a loaded driver can exceed; nothing was read or written."""
-MAX_RESTARTS: Final = 3
-"""Restarts of one query after a Python worker failed to start, before its failure stands."""
+MAX_RESTARTS: Final = 5
+"""Restarts in a row of one query after a Python worker failed to start, before its
+failure stands. A restarted query that runs a batch before it fails again starts a new row:
+a driver busy for a while fails a few starts, a worker that never starts fails them all."""
 
 
 def _frames(spark: SparkSession, config: JobConfig) -> dict[str, DataFrame]:
@@ -156,17 +158,23 @@ def start_job(spark: SparkSession, config: JobConfig) -> dict[str, StreamingQuer
 
 
 def restartable(failure: str, restarts: int) -> bool:
-    """A query that ended with `failure` after `restarts` restarts is started again: only
+    """A query that ended with `failure` after `restarts` restarts in a row is started again: only
     when a Python worker did not start in time, which starting it again from its
     checkpoint mends without losing or repeating anything (the sinks are exactly once)."""
     return WORKER_START_FAILURE in failure and restarts < MAX_RESTARTS
+
+
+def ran_a_batch(progress: Sequence[dict[str, Any]]) -> bool:
+    """Some of these progress reports is of a micro-batch that ran (Spark reports the
+    `addBatch` phase only then; a trigger that found no data reports without it)."""
+    return any("addBatch" in report.get("durationMs", {}) for report in progress)
 
 
 class Job:
     """The three queries, with the restarts a worker start failure calls for.
 
     `check()` raises the first failure that stands and starts again, from its checkpoint,
-    a query whose Python worker failed to start (up to `MAX_RESTARTS` times each)."""
+    a query whose Python worker failed to start (up to `MAX_RESTARTS` times in a row)."""
 
     def __init__(self, spark: SparkSession, config: JobConfig) -> None:
         self.spark = spark
@@ -181,6 +189,8 @@ class Job:
             failure = None if query.isActive else query.exception()
             if failure is None:
                 continue
+            if ran_a_batch(query.recentProgress):
+                self.restarts[name] = 0
             if not restartable(str(failure), self.restarts[name]):
                 raise failure
             self.restarts[name] += 1

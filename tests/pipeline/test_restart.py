@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from epochlog_spark.job import MAX_RESTARTS, WORKER_START_FAILURE, restartable
+from epochlog_spark.job import MAX_RESTARTS, WORKER_START_FAILURE, ran_a_batch, restartable
 
 # What Spark 4 says when the worker that plans a Python data source's batches did not
 # connect back within its fixed 10 s (seen on a driver at load average 10 on 2 cores).
@@ -25,3 +25,27 @@ def test_any_other_failure_stands() -> None:
         "",
     ):
         assert not restartable(failure, 0), failure
+
+
+# Spark 4's StreamingQueryProgress.durationMs for a trigger that ran a batch, and for one
+# that found no new data (only the offsets were asked for).
+RAN = {
+    "batchId": 3,
+    "numInputRows": 120,
+    "durationMs": {
+        "addBatch": 812,
+        "commitOffsets": 31,
+        "getBatch": 0,
+        "latestOffset": 44,
+        "queryPlanning": 19,
+        "triggerExecution": 951,
+        "walCommit": 29,
+    },
+}
+IDLE = {"batchId": 4, "numInputRows": 0, "durationMs": {"latestOffset": 41, "triggerExecution": 41}}
+
+
+def test_a_query_that_ran_a_batch_since_its_restart_starts_a_new_row_of_restarts() -> None:
+    assert ran_a_batch([IDLE, RAN, IDLE])
+    assert not ran_a_batch([IDLE, IDLE])
+    assert not ran_a_batch([])
