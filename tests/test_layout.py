@@ -135,6 +135,7 @@ WIRE_MODULES = (
     "epochlog/crd.py",  # generates the CRD from the models
     "epochlog/kubeapi/",  # the Kubernetes API emulator speaks Kubernetes' own field names
     "epochlog/devcluster/pods.py",  # reads rendered workloads in Kubernetes' own field names
+    "pipeline/epochlog_spark/progress.py",  # reads Spark's progress reports in its field names
 )
 
 

@@ -127,15 +127,30 @@ class Signal:
         if future is not None and not future.done():
             future.set_result(None)
 
-    async def wait(self, timeout_s: float) -> bool:
-        """False when `timeout_s` passed without a notify."""
+    def future(self) -> asyncio.Future[None]:
+        """Done at the next `notify()` (shared: never cancel it)."""
         if self._future is None:
             self._future = asyncio.get_running_loop().create_future()
+        return self._future
+
+    async def wait(self, timeout_s: float) -> bool:
+        """False when `timeout_s` passed without a notify."""
         try:
-            await asyncio.wait_for(asyncio.shield(self._future), timeout_s)
+            await asyncio.wait_for(asyncio.shield(self.future()), timeout_s)
         except TimeoutError:
             return False
         return True
+
+
+@dataclass(frozen=True, slots=True)
+class ReadAsk:
+    """One partition of a fetch of many: from which offset, at most how many bytes, at
+    the leader epoch the reader knows (None: unchecked)."""
+
+    name: str
+    offset: int
+    max_bytes: int
+    leader_epoch: int | None
 
 
 @dataclass
@@ -552,6 +567,44 @@ class Broker:
             if result.batches or remaining <= 0:
                 return result
             await self._part(name).progress.wait(remaining)
+
+    async def read_many(
+        self, asks: Sequence[ReadAsk], *, max_bytes: int, max_wait_ms: int
+    ) -> list[BatchReadResult | EpochlogError]:
+        """A fetch of many partitions: each one's batches or error, in the order asked.
+
+        Returns at once when some partition has batches or an error, else when one of them
+        has (its high watermark moved) or after `max_wait_ms`. At most `max_bytes` in all,
+        but at least one batch of the first partition with one; the partitions after the
+        limit is used up are answered with where they stand only."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait_ms / 1000
+        while True:
+            core = self.current_core()
+            out: list[BatchReadResult | EpochlogError] = []
+            left = max_bytes
+            news = False
+            for ask in asks:
+                try:
+                    result = core.read_batches(
+                        ask.name,
+                        ask.offset,
+                        max_bytes=min(ask.max_bytes, max(left, 0)),
+                        leader_epoch=ask.leader_epoch,
+                    )
+                except EpochlogError as exc:
+                    out.append(exc)
+                    news = True
+                    continue
+                if result.batches:
+                    news = True
+                    left -= sum(len(b.raw) for b in result.batches)
+                out.append(result)
+            remaining = deadline - loop.time()
+            if news or remaining <= 0:
+                return out
+            waits = [self._part(ask.name).progress.future() for ask in asks]
+            await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
 
     def list_offsets(self, name: str, at: str | int, leader_epoch: int | None) -> tuple[int, int]:
         return self.current_core().list_offsets(name, at, leader_epoch=leader_epoch)

@@ -2113,7 +2113,7 @@ class BrokerCore:
                 plog.read_records(
                     offset, max_records=max_records, max_bytes=max_bytes, upper_bound=high_watermark
                 )
-                if offset < high_watermark
+                if offset < high_watermark and max_bytes > 0
                 else []
             )
         except _DISK_ERRORS as exc:
@@ -2128,7 +2128,9 @@ class BrokerCore:
         max_bytes: int = 1 << 20,
         leader_epoch: int | None = None,
     ) -> BatchReadResult:
-        """`read` as stored batches, for readers that decode batches themselves."""
+        """`read` as stored batches, for readers that decode batches themselves. With
+        `max_bytes` 0, no batches: only where the partition stands (a fetch of many
+        partitions whose byte limit the partitions before this one used up)."""
         host = self._get(name)
         role = self._leader(host, leader_epoch)
         high_watermark = host.replica.client_high_watermark()
@@ -2144,7 +2146,7 @@ class BrokerCore:
         try:
             batches = (
                 plog.read_batches(offset, max_bytes, high_watermark)
-                if offset < high_watermark
+                if offset < high_watermark and max_bytes > 0
                 else []
             )
         except _DISK_ERRORS as exc:

@@ -15,7 +15,7 @@ module adds the broker's limits and turns them into the core's types.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from epochlog.protocol.batch import Record
@@ -23,6 +23,8 @@ from epochlog.protocol.bodies import (
     PARAM_RANGES,
     Encoding,
     Params,
+    ProducerIdentity,
+    RecordIn,
     decode_produce_body,
     decode_record_text,
 )
@@ -44,6 +46,18 @@ def parse_produce_json(
 ) -> tuple[list[Record], ProducerFields | None, int]:
     """Records, producer fields and the payload size of a JSON produce body."""
     parsed, identity = decode_produce_body(body)
+    return check_records(parsed, identity, encoding=encoding, max_record_bytes=max_record_bytes)
+
+
+def check_records(
+    parsed: Sequence[RecordIn],
+    identity: ProducerIdentity | None,
+    *,
+    encoding: Encoding,
+    max_record_bytes: int,
+) -> tuple[list[Record], ProducerFields | None, int]:
+    """Records, producer fields and the payload size of a produce's validated records (of
+    its JSON body, or of one partition of a produce of many)."""
     records: list[Record] = []
     total = 0
     for i, key, value, headers in decode_record_text(parsed, encoding):

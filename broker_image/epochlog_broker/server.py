@@ -7,6 +7,9 @@ Routes (DESIGN.md, "HTTP API"):
     GET  /v1/partitions/{name}/offsets?at=earliest|latest|<ms>&leaderEpoch=
     GET  /v1/partitions/{name}/epochs/{epoch}?leaderEpoch=       (a reader's epoch query)
     GET  /v1/partitions
+    POST /v1/produce?acks=&timeoutMs=&encoding=    (many partitions, `protocol.multi`;
+    POST /v1/fetch                                  each answered on its own)
+    POST /v1/list-offsets
     GET  /healthz, /readyz, /metrics   (/readyz: 503 while a replica is offline after
                                         a storage error, naming it and why)
     GET  /openapi.json                  (this API as OpenAPI 3.1, `protocol.openapi`)
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import json
 import signal
@@ -52,12 +56,13 @@ import structlog
 from aiohttp import web
 
 from epochlog.http_limits import LimitedSite, read_body
-from epochlog.protocol.batch import Record
+from epochlog.protocol.batch import Record, RecordBatch
 from epochlog.protocol.bodies import (
     MAX_RECORDS_PER_READ,
     READER_EPOCH_PATH,
     READER_EPOCH_RANGE,
     DeleteRecordsAnswer,
+    Encoding,
     EpochEndAnswer,
     HealthAnswer,
     OffsetsAnswer,
@@ -74,6 +79,7 @@ from epochlog.protocol.errors import (
     ClusterAuthorizationFailedError,
     EpochlogError,
     ErrorAnswer,
+    ErrorBody,
     ErrorCode,
     InvalidRequestError,
     RecordTooLargeError,
@@ -83,6 +89,22 @@ from epochlog.protocol.errors import (
     generic_error_answer,
 )
 from epochlog.protocol.framing import BATCH_CONTENT_TYPE, frame, stored
+from epochlog.protocol.multi import (
+    FETCH_MANY_PATH,
+    LIST_OFFSETS_MANY_PATH,
+    PRODUCE_MANY_PATH,
+    FetchedPartition,
+    ListOffsetsManyAnswer,
+    PartitionOffset,
+    PartitionProduced,
+    PartitionRecords,
+    ProduceManyAnswer,
+    decode_fetch_many,
+    decode_framed_produce,
+    decode_list_offsets_many,
+    decode_produce_many,
+    encode_fetch_answer,
+)
 from epochlog.protocol.openapi import render as render_openapi
 from epochlog.protocol.replica import (
     EPOCH_PATH,
@@ -94,14 +116,15 @@ from epochlog.protocol.wire import WireModel
 from epochlog.security.access import Operation
 from epochlog.security.principal import Principal
 from epochlog.security.tls import CertReloader, server_context
-from epochlog_broker.broker import Broker
+from epochlog_broker.broker import Broker, ReadAsk
 from epochlog_broker.client_batch import ClientBatch
 from epochlog_broker.config import BrokerConfig
-from epochlog_broker.core import PreparedBatch
+from epochlog_broker.core import BatchReadResult, PreparedBatch, ProducerFields
 from epochlog_broker.gate import Gate
 from epochlog_broker.http_api import (
     acks_param,
     at_param,
+    check_records,
     encoding_param,
     int_param,
     optional_epoch,
@@ -152,9 +175,30 @@ def _error(answer: ErrorAnswer, status: int) -> web.Response:
 
 
 def error_response(exc: EpochlogError, broker: Broker, partition: str | None) -> web.Response:
+    return _error(_error_answer(exc, broker, partition), exc.http_status)
+
+
+def _error_answer(exc: EpochlogError, broker: Broker, partition: str | None) -> ErrorAnswer:
     leader, epoch = broker.leader_hint(partition) if partition else (None, None)
-    answer = error_answer(exc, leader=leader, leader_epoch=epoch, leader_url=broker.config.peer_url)
-    return _error(answer, exc.http_status)
+    return error_answer(exc, leader=leader, leader_epoch=epoch, leader_url=broker.config.peer_url)
+
+
+def _partition_error(exc: BaseException, broker: Broker, partition: str) -> ErrorBody:
+    """One partition's error in an answer of many, with the hints a one-partition error
+    answer would carry (none for a refusal: who may not ask learns nothing)."""
+    if not isinstance(exc, EpochlogError):
+        log.error("partition_request_failed", partition=partition, exc_info=exc)
+        message = f"{type(exc).__name__}: {exc}"
+        return generic_error_answer(INTERNAL_ERROR, message, retriable=True).error
+    if isinstance(exc, StorageError):
+        broker.run_deferred()
+    hinted = None if isinstance(exc, _REFUSALS) else partition
+    return _error_answer(exc, broker, hinted).error
+
+
+def _answer_many(model: WireModel) -> web.Response:
+    # Unset fields stay out: a partition's entry says its offsets or its error.
+    return _json(model.model_dump_json(exclude_unset=True).encode())
 
 
 @web.middleware
@@ -336,6 +380,161 @@ async def read_records(request: web.Request) -> web.Response:
         broker.metrics.fetch_latency.labels("consumer").observe(time.perf_counter() - started)
 
 
+# -- requests of many partitions (`epochlog.protocol.multi`) ------------------------------
+
+
+async def produce_many(request: web.Request) -> web.Response:
+    """One produce of many partitions: each appended (and acknowledged) on its own, the
+    answer once all of them are, with each partition's offsets or error."""
+    broker = request.app[BROKER_KEY]
+    cfg = broker.config
+    q = request.query
+    acks = acks_param(q)
+    timeout_ms = int_param(
+        q, Params.TIMEOUT_MS, cfg.default_timeout_ms, minimum=1, maximum=cfg.max_timeout_ms
+    )
+    encoding = encoding_param(q)
+    body = await _body(request, cfg.max_request_bytes)
+    parts: list[tuple[str, int | None, Callable[[], _Parsed]]] = []
+    if request.content_type == BATCH_CONTENT_TYPE:
+        for name, epoch, raw in decode_framed_produce(body):
+            parts.append((name, epoch, functools.partial(_parse_batch, raw, cfg.max_record_bytes)))
+    else:
+        for p in decode_produce_many(body):
+            parse = functools.partial(_parse_json, p, encoding, cfg.max_record_bytes)
+            parts.append((p.partition, p.leader_epoch, parse))
+    produced = await asyncio.gather(
+        *(
+            _produce_one(request, name, epoch, parse, acks=acks, timeout_ms=timeout_ms)
+            for name, epoch, parse in parts
+        )
+    )
+    return _answer_many(ProduceManyAnswer(partitions=tuple(produced)))
+
+
+_Parsed = tuple["list[Record] | PreparedBatch", "ProducerFields | None", int, int]
+"""What a produce appends: records, producer fields, record count, payload bytes."""
+
+
+def _parse_batch(raw: bytes, max_record_bytes: int) -> _Parsed:
+    batch = ClientBatch.parse(raw, max_record_bytes=max_record_bytes)
+    return batch, batch.producer, batch.record_count, batch.value_bytes
+
+
+def _parse_json(part: PartitionRecords, encoding: Encoding, max_record_bytes: int) -> _Parsed:
+    records, producer, payload = check_records(
+        part.records, part.producer, encoding=encoding, max_record_bytes=max_record_bytes
+    )
+    return records, producer, len(records), payload
+
+
+async def _produce_one(
+    request: web.Request,
+    name: str,
+    leader_epoch: int | None,
+    parse: Callable[[], _Parsed],
+    *,
+    acks: Acks,
+    timeout_ms: int,
+) -> PartitionProduced:
+    broker = request.app[BROKER_KEY]
+    started = time.perf_counter()
+    result = "ok"
+    try:
+        _allow(request, Operation.WRITE, name)
+        records, producer, count, payload = parse()
+        done = await broker.produce(
+            name,
+            records,
+            acks=acks,
+            timeout_ms=timeout_ms,
+            leader_epoch=leader_epoch,
+            producer=producer,
+        )
+    except Exception as exc:
+        result = str(exc.code) if isinstance(exc, EpochlogError) else str(INTERNAL_ERROR)
+        return PartitionProduced(partition=name, error=_partition_error(exc, broker, name))
+    finally:
+        m = broker.metrics
+        m.produce_requests.labels(broker.metric_label(name), acks.value, result).inc()
+        m.produce_latency.labels(acks.value).observe(time.perf_counter() - started)
+    broker.metrics.produce_records.labels(name).inc(count)
+    broker.metrics.produce_bytes.labels(name).inc(payload)
+    if acks is Acks.NONE:
+        return PartitionProduced(partition=name, leader_epoch=done.leader_epoch)
+    return PartitionProduced(
+        partition=name,
+        base_offset=done.base_offset,
+        last_offset=done.last_offset,
+        leader_epoch=done.leader_epoch,
+    )
+
+
+async def fetch_many(request: web.Request) -> web.Response:
+    """One fetch of many partitions (binary answer): held while none has records, up to
+    maxWaitMs; each partition's batches or error."""
+    broker = request.app[BROKER_KEY]
+    cfg = broker.config
+    started = time.perf_counter()
+    parsed = decode_fetch_many(await _body(request, cfg.max_request_bytes))
+    if parsed.max_wait_ms > cfg.max_wait_ms:
+        raise InvalidRequestError(
+            f"{Params.MAX_WAIT_MS} must be <= {cfg.max_wait_ms}, got {parsed.max_wait_ms}"
+        )
+    # As Kafka's fetch.max.bytes against the broker's limit: the smaller one holds.
+    max_bytes = min(parsed.max_bytes, cfg.max_request_bytes)
+    refused: dict[str, EpochlogError] = {}
+    asks: list[ReadAsk] = []
+    for p in parsed.partitions:
+        try:
+            _allow(request, Operation.READ, p.partition)
+        except EpochlogError as exc:
+            refused[p.partition] = exc
+            continue
+        asks.append(ReadAsk(p.partition, p.offset, p.max_bytes, p.leader_epoch))
+    results = await broker.read_many(asks, max_bytes=max_bytes, max_wait_ms=parsed.max_wait_ms)
+    by_name = {ask.name: res for ask, res in zip(asks, results, strict=True)}
+    parts: list[tuple[FetchedPartition, list[RecordBatch]]] = []
+    m = broker.metrics
+    for p in parsed.partitions:
+        name = p.partition
+        res: BatchReadResult | EpochlogError = refused.get(name) or by_name[name]
+        if isinstance(res, EpochlogError):
+            m.fetch_requests.labels(broker.metric_label(name), "consumer", str(res.code)).inc()
+            error = _partition_error(res, broker, name)
+            parts.append((FetchedPartition(partition=name, offset=p.offset, error=error), []))
+            continue
+        m.fetch_requests.labels(broker.metric_label(name), "consumer", "ok").inc()
+        if res.batches:
+            m.fetch_bytes.labels(name, "consumer").inc(sum(len(b.raw) for b in res.batches))
+        entry = FetchedPartition(
+            partition=name,
+            offset=p.offset,
+            high_watermark=res.high_watermark,
+            log_start_offset=res.log_start_offset,
+            leader_epoch=res.leader_epoch,
+        )
+        parts.append((entry, res.batches))
+    m.fetch_latency.labels("consumer").observe(time.perf_counter() - started)
+    return web.Response(body=encode_fetch_answer(parts), content_type=BATCH_CONTENT_TYPE)
+
+
+async def list_offsets_many(request: web.Request) -> web.Response:
+    broker = request.app[BROKER_KEY]
+    parsed = decode_list_offsets_many(await _body(request, broker.config.max_request_bytes))
+    out = []
+    for p in parsed:
+        name = p.partition
+        try:
+            _allow(request, Operation.DESCRIBE, name)
+            offset, epoch = broker.list_offsets(name, p.at, p.leader_epoch)
+        except Exception as exc:
+            out.append(PartitionOffset(partition=name, error=_partition_error(exc, broker, name)))
+            continue
+        out.append(PartitionOffset(partition=name, offset=offset, leader_epoch=epoch))
+    return _answer_many(ListOffsetsManyAnswer(partitions=tuple(out)))
+
+
 async def list_offsets(request: web.Request) -> web.Response:
     broker = request.app[BROKER_KEY]
     name = request.match_info["name"]
@@ -495,6 +694,9 @@ def build_app(broker: Broker, gate: Gate | None = None) -> web.Application:
     app.router.add_get(READER_EPOCH_PATH, epoch_end)
     app.router.add_post("/v1/partitions/{name}/delete-records", delete_records)
     app.router.add_get("/v1/partitions", list_partitions)
+    app.router.add_post(PRODUCE_MANY_PATH, produce_many)
+    app.router.add_post(FETCH_MANY_PATH, fetch_many)
+    app.router.add_post(LIST_OFFSETS_MANY_PATH, list_offsets_many)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

@@ -201,17 +201,20 @@ def decode_produce_body(body: bytes) -> tuple[list[RecordIn], ProducerIdentity |
         raise InvalidRequestError(
             f"invalid produce body: {describe_validation_error(exc)}"
         ) from None
-    given = [f for f in _PRODUCER_FIELDS if f in parsed]
+    return parsed["records"], producer_identity(parsed)
+
+
+def producer_identity(fields: Mapping[str, Any]) -> ProducerIdentity | None:
+    """The idempotent producer's fields of a validated produce body (or one partition of a
+    produce of many): all three or none."""
+    given = [f for f in _PRODUCER_FIELDS if f in fields]
     if not given:
-        return parsed["records"], None
+        return None
     if len(given) != len(_PRODUCER_FIELDS):
         raise InvalidRequestError(
             "producerId, producerEpoch and baseSequence go together; got only " + ", ".join(given)
         )
-    identity = ProducerIdentity(
-        parsed["producerId"], parsed["producerEpoch"], parsed["baseSequence"]
-    )
-    return parsed["records"], identity
+    return ProducerIdentity(*(fields[f] for f in _PRODUCER_FIELDS))
 
 
 def decode_record_text(

@@ -42,6 +42,17 @@ from epochlog.protocol.bodies import (
 )
 from epochlog.protocol.errors import ErrorAnswer, ErrorCode
 from epochlog.protocol.framing import BATCH_CONTENT_TYPE
+from epochlog.protocol.multi import (
+    FETCH_MANY_PATH,
+    LIST_OFFSETS_MANY_PATH,
+    PRODUCE_MANY_PATH,
+    FetchManyBody,
+    FetchManyHeader,
+    ListOffsetsManyAnswer,
+    ListOffsetsManyBody,
+    ProduceManyAnswer,
+    ProduceManyBody,
+)
 from epochlog.protocol.replica import (
     EPOCH_PATH,
     SESSION_FETCH_PATH,
@@ -71,6 +82,12 @@ _SCHEMAS: Final[dict[str, tuple[Any, str]]] = {
     "OffsetsAnswer": (OffsetsAnswer, "serialization"),
     "DeleteRecordsAnswer": (DeleteRecordsAnswer, "serialization"),
     "EpochEndAnswer": (EpochEndAnswer, "serialization"),
+    "ProduceManyBody": (ProduceManyBody, "validation"),
+    "ProduceManyAnswer": (ProduceManyAnswer, "serialization"),
+    "FetchManyBody": (FetchManyBody, "validation"),
+    "FetchManyHeader": (FetchManyHeader, "serialization"),
+    "ListOffsetsManyBody": (ListOffsetsManyBody, "validation"),
+    "ListOffsetsManyAnswer": (ListOffsetsManyAnswer, "serialization"),
     "PartitionsListing": (PartitionsListing, "serialization"),
     "HealthAnswer": (HealthAnswer, "serialization"),
     "ReadyAnswer": (ReadyAnswer, "serialization"),
@@ -268,6 +285,69 @@ def _paths() -> dict[str, Any]:
                     "200": _json(
                         "DeleteRecordsAnswer", "The new log start offset, on every ISR member."
                     ),
+                    **_ERRORS,
+                },
+            },
+        },
+        PRODUCE_MANY_PATH: {
+            "post": {
+                "operationId": "produceMany",
+                "summary": "Append records to many partitions this broker leads (Kafka's "
+                "ProduceRequest): each partition is appended and answered on its own, with "
+                "its offsets or its error; 400 only for a request that cannot be read.",
+                "parameters": [
+                    _query(
+                        Params.ACKS,
+                        "all (default), leader or none.",
+                        {"enum": ["all", "leader", "none"]},
+                    ),
+                    _int(Params.TIMEOUT_MS, "How long acks=all may wait."),
+                    _encoding("bodies"),
+                ],
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        JSON: {"schema": _ref("ProduceManyBody")},
+                        BATCH_CONTENT_TYPE: _BATCH,
+                    },
+                },
+                "responses": {
+                    "200": _json("ProduceManyAnswer", "Each partition's offsets or error."),
+                    **_ERRORS,
+                },
+            },
+        },
+        FETCH_MANY_PATH: {
+            "post": {
+                "operationId": "fetchMany",
+                "summary": "Read many partitions this broker leads (Kafka's FetchRequest): "
+                "held up to maxWaitMs while none has records; the answer is framed, its "
+                "header (FetchManyHeader) saying per partition where it stands and its "
+                "batches, or its error, then the batches of every partition in order.",
+                "requestBody": {
+                    "required": True,
+                    "content": {JSON: {"schema": _ref("FetchManyBody")}},
+                },
+                "responses": {
+                    "200": {
+                        "description": "Framed batches of each partition.",
+                        "content": {BATCH_CONTENT_TYPE: _BATCH},
+                    },
+                    **_ERRORS,
+                },
+            },
+        },
+        LIST_OFFSETS_MANY_PATH: {
+            "post": {
+                "operationId": "listOffsetsMany",
+                "summary": "ListOffsets of many partitions this broker leads, each answered "
+                "on its own.",
+                "requestBody": {
+                    "required": True,
+                    "content": {JSON: {"schema": _ref("ListOffsetsManyBody")}},
+                },
+                "responses": {
+                    "200": _json("ListOffsetsManyAnswer", "Each partition's offset or error."),
                     **_ERRORS,
                 },
             },

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -40,6 +40,7 @@ from epochlog_spark.arrow import LEADER_EPOCH
 from epochlog_spark.config import JobConfig, build_parser, config_from_args
 from epochlog_spark.options import option_name
 from epochlog_spark.orders import AMOUNT, AMOUNT_TYPE, ORDER_SCHEMA
+from epochlog_spark.progress import ran_a_batch
 from epochlog_spark.source import FORMAT, register
 
 REVENUE: Final = "revenue"
@@ -162,12 +163,6 @@ def restartable(failure: str, restarts: int) -> bool:
     when a Python worker did not start in time, which starting it again from its
     checkpoint mends without losing or repeating anything (the sinks are exactly once)."""
     return WORKER_START_FAILURE in failure and restarts < MAX_RESTARTS
-
-
-def ran_a_batch(progress: Sequence[dict[str, Any]]) -> bool:
-    """Some of these progress reports is of a micro-batch that ran (Spark reports the
-    `addBatch` phase only then; a trigger that found no data reports without it)."""
-    return any("addBatch" in report.get("durationMs", {}) for report in progress)
 
 
 class Job:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from epochlog_spark.job import MAX_RESTARTS, WORKER_START_FAILURE, ran_a_batch, restartable
+from epochlog_spark.job import MAX_RESTARTS, WORKER_START_FAILURE, restartable
+from epochlog_spark.progress import ran_a_batch
 
 # What Spark 4 says when the worker that plans a Python data source's batches did not
 # connect back within its fixed 10 s (seen on a driver at load average 10 on 2 cores).
