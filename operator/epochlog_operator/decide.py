@@ -207,10 +207,16 @@ def decide(
     view = liveness.view(now_ms)
     spec = partition.spec
     obs = observe(spec.name, heartbeats, view, floor, handed)
-    old, restored = restore(partition.status or PartitionStatus(), obs, view)
+    old, restored, waiting = restore(partition.status or PartitionStatus(), obs, view)
     d = _Draft.of(old)
     if restored is not None:
         d.events.append(restored)
+    if waiting is not None:
+        # A newer record than this status exists: nothing is assigned or elected from the
+        # older one. A leader it names goes on leading until the record is restored.
+        if old.leader is None:
+            d.offline = PartitionOffline(OfflineReason.AWAITING_HEARTBEATS, waiting)
+        return _finish(partition, old, d, view, obs)
 
     if not d.replicas:
         d.replicas = spec.replicas or _assign(spec, view, obs, load or {}) or ()

@@ -23,11 +23,18 @@ replica never heard from may hold the newest assignment, with an ISR that the
 others are not in, and restoring an older one could elect a replica without
 records acknowledged since (found by the simulator, seed 13905).
 
+While it waits, the decision assigns no replicas and elects nobody: a Partition
+created again with replicas the controller assigns once chose new ones among the
+live brokers and elected an empty one, while the broker that held its ISR was
+down but not yet fenced (seed 4147).
+
 A status newer than or equal to every held assignment is left alone. Pure: no
 I/O, no clock.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from epochlog.resources import PartitionStatus
 from epochlog_operator.events import Event, EventReason
@@ -35,23 +42,42 @@ from epochlog_operator.liveness import BrokerState, LivenessView
 from epochlog_operator.observations import PartitionObservation
 
 
-def restore(
-    status: PartitionStatus, obs: PartitionObservation, view: LivenessView
-) -> tuple[PartitionStatus, Event | None]:
+class Restored(NamedTuple):
+    """What `restore` found: the status to decide on, the event of a restore, and, while a
+    held assignment is newer than the status but cannot be restored yet, why (the decision
+    then must not assign replicas or elect: it would do so from a record that is not the
+    newest)."""
+
+    status: PartitionStatus
+    event: Event | None = None
+    waiting: str | None = None
+
+
+def restore(status: PartitionStatus, obs: PartitionObservation, view: LivenessView) -> Restored:
     """`status`, or the status restored from the newest held assignment with an event."""
     held = obs.held
     if held is None:
-        return status, None
+        return Restored(status)
     if status.isr and held.partition_epoch <= status.partition_epoch:
-        return status, None
+        return Restored(status)
     named = set(held.replicas) | set(status.replicas) | set(obs.reports)
-    if any(view.state(b) is BrokerState.UNKNOWN for b in named):
-        return status, None
+    unknown = sorted(b for b in named if view.state(b) is BrokerState.UNKNOWN)
+    if unknown:
+        return Restored(
+            status,
+            waiting=f"waiting for brokers {unknown} to heartbeat or be fenced before the "
+            f"status is restored from partitionEpoch {held.partition_epoch} (ISR "
+            f"{list(held.isr)})",
+        )
     if obs.handed is None and not named <= obs.heard:
         # This controller handed nothing out for the name (it started after the status
         # was lost): a replica it never heard from may hold a newer assignment than any
         # reported, with an ISR the reported ones are not in. Fenced is not enough.
-        return status, None
+        return Restored(
+            status,
+            waiting=f"waiting for brokers {sorted(named - obs.heard)} to report: one may "
+            f"hold an assignment newer than partitionEpoch {held.partition_epoch}",
+        )
     # A leader that no longer leads that epoch (it restarted, or resigned) must be
     # replaced with a new epoch: the restored status keeps no record of its process.
     leading = held.leader is not None and obs.leader_report(held.leader, held.leader_epoch)
@@ -95,4 +121,4 @@ def restore(
         f"leaderEpoch {held.leader_epoch}, partitionEpoch {held.partition_epoch}, "
         f"ISR {list(held.isr)}" + (f", eligible leader replicas {list(elr)}" if elr else ""),
     )
-    return restored, event
+    return Restored(restored, event)

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from epochlog.protocol.heartbeat import HeldAssignment
 from epochlog.resources import ConditionStatus, ConditionType, PartitionStatus
+from epochlog_operator.decide import PartitionInput, decide
 from epochlog_operator.events import EventReason
 
-from .harness import Controller, follower_report, leader_report, reasons
+from .harness import SESSION, Controller, follower_report, leader_report, make_spec, reasons
 
 EPOCH2 = HeldAssignment(leader=2, leader_epoch=2, partition_epoch=3, isr=(2, 3), replicas=(1, 2, 3))
 """What brokers 2 and 3 (and, once it restarted, broker 1) were handed before the delete."""
@@ -137,3 +138,48 @@ def test_a_replica_never_heard_from_may_hold_a_newer_assignment_so_restore_waits
     c.decide(10_500)
     assert c.current.leader in (2, 3)
     assert c.current.leader_epoch == 3
+
+
+def test_a_recreated_partition_waits_for_the_isr_it_was_handed_before_it_assigns_replicas() -> None:
+    # Found by the simulator, seed 4147. Replicas assigned by the controller (2, 3), ISR
+    # {2}: broker 3 lost its disk and is empty. Broker 2 dies, the controller restarts
+    # (it never hears from 2) and hands the assignment out again; the Partition is
+    # deleted and created again. Waiting for broker 2 to be fenced, the decision went on
+    # as for a new Partition: it assigned replicas among the live brokers (3, 1) and
+    # elected empty broker 3, whose followers then truncated what was acknowledged.
+    spec = make_spec(replicas=(), replication_factor=2)
+    handed = HeldAssignment(leader=2, leader_epoch=1, partition_epoch=5, isr=(2,), replicas=(2, 3))
+    c = Controller(spec)
+    empty = follower_report(1, log_end_offset=0, partition_epoch=5, last_epoch=0)
+
+    def decide_now(now: int) -> PartitionStatus | None:
+        d = decide(
+            PartitionInput(spec, c.status, 1, "rv"), c.liveness, c.heartbeats, now, handed=handed
+        )
+        if d.status is not None:
+            c.status = d.status
+        return c.status
+
+    for now in range(0, 3 * SESSION + 1, 500):
+        c.beat(1, now)
+        c.beat(3, now, partitions=[empty])
+        s = decide_now(now)
+        assert s is None or s.leader is None, s
+    waiting = c.current
+    # Restored once broker 2 was fenced: its ISR and replicas, offline until 2 is back.
+    assert (waiting.isr, waiting.replicas, waiting.leader) == ((2,), (2, 3), None)
+    assert waiting.leader_epoch >= 1
+    assert waiting.partition_epoch >= 5
+
+    now = 3 * SESSION + 500
+    c.beat(1, now)
+    c.beat(3, now, partitions=[empty])
+    c.beat(
+        2,
+        now,
+        epoch=2,
+        partitions=[follower_report(1, log_end_offset=9, partition_epoch=5, assignment=handed)],
+    )
+    s = decide_now(now)
+    assert s is not None
+    assert s.leader == 2, s
