@@ -13,7 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from epochlog.protocol.errors import EpochlogError, UnknownPartitionError, decode_error_answer
+from epochlog.protocol.errors import (
+    DecodedError,
+    EpochlogError,
+    ErrorBody,
+    UnknownPartitionError,
+    decode_error_answer,
+    decoded_error,
+)
 
 
 class ClientError(Exception):
@@ -183,6 +190,15 @@ def error_from_response(status: int, body: bytes, url: str) -> Exception:
             status=status,
             retriable=status >= 500,
         )
+    return _typed(decoded, status)
+
+
+def partition_error(body: ErrorBody) -> Exception:
+    """The typed error of one partition in an answer of many (`protocol.multi`)."""
+    return _typed(decoded_error(body), 200)
+
+
+def _typed(decoded: DecodedError, status: int) -> Exception:
     if decoded.error is not None:
         return decoded.error
     err = decoded.body

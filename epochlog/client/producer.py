@@ -38,14 +38,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import secrets
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
 import structlog
 
+from epochlog.client import many
 from epochlog.client.client import ACKS, Client, check_partition_name
 from epochlog.client.errors import (
     DeliveryTimeoutError,
@@ -53,14 +55,15 @@ from epochlog.client.errors import (
     UnexpectedResponseError,
     is_retriable,
 )
+from epochlog.client.many import Produced, known_epoch
 from epochlog.client.metadata import PartitionLeader
 from epochlog.client.records import (
     UNKNOWN_OFFSET,
     OutgoingRecord,
+    PartitionBatch,
     ProducerIdentity,
     RecordMetadata,
     make_record,
-    produce_body,
 )
 from epochlog.protocol.errors import OutOfOrderSequenceError
 from epochlog.security.options import Credentials
@@ -70,6 +73,9 @@ log = structlog.get_logger("epochlog.client")
 MAX_SEQUENCE: Final = (1 << 31) - 1
 MAX_PRODUCER_EPOCH: Final = (1 << 15) - 1
 MAX_EPOCH_BUMPS_PER_BATCH: Final = 3
+MAX_IN_FLIGHT_PER_BROKER: Final = 5
+"""Produce requests in flight to one broker (Kafka's max.in.flight.requests.per.connection);
+each partition has one batch in flight at most."""
 """OUT_OF_ORDER_SEQUENCE again right after a bump means something else is wrong."""
 
 
@@ -98,6 +104,8 @@ class _Sender:
     in_flight: list[_Queued] = field(default_factory=list)
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
+    lane: _Lane | None = None
+    """The lane its batch waits in (poked when the batch fills up)."""
 
 
 class Producer:
@@ -115,6 +123,7 @@ class Producer:
         linger_ms: float = 5,
         batch_size: int = 128 * 1024,
         buffer_memory: int = 32 * 1024 * 1024,
+        max_request_size: int = 1024 * 1024,
         delivery_timeout_ms: int = 120_000,
         request_timeout_ms: int = 30_000,
         retry_backoff_ms: int = 50,
@@ -130,6 +139,8 @@ class Producer:
             raise ValueError("linger_ms must be >= 0")
         if batch_size <= 0 or buffer_memory < batch_size:
             raise ValueError("need 0 < batch_size <= buffer_memory")
+        if max_request_size <= 0:
+            raise ValueError("max_request_size must be > 0")
         if delivery_timeout_ms <= 0:
             raise ValueError("delivery_timeout_ms must be > 0")
         if producer_id is not None and not 0 <= producer_id < (1 << 63):
@@ -153,8 +164,10 @@ class Producer:
         self.delivery_timeout_s = delivery_timeout_ms / 1000
         self.idempotent = idempotent
         self.binary = binary
+        self.max_request_size = max_request_size
         self.producer_id = producer_id if producer_id is not None else new_producer_id()
         self._senders: dict[str, _Sender] = {}
+        self._lanes: dict[str, _Lane] = {}
         self._buffered = 0
         self._space_waiters: deque[tuple[asyncio.Future[None], int]] = deque()
         self._flushing = 0
@@ -197,6 +210,8 @@ class Producer:
         s.queued_bytes += record.size
         if was_empty or s.queued_bytes >= self.batch_size or self._flushing:
             s.wakeup.set()
+            if s.lane is not None:
+                s.lane.wakeup.set()
         return future
 
     async def send_and_wait(
@@ -216,8 +231,7 @@ class Producer:
         if not futures:
             return
         self._flushing += 1
-        for s in self._senders.values():
-            s.wakeup.set()
+        self._wake_all()
         try:
             await asyncio.gather(*futures, return_exceptions=True)
         finally:
@@ -235,16 +249,23 @@ class Producer:
                     ProducerClosedError("the producer was closed while send waited for space")
                 )
         tasks = [s.task for s in self._senders.values() if s.task is not None]
-        for s in self._senders.values():
-            s.wakeup.set()
+        self._wake_all()
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=timeout_s)
             for task in pending:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+        for lane in self._lanes.values():
+            await lane.close()
         self._closed = True
         if self._owns_client:
             await self.client.close()
+
+    def _wake_all(self) -> None:
+        for s in self._senders.values():
+            s.wakeup.set()
+        for lane in self._lanes.values():
+            lane.wakeup.set()
 
     # -- buffer ----------------------------------------------------------------------------
 
@@ -296,7 +317,6 @@ class Producer:
         return s
 
     async def _run(self, s: _Sender) -> None:
-        loop = asyncio.get_running_loop()
         try:
             while True:
                 if not s.queue:
@@ -305,26 +325,18 @@ class Producer:
                     s.wakeup.clear()
                     await s.wakeup.wait()
                     continue
-                hurry = s.queued_bytes >= self.batch_size or self._flushing or self._closing
-                wait_s = s.queue[0].enqueued + self.linger_s - loop.time()
-                if not hurry and wait_s > 0:
-                    s.wakeup.clear()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(s.wakeup.wait(), wait_s)
-                    continue
-                batch = self._take(s, loop.time())
-                if batch:
-                    s.in_flight = batch
-                    try:
-                        await self._deliver(s, batch)
-                    except Exception as exc:
-                        # A record the encoder refuses, or a bug: fail this batch, keep the
-                        # sender alive for the next, and do not rely on its sequences.
-                        log.exception("produce_failed", partition=s.name, records=len(batch))
-                        self._fail(s, batch, exc)
-                        self._bump(s, f"{type(exc).__name__}: {exc}")
-                    finally:
-                        s.in_flight = []
+                try:
+                    await self._deliver(s)
+                except Exception as exc:
+                    # A record the encoder refuses, or a bug: fail this batch (or, none taken
+                    # yet, the next one), keep the sender alive, and do not rely on its
+                    # sequences.
+                    batch = s.in_flight or self._take(s, asyncio.get_running_loop().time())
+                    log.exception("produce_failed", partition=s.name, records=len(batch))
+                    self._fail(s, batch, exc)
+                    self._bump(s, f"{type(exc).__name__}: {exc}")
+                finally:
+                    s.in_flight = []
         except asyncio.CancelledError:
             closed = ProducerClosedError("the producer was closed before the record was sent")
             self._fail(s, s.in_flight, closed)
@@ -332,6 +344,19 @@ class Producer:
             s.queue.clear()
             s.queued_bytes = 0
             raise
+
+    def _lane(self, url: str) -> _Lane:
+        lane = self._lanes.get(url)
+        if lane is None:
+            lane = self._lanes[url] = _Lane(self, url)
+        return lane
+
+    def _due(self, s: _Sender) -> float:
+        """When the sender's next batch should go: once its first record lingered, at once
+        when the batch is full or the producer flushes or closes."""
+        if not s.queue or s.queued_bytes >= self.batch_size or self._flushing or self._closing:
+            return 0.0
+        return s.queue[0].enqueued + self.linger_s
 
     def _take(self, s: _Sender, now: float) -> list[_Queued]:
         """The next batch: up to batch_size bytes (at least one record); expired records
@@ -360,6 +385,22 @@ class Producer:
             size += q.record.size
             batch.append(q)
         return batch
+
+    def _expire(self, s: _Sender, now: float, last: BaseException | None) -> None:
+        """Fail the queued records whose delivery timeout passed before they could be sent
+        (no leader found, say); `last` is why."""
+        while s.queue and s.queue[0].deadline <= now:
+            q = s.queue.popleft()
+            s.queued_bytes -= q.record.size
+            self._fail(
+                s,
+                [q],
+                DeliveryTimeoutError(
+                    f"{s.name}: record not acknowledged within {self.delivery_timeout_s:.3g} s "
+                    "(never sent)",
+                    last,
+                ),
+            )
 
     def _fail(self, s: _Sender, batch: Sequence[_Queued], exc: BaseException) -> None:
         for q in batch:
@@ -392,19 +433,40 @@ class Producer:
         s.next_sequence += count
         return identity
 
-    async def _deliver(self, s: _Sender, batch: list[_Queued]) -> None:
+    async def _deliver(self, s: _Sender) -> None:
+        """Send the sender's next batch until it is acknowledged or failed.
+
+        The batch is taken from the queue when its leader's lane sends it (with the batches
+        of the other partitions that broker leads), and kept, with its producer fields,
+        for every retry."""
         loop = asyncio.get_running_loop()
-        records = [q.record for q in batch]
-        count = len(records)
-        identity = self._identity(s, count)
-        body, ctype, params = produce_body(records, identity, binary=self.binary)
-        deadline = batch[0].deadline
+        batch: list[_Queued] | None = None
+        records: list[OutgoingRecord] = []
+        identity: ProducerIdentity | None = None
+        deadline = s.queue[0].deadline
         maybe_written = False  # some attempt may have been written (outcome unknown)
         attempt = bumps = 0
         last: BaseException | None = None
+
+        def take(leader: PartitionLeader) -> PartitionBatch | None:
+            nonlocal batch, records, identity
+            if batch is None:
+                taken = self._take(s, loop.time())
+                if not taken:
+                    return None
+                batch = s.in_flight = taken
+                records = [q.record for q in taken]
+                identity = self._identity(s, len(records))
+            return PartitionBatch(s.name, known_epoch(leader), records, identity)
+
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
+                if batch is None:
+                    # Nothing was sent: the records that waited too long fail, the rest wait.
+                    self._expire(s, loop.time(), last)
+                    return
+                count = len(batch)
                 self._fail(
                     s,
                     batch,
@@ -429,65 +491,80 @@ class Producer:
                     ) from None
                 timeout_ms = max(1, int(min(self.client.request_timeout_s, remaining) * 1000))
                 sending = True
-                base, last_offset, epoch = await self.client.produce_request(
-                    leader, body, ctype, acks=self.acks, timeout_ms=timeout_ms, params=params
-                )
+                lane = self._lane(leader.url)
+                done = await lane.send(s, functools.partial(take, leader), timeout_ms)
+                if done is None:
+                    return  # every record waited too long and failed when taken
             except OutOfOrderSequenceError as exc:
                 # Checked before the append: this batch is not in the log.
                 last = exc
+                assert batch is not None
                 if identity is None or bumps >= MAX_EPOCH_BUMPS_PER_BATCH:
                     self._fail(s, batch, exc)
-                    self._give_back(s, identity, count, True, "out of order sequence")
+                    self._give_back(s, identity, len(batch), True, "out of order sequence")
                     return
                 bumps += 1
                 self._bump(s, f"OUT_OF_ORDER_SEQUENCE: {exc.message}")
-                identity = self._identity(s, count)
-                body, ctype, params = produce_body(records, identity, binary=self.binary)
+                identity = self._identity(s, len(batch))
                 continue
             except Exception as exc:
                 if not is_retriable(exc) and not isinstance(exc, TimeoutError):
-                    self._fail(s, batch, exc)
-                    self._give_back(s, identity, count, maybe_written, str(exc))
+                    failed = batch if batch is not None else self._take(s, loop.time())
+                    self._fail(s, failed, exc)
+                    if batch is not None:
+                        self._give_back(s, identity, len(batch), maybe_written, str(exc))
                     return
                 last = exc
-                maybe_written = maybe_written or sending
+                maybe_written = maybe_written or (sending and batch is not None)
                 self.client.metadata.on_error(s.name, leader, exc)
                 event = log.info if attempt == 0 else log.debug
                 event(
                     "produce_retry",
                     partition=s.name,
-                    records=count,
+                    records=len(batch) if batch is not None else len(s.queue),
                     attempt=attempt + 1,
                     error=str(exc),
                 )
                 await asyncio.sleep(min(self.client.backoff.delay(attempt), max(0.0, remaining)))
                 attempt += 1
                 continue
-            if base is None or last_offset is None:
-                if self.acks != "none":
-                    exc2 = UnexpectedResponseError(
-                        f"{s.name}: {count} records acknowledged (acks={self.acks}) without offsets"
-                    )
-                    self._fail(s, batch, exc2)
-                    self._give_back(s, identity, count, True, str(exc2))
-                    return
-                for q in batch:
-                    if not q.future.done():
-                        q.future.set_result(RecordMetadata(s.name, UNKNOWN_OFFSET, epoch))
-                self._release(sum(r.size for r in records))
-                return
-            if last_offset - base + 1 != count:
-                exc2 = UnexpectedResponseError(
-                    f"{s.name}: {count} records acknowledged as offsets {base}..{last_offset}"
-                )
-                self._fail(s, batch, exc2)
-                self._give_back(s, identity, count, True, str(exc2))
-                return
-            for i, q in enumerate(batch):
-                if not q.future.done():
-                    q.future.set_result(RecordMetadata(s.name, base + i, epoch))
-            self._release(sum(r.size for r in records))
+            assert batch is not None
+            self._acknowledged(s, batch, identity, done)
             return
+
+    def _acknowledged(
+        self,
+        s: _Sender,
+        batch: list[_Queued],
+        identity: ProducerIdentity | None,
+        done: Produced,
+    ) -> None:
+        count = len(batch)
+        base, last_offset = done.base_offset, done.last_offset
+        if base is None or last_offset is None:
+            if self.acks != "none":
+                exc = UnexpectedResponseError(
+                    f"{s.name}: {count} records acknowledged (acks={self.acks}) without offsets"
+                )
+                self._fail(s, batch, exc)
+                self._give_back(s, identity, count, True, str(exc))
+                return
+            for q in batch:
+                if not q.future.done():
+                    q.future.set_result(RecordMetadata(s.name, UNKNOWN_OFFSET, done.leader_epoch))
+            self._release(sum(q.record.size for q in batch))
+            return
+        if last_offset - base + 1 != count:
+            exc = UnexpectedResponseError(
+                f"{s.name}: {count} records acknowledged as offsets {base}..{last_offset}"
+            )
+            self._fail(s, batch, exc)
+            self._give_back(s, identity, count, True, str(exc))
+            return
+        for i, q in enumerate(batch):
+            if not q.future.done():
+                q.future.set_result(RecordMetadata(s.name, base + i, done.leader_epoch))
+        self._release(sum(q.record.size for q in batch))
 
     def _give_back(
         self,
@@ -510,3 +587,132 @@ class Producer:
             s.next_sequence = identity.base_sequence
         else:
             self._bump(s, why)
+
+
+@dataclass(slots=True)
+class _Waiting:
+    """A partition's batch waiting in a lane: `take` gives its part when the lane sends."""
+
+    sender: _Sender
+    take: Callable[[], PartitionBatch | None]
+    timeout_ms: int
+    future: asyncio.Future[Produced | None]
+
+
+class _Lane:
+    """The batches going to one leader broker, sent together as produces of many.
+
+    A partition's batch waits here until it is due (its first record lingered, or it is
+    full, or the producer flushes); then every batch waiting for this broker goes in one
+    request, as Kafka's sender drains all partitions of a node that has a ready batch.
+    Batches are taken from their queues only then, so records that arrive while they
+    linger go too. At most `MAX_IN_FLIGHT_PER_BROKER` requests are in flight to one broker;
+    each partition has at most one batch in flight, which keeps its records in order."""
+
+    def __init__(self, producer: Producer, url: str) -> None:
+        self.producer = producer
+        self.url = url
+        self.waiting: dict[str, _Waiting] = {}
+        self.wakeup = asyncio.Event()
+        self.requests: set[asyncio.Task[None]] = set()
+        self.task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"epochlog-producer-lane-{url}"
+        )
+
+    async def send(
+        self, s: _Sender, take: Callable[[], PartitionBatch | None], timeout_ms: int
+    ) -> Produced | None:
+        """The partition's answer (raises its error); None when `take` found nothing to
+        send."""
+        future: asyncio.Future[Produced | None] = asyncio.get_running_loop().create_future()
+        self.waiting[s.name] = _Waiting(s, take, timeout_ms, future)
+        s.lane = self
+        self.wakeup.set()
+        try:
+            return await future
+        finally:
+            s.lane = None
+            if self.waiting.get(s.name) is not None and self.waiting[s.name].future is future:
+                del self.waiting[s.name]
+
+    async def close(self) -> None:
+        self.task.cancel()
+        for task in list(self.requests):
+            task.cancel()
+        await asyncio.gather(self.task, *self.requests, return_exceptions=True)
+
+    def _due(self, w: _Waiting) -> float:
+        # A retry (its batch already taken) goes at once.
+        return 0.0 if w.sender.in_flight else self.producer._due(w.sender)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self.waiting:
+                self.wakeup.clear()
+                await self.wakeup.wait()
+                continue
+            now = loop.time()
+            due = min(self._due(w) for w in self.waiting.values())
+            if due > now:
+                self.wakeup.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wakeup.wait(), due - now)
+                continue
+            if len(self.requests) >= MAX_IN_FLIGHT_PER_BROKER:
+                await asyncio.wait(self.requests, return_when=asyncio.FIRST_COMPLETED)
+                continue
+            parts: list[PartitionBatch] = []
+            sent: list[_Waiting] = []
+            size = 0
+            for name, w in list(self.waiting.items()):
+                if parts and size >= self.producer.max_request_size:
+                    break
+                del self.waiting[name]
+                if w.future.done():
+                    continue
+                try:
+                    part = w.take()
+                except Exception as exc:
+                    w.future.set_exception(exc)
+                    continue
+                if part is None:
+                    w.future.set_result(None)
+                    continue
+                parts.append(part)
+                sent.append(w)
+                size += sum(r.size for r in part.records)
+            if parts:
+                task = loop.create_task(self._request(parts, sent))
+                self.requests.add(task)
+                task.add_done_callback(self.requests.discard)
+
+    async def _request(self, parts: list[PartitionBatch], sent: list[_Waiting]) -> None:
+        p = self.producer
+        try:
+            results = await many.produce(
+                p.client.transport,
+                self.url,
+                parts,
+                acks=p.acks,
+                timeout_ms=min(w.timeout_ms for w in sent),
+                binary=p.binary,
+                # The broker answers by timeoutMs; the margin covers the trip and a busy disk.
+                margin_s=min(5.0, p.client.request_timeout_s),
+            )
+        except asyncio.CancelledError:
+            for w in sent:
+                w.future.cancel()
+            raise
+        except Exception as exc:
+            for w in sent:
+                if not w.future.done():
+                    w.future.set_exception(exc)
+            return
+        for w, result in zip(sent, results, strict=True):
+            if w.future.done():
+                continue
+            if isinstance(result, Exception):
+                w.future.set_exception(result)
+            else:
+                w.future.set_result(result)

@@ -37,6 +37,7 @@ from epochlog.protocol.bodies import (
 )
 from epochlog.protocol.errors import EpochlogError
 from epochlog.protocol.framing import BATCH_CONTENT_TYPE, unframe
+from epochlog.protocol.multi import encode_framed_produce, encode_produce_many, partition_records
 from epochlog.protocol.wire import WireModel
 
 __all__ = [
@@ -152,12 +153,10 @@ def _utf8(records: Sequence[OutgoingRecord]) -> bool:
     return True
 
 
-def produce_body(
-    records: Sequence[OutgoingRecord], identity: ProducerIdentity | None, *, binary: bool
-) -> tuple[bytes, str, dict[str, str]]:
-    """(body, content type, extra query parameters) of a produce request."""
-    if binary:
-        body = encode_batch(
+def batch_bytes(records: Sequence[OutgoingRecord], identity: ProducerIdentity | None) -> bytes:
+    """`records` as one encoded batch (the binary produce body)."""
+    return bytes(
+        encode_batch(
             [Record(r.value, r.key, r.headers, r.timestamp_ms) for r in records],
             base_offset=0,
             # Placeholders: the leader stamps the offsets and its epoch when it appends the
@@ -168,9 +167,10 @@ def produce_body(
             producer_epoch=identity.producer_epoch if identity else -1,
             base_sequence=identity.base_sequence if identity else -1,
         )
-        return bytes(body), BATCH_CONTENT_TYPE, {}
-    text = _utf8(records)
+    )
 
+
+def _wire_records(records: Sequence[OutgoingRecord], text: bool) -> list[RecordIn]:
     def enc(data: bytes) -> str:
         return data.decode() if text else base64.b64encode(data).decode()
 
@@ -180,8 +180,49 @@ def produce_body(
         if r.headers:
             record["headers"] = {k: enc(v) for k, v in r.headers}
         wire_records.append(record)
-    params = {} if text else {Params.ENCODING: Encoding.BASE64.value}
-    return encode_produce_body(wire_records, identity), "application/json", params
+    return wire_records
+
+
+def _encoding_params(text: bool) -> dict[str, str]:
+    return {} if text else {Params.ENCODING: Encoding.BASE64.value}
+
+
+def produce_body(
+    records: Sequence[OutgoingRecord], identity: ProducerIdentity | None, *, binary: bool
+) -> tuple[bytes, str, dict[str, str]]:
+    """(body, content type, extra query parameters) of a produce request."""
+    if binary:
+        return batch_bytes(records, identity), BATCH_CONTENT_TYPE, {}
+    text = _utf8(records)
+    body = encode_produce_body(_wire_records(records, text), identity)
+    return body, "application/json", _encoding_params(text)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionBatch:
+    """One partition's part of a produce of many: its records and their producer fields,
+    at the leader epoch the client knows (None: none sent)."""
+
+    partition: str
+    leader_epoch: int | None
+    records: Sequence[OutgoingRecord]
+    identity: ProducerIdentity | None
+
+
+def produce_many_body(
+    parts: Sequence[PartitionBatch], *, binary: bool
+) -> tuple[bytes, str, dict[str, str]]:
+    """(body, content type, extra query parameters) of a produce of many partitions. JSON
+    keys and values are text when every part's are valid UTF-8, else all are base64."""
+    if binary:
+        framed = [(p.partition, p.leader_epoch, batch_bytes(p.records, p.identity)) for p in parts]
+        return encode_framed_produce(framed), BATCH_CONTENT_TYPE, {}
+    text = all(_utf8(p.records) for p in parts)
+    wire = [
+        partition_records(p.partition, p.leader_epoch, _wire_records(p.records, text), p.identity)
+        for p in parts
+    ]
+    return encode_produce_many(wire), "application/json", _encoding_params(text)
 
 
 # -- answers -----------------------------------------------------------------------------

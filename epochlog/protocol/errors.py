@@ -390,7 +390,7 @@ def decode_error_answer(body: bytes) -> DecodedError | None:
         parsed = ErrorAnswer.model_validate_json(body).error
     except (ValidationError, ValueError):
         return None
-    return _decoded(parsed)
+    return decoded_error(parsed)
 
 
 def decode_error_body(body: object) -> DecodedError | None:
@@ -400,10 +400,11 @@ def decode_error_body(body: object) -> DecodedError | None:
         parsed = ErrorBody.model_validate(body)
     except ValidationError:
         return None
-    return _decoded(parsed)
+    return decoded_error(parsed)
 
 
-def _decoded(parsed: ErrorBody) -> DecodedError:
+def decoded_error(parsed: ErrorBody) -> DecodedError:
+    """A parsed error body with its typed exception (when its code is known)."""
     try:
         cls = ERRORS_BY_CODE[ErrorCode(parsed.code)]
     except ValueError:

@@ -147,6 +147,21 @@ def decode_produce_many(body: bytes) -> list[PartitionRecords]:
     ]
 
 
+def partition_records(
+    partition: str,
+    leader_epoch: int | None,
+    records: list[RecordIn],
+    producer: ProducerIdentity | None,
+) -> PartitionRecordsIn:
+    """One partition of a JSON produce of many."""
+    entry: PartitionRecordsIn = {"partition": partition, "records": records}
+    if leader_epoch is not None:
+        entry["leaderEpoch"] = leader_epoch
+    if producer is not None:
+        entry["producerId"], entry["producerEpoch"], entry["baseSequence"] = producer
+    return entry
+
+
 def encode_produce_many(parts: Sequence[PartitionRecordsIn]) -> bytes:
     return orjson.dumps({"partitions": parts})
 
@@ -245,8 +260,24 @@ def decode_list_offsets_many(body: bytes) -> list[OffsetQuery]:
     return [OffsetQuery(p["partition"], p.get("at", LATEST), p.get("leaderEpoch")) for p in parts]
 
 
-def encode_list_offsets_many(parts: Sequence[OffsetQueryIn]) -> bytes:
-    return orjson.dumps({"partitions": parts})
+def encode_list_offsets_many(parts: Sequence[OffsetQuery]) -> bytes:
+    wire: list[OffsetQueryIn] = []
+    for p in parts:
+        query: OffsetQueryIn = {"partition": p.partition, "at": _at(p.at)}
+        if p.leader_epoch is not None:
+            query["leaderEpoch"] = p.leader_epoch
+        wire.append(query)
+    return orjson.dumps({"partitions": wire})
+
+
+def _at(at: str | int) -> At:
+    if at == EARLIEST:
+        return EARLIEST
+    if at == LATEST:
+        return LATEST
+    if isinstance(at, int) and at >= 0:
+        return at
+    raise ValueError(f"at must be earliest, latest or a time in ms, got {at!r}")
 
 
 class PartitionOffset(WireModel):
@@ -327,7 +358,22 @@ def decode_fetch_many(body: bytes) -> FetchMany:
     )
 
 
-def encode_fetch_many(body: FetchManyBody) -> bytes:
+def encode_fetch_many(fetch: FetchMany) -> bytes:
+    wanted: list[PartitionFetchIn] = []
+    for p in fetch.partitions:
+        ask: PartitionFetchIn = {
+            "partition": p.partition,
+            "offset": p.offset,
+            "maxBytes": p.max_bytes,
+        }
+        if p.leader_epoch is not None:
+            ask["leaderEpoch"] = p.leader_epoch
+        wanted.append(ask)
+    body: FetchManyBody = {
+        "partitions": wanted,
+        "maxWaitMs": fetch.max_wait_ms,
+        "maxBytes": fetch.max_bytes,
+    }
     return orjson.dumps(body)
 
 

@@ -25,6 +25,7 @@ import aiohttp
 from aiohttp import web
 
 from epochlog.client import Client, Consumer, ConsumerRecord
+from epochlog.protocol.multi import PRODUCE_MANY_PATH
 from epochlog.resources import PartitionSpec
 from tests.broker.cluster import Cluster
 
@@ -108,7 +109,9 @@ class AnswerDroppingProxy:
             ctype = resp.headers.get("Content-Type", "application/octet-stream")
         self.forwarded += 1
         self.requests.append((request.method, request.path))
-        if request.method == "POST" and request.path.endswith("/records"):
+        if request.method == "POST" and (
+            request.path.endswith("/records") or request.path == PRODUCE_MANY_PATH
+        ):
             self.produce_requests += 1
             self.produce_bodies.append(body)
             if self.drop > 0:

@@ -13,6 +13,7 @@ import pytest
 from epochlog.client import Producer
 from epochlog.client.errors import error_from_response
 from epochlog.protocol.errors import NotEnoughReplicasAfterAppendError
+from epochlog.protocol.multi import PRODUCE_MANY_PATH
 from tests.broker.cluster import Cluster
 from tests.client.helpers import AFTER_APPEND_BODY, AnswerDroppingProxy, read_all, values
 
@@ -43,11 +44,12 @@ async def test_producer_retries_not_enough_replicas_after_append_and_writes_one_
         # of the first copy.
         assert (proxy.refused, proxy.produce_requests) == (2, 3)
         identities = {
-            (doc["producerId"], doc["producerEpoch"], doc["baseSequence"])
+            (part["producerId"], part["producerEpoch"], part["baseSequence"])
             for doc in map(json.loads, proxy.produce_bodies)
+            for part in doc["partitions"]
         }
         assert len(identities) == 1, f"the retries changed the batch's identity: {identities}"
-        first_post = proxy.requests.index(("POST", f"/v1/partitions/{PARTITION}/records"))
+        first_post = proxy.requests.index(("POST", PRODUCE_MANY_PATH))
         lookups = [r for r in proxy.requests[first_post:] if r == ("GET", "/v1/partitions")]
         assert lookups == [], "the leader that answered is still the leader"
         assert values(got) == [f"once-{i}" for i in range(10)]
