@@ -3,10 +3,17 @@
 `await producer.send(partition, value, key=..., headers=...)` queues a record
 and returns a future that resolves to its `RecordMetadata(partition, offset,
 leaderEpoch)` once acknowledged at the producer's `acks` level, or fails with
-a typed error. Each partition has one sender: it waits up to `linger_ms` for
-a batch to fill to `batch_size` bytes (not at all once it is full, or while
-`flush()`/`close()` wait), and sends one batch at a time, so records reach
-the log in the order they were sent, also across retries.
+a typed error. Each partition has one sender, with one batch in flight at a
+time, so records reach the log in the order they were sent, also across
+retries. Batches go to their leader broker through that broker's lane: a
+batch waits there up to `linger_ms` from its first record (not at all once it
+holds `batch_size` bytes, or while `flush()`/`close()` wait); when one is due,
+every batch waiting for that broker goes with it in one produce request of
+many partitions (`epochlog.protocol.multi`, up to `max_request_size` bytes),
+as Kafka's sender drains all partitions of a ready node. The broker answers
+each partition on its own: one that fails (NOT_ENOUGH_REPLICAS, a leader that
+moved) is retried alone while the others are acknowledged. At most
+`MAX_IN_FLIGHT_PER_BROKER` requests are in flight to one broker.
 
 Retries: retriable failures (leader changes, NOT_ENOUGH_REPLICAS, timeouts,
 unreachable brokers) are retried with exponential backoff until the
