@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 import structlog
 
+from epochlog.client import many
 from epochlog.client.divergence import EpochEnd
 from epochlog.client.errors import (
     BrokerUnreachableError,
@@ -455,3 +456,104 @@ class Client:
             self.metadata.invalidate(partition)
             await asyncio.sleep(min(self.backoff.delay(attempt), remaining))
             attempt += 1
+
+    async def list_offsets_many(
+        self,
+        at: Mapping[str, str | int],
+        *,
+        timeout_ms: int | None = None,
+        guard_latest: bool = True,
+    ) -> dict[str, OffsetAndEpoch]:
+        """`list_offsets` of many partitions (partition -> earliest, latest or a time in
+        ms): one request per leader broker, each partition retried on its own through
+        leader changes and OFFSET_NOT_AVAILABLE for up to `timeout_ms`. With
+        `guard_latest`, a latest offset below one this client saw before is asked again,
+        as `list_offsets` does; a reader that validates its positions through leader
+        epochs (KIP-320) turns it off to see a truncation."""
+        specs: dict[str, str | int] = {}
+        for partition, wanted in at.items():
+            check_partition_name(partition)
+            spec = offset_spec(wanted)
+            specs[partition] = int(spec) if spec.isdigit() else spec
+        timeout_s = (timeout_ms / 1000) if timeout_ms is not None else self.request_timeout_s
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        out: dict[str, OffsetAndEpoch] = {}
+        last: dict[str, BaseException] = {}
+        attempt = 0
+        while True:
+            pending = sorted(p for p in specs if p not in out)
+            by_url: dict[str, list[PartitionLeader]] = {}
+            found = await asyncio.gather(
+                *(self.metadata.leader(p) for p in pending), return_exceptions=True
+            )
+            for p, leader in zip(pending, found, strict=True):
+                if isinstance(leader, BaseException):
+                    self._retry_or_raise(p, None, leader, last)
+                else:
+                    by_url.setdefault(leader.url, []).append(leader)
+            answers = await asyncio.gather(
+                *(
+                    many.list_offsets(
+                        self.transport,
+                        url,
+                        [(leader, specs[leader.partition]) for leader in leaders],
+                        timeout_s=self.request_timeout_s,
+                    )
+                    for url, leaders in by_url.items()
+                ),
+                return_exceptions=True,
+            )
+            for leaders, answer in zip(by_url.values(), answers, strict=True):
+                if isinstance(answer, BaseException):
+                    for leader in leaders:
+                        self._retry_or_raise(leader.partition, leader, answer, last)
+                    continue
+                for leader, result in zip(leaders, answer, strict=True):
+                    p = leader.partition
+                    if isinstance(result, BaseException):
+                        self._retry_or_raise(p, leader, result, last)
+                        continue
+                    seen = self._latest_seen.get(p, -1)
+                    if specs[p] == LATEST and guard_latest and result.offset < seen:
+                        last[p] = OffsetsWentBackError(
+                            f"{p}: the leader answers latest offset {result.offset}, below "
+                            f"{seen} seen before",
+                            seen=seen,
+                            answered=result.offset,
+                        )
+                        self.metadata.invalidate(p)
+                        continue
+                    if specs[p] == LATEST:
+                        self._latest_seen[p] = max(seen, result.offset)
+                    out[p] = result
+            if len(out) == len(specs):
+                return out
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                left = sorted(p for p in specs if p not in out)
+                cause = last.get(left[0])
+                if isinstance(cause, OffsetsWentBackError):
+                    raise cause
+                raise RetriesExhaustedError(
+                    f"ListOffsets on {', '.join(left[:5])}"
+                    + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+                    + f" failed for {timeout_s:.3g} s",
+                    cause,
+                )
+            await asyncio.sleep(min(self.backoff.delay(attempt), remaining))
+            attempt += 1
+
+    def _retry_or_raise(
+        self,
+        partition: str,
+        leader: PartitionLeader | None,
+        exc: BaseException,
+        last: dict[str, BaseException],
+    ) -> None:
+        """A partition's failure in a request of many: raised unless retriable, else kept
+        as the last error and the leader cache updated from its hints."""
+        if not isinstance(exc, Exception) or not is_retriable(exc):
+            raise exc
+        last[partition] = exc
+        self.metadata.on_error(partition, leader, exc)

@@ -4,10 +4,10 @@
 process). It discovers the partitions of the query's topics from the brokers'
 listing (each replica says its topic and index: no naming convention), and
 asks the partitions' leaders for their earliest, latest or by-time offsets
-with ListOffsets, all partitions at once. Latest is the high watermark behind
-the KIP-207 gate: a new leader answers only once it holds everything committed
-before, so latest never drops below a committed offset after a clean leader
-change. Retriable failures are retried for `retryTimeoutMs`.
+with ListOffsets, one request of many partitions per leader broker. Latest is
+the high watermark behind the KIP-207 gate: a new leader answers only once it
+holds everything committed before, so latest never drops below a committed
+offset after a clean leader change. Retriable failures are retried for `retryTimeoutMs`.
 
 It turns the starting and ending options into offsets (`resolve`). A broker
 list nobody answers on, and offsets the log does not hold, are `OptionError`s
@@ -36,7 +36,7 @@ from epochlog.client.divergence import ConsumedEpochs, EpochStart
 from epochlog.client.errors import ClientError
 from epochlog.client.metadata import PartitionLeader
 from epochlog.client.reading import Validated, validate_position
-from epochlog.client.records import FetchAnswer, OffsetAndEpoch
+from epochlog.client.records import FetchAnswer
 from epochlog.logs import configure_once
 from epochlog.protocol.errors import EpochlogError, OffsetOutOfRangeError
 from epochlog_spark.offsets import Key, Offsets
@@ -107,30 +107,19 @@ class BrokerView:
     # -- offsets ----------------------------------------------------------------------------
 
     def offsets(self, keys: Iterable[Key], at: At | Mapping[Key, At]) -> Offsets:
-        """ListOffsets for each partition: `at` for all, or one per partition."""
+        """ListOffsets for each partition: `at` for all, or one per partition. One request
+        per leader broker, whatever the number of partitions."""
         keys = sorted(keys)
-
-        async def all_of() -> list[OffsetAndEpoch]:
-            return await asyncio.gather(
-                *(
-                    self._list_offsets(self.names[k], at if not isinstance(at, Mapping) else at[k])
-                    for k in keys
-                )
+        wanted = {self.names[k]: at[k] if isinstance(at, Mapping) else at for k in keys}
+        answers = self._run(
+            self._client.list_offsets_many(
+                wanted,
+                timeout_ms=self.options.retry_timeout_ms,
+                # Truncation shows through leader epochs (`validate`), not as an error here.
+                guard_latest=False,
             )
-
-        answers = self._run(all_of())
-        return {k: a.offset for k, a in zip(keys, answers, strict=True)}
-
-    async def _list_offsets(self, name: str, at: At) -> OffsetAndEpoch:
-        async def once(leader: PartitionLeader) -> OffsetAndEpoch:
-            return await self._client.list_offsets_once(leader, str(at))
-
-        return await self._client.retrying(
-            name,
-            once,
-            timeout_s=self.options.retry_timeout_ms / 1000,
-            what=f"ListOffsets({at})",
         )
+        return {k: answers[self.names[k]].offset for k in keys}
 
     def latest(self) -> Offsets:
         """The latest offset (high watermark) of every partition listed now."""

@@ -241,6 +241,22 @@ async def test_list_offsets(client: Client) -> None:
         await client.list_offsets("offsets-0", "yesterday")
 
 
+async def test_list_offsets_of_many_partitions_in_one_call(client: Client) -> None:
+    names = ["orders-0", "orders-1", "offsets-0"]
+    one_by_one = {n: await client.list_offsets(n, "latest") for n in names}
+    earliest = await client.list_offsets_many(dict.fromkeys(names, "earliest"))
+    latest = await client.list_offsets_many(dict.fromkeys(names, "latest"))
+    assert latest == one_by_one
+    assert {n: a.offset for n, a in earliest.items()} == {
+        n: (await client.list_offsets(n, "earliest")).offset for n in names
+    }
+    mixed = await client.list_offsets_many({"orders-0": "earliest", "offsets-0": 0})
+    assert mixed["orders-0"] == earliest["orders-0"]
+    assert mixed["offsets-0"].offset == 0
+    with pytest.raises(ValueError, match="at must be"):
+        await client.list_offsets_many({"orders-0": "yesterday"})
+
+
 async def test_consumer_long_polls_and_never_goes_back(client: Client) -> None:
     # A maxWaitMs far above the time the record takes to arrive (on any machine): an answer
     # before it ran out was woken by the record.
