@@ -557,3 +557,51 @@ class Client:
             raise exc
         last[partition] = exc
         self.metadata.on_error(partition, leader, exc)
+
+    async def fetch_batches_many(
+        self, offsets: Mapping[str, int], *, partition_max_bytes: int, max_wait_ms: int = 0
+    ) -> dict[str, BatchesAnswer | Exception]:
+        """One fetch of many partitions per leader broker (partition -> offset), tried once:
+        each partition's checked batches, or its error (a failed lookup or request too).
+        The caller retries what failed."""
+        names = sorted(offsets)
+        out: dict[str, BatchesAnswer | Exception] = {}
+        by_url: dict[str, list[PartitionLeader]] = {}
+        found = await asyncio.gather(
+            *(self.metadata.leader(p) for p in names), return_exceptions=True
+        )
+        for p, leader in zip(names, found, strict=True):
+            if isinstance(leader, Exception):
+                out[p] = leader
+            elif isinstance(leader, BaseException):
+                raise leader
+            else:
+                by_url.setdefault(leader.url, []).append(leader)
+        answers = await asyncio.gather(
+            *(
+                many.fetch(
+                    self.transport,
+                    url,
+                    [
+                        (leader, offsets[leader.partition], partition_max_bytes)
+                        for leader in leaders
+                    ],
+                    max_wait_ms=max_wait_ms,
+                    max_bytes=partition_max_bytes * len(leaders),
+                    timeout_s=self.request_timeout_s,
+                )
+                for url, leaders in by_url.items()
+            ),
+            return_exceptions=True,
+        )
+        for leaders, answer in zip(by_url.values(), answers, strict=True):
+            for i, leader in enumerate(leaders):
+                result = answer if isinstance(answer, BaseException) else answer[i]
+                if isinstance(result, Exception):
+                    self.metadata.on_error(leader.partition, leader, result)
+                    out[leader.partition] = result
+                elif isinstance(result, BaseException):
+                    raise result
+                else:
+                    out[leader.partition] = result
+        return out

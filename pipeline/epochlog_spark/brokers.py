@@ -131,9 +131,27 @@ class BrokerView:
         """The leader epoch of the record at `end - 1` of each partition (left out: none
         there, or deleted since)."""
         keys = sorted(k for k, end in ends.items() if end > 0 and k in self.names)
+        below = {self.names[k]: ends[k] - 1 for k in keys}
 
         async def all_of() -> list[int | None]:
-            return await asyncio.gather(*(self._epoch_at(self.names[k], ends[k] - 1) for k in keys))
+            # One fetch of many partitions per leader; what fails is read on its own, with
+            # retries.
+            first = await self._client.fetch_batches_many(below, partition_max_bytes=1)
+
+            async def one(name: str) -> int | None:
+                answer = first.get(name)
+                if answer is None or isinstance(answer, Exception):
+                    return await self._epoch_at(name, below[name])
+                return next(
+                    (
+                        b.leader_epoch
+                        for b in answer.records
+                        if b.base_offset <= below[name] <= b.last_offset
+                    ),
+                    None,
+                )
+
+            return await asyncio.gather(*(one(self.names[k]) for k in keys))
 
         found = self._run(all_of())
         return {k: e for k, e in zip(keys, found, strict=True) if e is not None}
