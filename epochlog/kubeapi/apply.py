@@ -20,10 +20,11 @@ apply (a real server records them as `Update` managers).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
+
+from epochlog.kubeapi.documents import json_copy
 
 FieldPath = tuple[str, ...]
 
@@ -127,7 +128,7 @@ def _set(obj: dict[str, Any], path: FieldPath, value: Any) -> None:
         if not isinstance(child, dict):
             child = node[part] = {}
         node = child
-    node[path[-1]] = copy.deepcopy(value)
+    node[path[-1]] = json_copy(value)
 
 
 def _drop(obj: dict[str, Any], path: FieldPath) -> None:
@@ -175,14 +176,14 @@ def apply(
     writes `status` only). Raises ApplyConflicts unless `force`.
     """
     top = tuple(top)
-    result = copy.deepcopy(current) if current is not None else {}
+    result = json_copy(current) if current is not None else {}
     meta = result.setdefault("metadata", {})
     if current is None:
         for key in ("name", "namespace", "generateName"):
             if key in (config.get("metadata") or {}):
                 meta[key] = config["metadata"][key]
     mine = leaf_paths(config, top)
-    entries = [copy.deepcopy(e) for e in meta.get("managedFields") or [] if isinstance(e, dict)]
+    entries = [json_copy(e) for e in meta.get("managedFields") or [] if isinstance(e, dict)]
     is_mine = [
         e.get("manager") == manager
         and e.get("operation") == APPLY

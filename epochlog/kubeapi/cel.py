@@ -11,6 +11,7 @@ cost per write.
 from __future__ import annotations
 
 import json
+import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -64,21 +65,65 @@ class CelCompileError(Exception):
     """A rule in a CRD is not valid CEL."""
 
 
+_SELF: Final = re.compile(r"\bself\b")
+_SELF_PATH: Final = re.compile(r"\bself((?:\.[A-Za-z_][A-Za-z0-9_]*)+)(\s*\()?")
+
+Path = tuple[str, ...]
+
+
+def fields_read(rule: str) -> frozenset[Path] | None:
+    """The paths under `self` that `rule` reads (`self.spec.topic` -> ("spec", "topic"); a
+    method called on a path reads the path), or None when it uses `self` otherwise (whole,
+    indexed, a method of `self` itself): then all of the value counts."""
+    paths: set[Path] = set()
+    for m in _SELF_PATH.finditer(rule):
+        parts = tuple(m.group(1).split(".")[1:])
+        if m.group(2):
+            parts = parts[:-1]  # the last name is a method called on the path before it
+        if not parts:
+            return None
+        paths.add(parts)
+    if len(_SELF.findall(rule)) != len(list(_SELF_PATH.finditer(rule))):
+        return None
+    return frozenset(paths)
+
+
+def project(value: Any, paths: frozenset[Path]) -> Any:
+    """`value` with only the fields on `paths` (absent ones stay absent)."""
+    if not isinstance(value, dict):
+        return value
+    heads: dict[str, set[Path]] = {}
+    for path in paths:
+        heads.setdefault(path[0], set()).add(path[1:])
+    out: dict[str, Any] = {}
+    for head, tails in heads.items():
+        if head not in value:
+            continue
+        out[head] = value[head] if () in tails else project(value[head], frozenset(tails))
+    return out
+
+
 @dataclass(frozen=True)
 class CelRule:
     rule: str
     message: str
     field_path: str | None
     program: celpy.Runner
+    reads: frozenset[Path] | None = None
+    """The paths under `self` the rule reads (None: all of it): the rest of a value is left
+    out of its evaluation and of the key its result is remembered by."""
     _results: OrderedDict[str, str | None] = field(
         default_factory=OrderedDict, compare=False, repr=False
     )
 
     def check(self, value: Any) -> str | None:
         """None if the rule holds for `value`, else the message to report."""
-        # A rule is a pure function of its value, and cel-python's tree walk costs about
-        # a millisecond: a status write leaves the spec as it was, so its spec rules are
-        # answered from the last results.
+        # A rule is a pure function of the fields it reads, and cel-python's tree walk
+        # costs about a millisecond: a status write that changes the high watermark leaves
+        # the ISR, leader and replicas the status rules read as they were, and the name
+        # and spec the object's rule reads, so they are answered from the last results.
+        if self.reads is not None:
+            value = project(value, self.reads)
         try:
             key = json.dumps(value, sort_keys=True, separators=(",", ":"))
         except (TypeError, ValueError):
@@ -115,7 +160,13 @@ def compile_rule(spec: dict[str, Any]) -> CelRule:
         raise CelCompileError(f"compilation failed: {exc}") from exc
     message = spec.get("message") or f"failed rule: {text}"
     field_path = spec.get("fieldPath")
-    return CelRule(text, str(message), field_path if isinstance(field_path, str) else None, program)
+    return CelRule(
+        text,
+        str(message),
+        field_path if isinstance(field_path, str) else None,
+        program,
+        fields_read(text),
+    )
 
 
 def _without_nulls(value: Any) -> Any:

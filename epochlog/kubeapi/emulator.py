@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import copy
 import json
 import re
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -29,12 +28,13 @@ from typing import Any, Final
 import aiohttp.web
 import attrs
 import yaml
-from kmock import KubernetesEmulator, RawHandler, Request, ResourceInfo, resource
-from kmock._internal import enums, parsing, rendering
+from kmock import KubernetesEmulator, Request, ResourceInfo, resource
+from kmock._internal import dsl, enums, parsing, rendering
 from typing_extensions import override
 
 from epochlog.kubeapi import errors, objects
 from epochlog.kubeapi.apply import ApplyConflicts, apply
+from epochlog.kubeapi.documents import json_copy
 from epochlog.kubeapi.errors import ApiError, ErrorKind, FieldError
 from epochlog.kubeapi.openapi import openapi_group_version, openapi_index
 from epochlog.kubeapi.patches import (
@@ -265,8 +265,39 @@ class KubernetesApi(KubernetesEmulator):
 
     @override
     async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
-        # Skip KubernetesEmulator._handle: it merges writes into kmock's objects itself.
-        return await RawHandler._handle(self, request)
+        # KubernetesEmulator._handle is skipped: it merges writes into kmock's objects
+        # itself. This is RawHandler._handle, but for how it finds the reactions a request
+        # belongs to (`_admits`).
+        priorities = [payload.priorities for payload in self._payloads]
+        longest = max((len(p) for p in priorities), default=0)
+        ranks = [tuple(-p for p in ps) + (0,) * (longest - len(ps)) for ps in priorities]
+        for index in sorted(range(len(ranks)), key=lambda i: ranks[i]):
+            payload = self._payloads[index]
+            if payload._disabled.is_set() or not self._admits(payload._source, request):
+                continue
+            try:
+                return await payload(request)
+            except rendering.ReactionMismatchError:  # a mismatch, or a reaction used up
+                payload._disabled.set()
+            except NotImplementedError:  # matched, but nothing to answer with
+                pass
+        raise NotImplementedError("no reaction matches the request")
+
+    def _admits(self, view: Any, request: rendering.Request) -> bool:
+        """Whether `view` lists `request`, as kmock's `request in view` answers. That scans
+        every request kept (REQUESTS_KEPT) through the view's filters, for every reaction,
+        on every request: most of a status write's cost. A view that is a chain of filters
+        and priorities over this handler (every reaction the emulator and the tests set up)
+        is decided by its filters' criteria on this request alone."""
+        node = view
+        while node is not self:
+            if type(node) is dsl.Filter:
+                if not node.criteria(request):
+                    return False
+            elif type(node) is not dsl.Priority:
+                return request in view
+            node = node._source
+        return True
 
     @override
     async def _serve_server_version(self, request: rendering.Request) -> rendering.Payload:
@@ -505,7 +536,7 @@ class KubernetesApi(KubernetesEmulator):
         dry_run: bool = False,
     ) -> tuple[dict[str, Any], list[str]]:
         """Create an object as a POST would; returns it and the warnings. Raises ApiError."""
-        obj = objects.check_identity(rt, copy.deepcopy(body), namespace)
+        obj = objects.check_identity(rt, json_copy(body), namespace)
         if rt is SECRETS:
             obj = objects.secret_data(obj)
         if rt.namespaced:
@@ -774,7 +805,7 @@ class KubernetesApi(KubernetesEmulator):
             obj["metadata"]["resourceVersion"] = self.store.next_rv()
             self.store.write(rt, obj, old)
             return obj, True
-        obj = copy.deepcopy(old)
+        obj = json_copy(old)
         obj["metadata"]["resourceVersion"] = self.store.next_rv()
         self._remove(rt, obj)
         return obj, False
@@ -806,7 +837,7 @@ def _crd_status(crd: dict[str, Any]) -> dict[str, Any]:
     now = objects.now_rfc3339()
     spec = crd.get("spec") or {}
     return {
-        "acceptedNames": copy.deepcopy(spec.get("names") or {}),
+        "acceptedNames": json_copy(spec.get("names") or {}),
         "conditions": [
             {
                 "type": "NamesAccepted",

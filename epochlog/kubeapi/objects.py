@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import copy
 import re
 import secrets
 import string
@@ -30,6 +29,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from epochlog.kubeapi import errors
+from epochlog.kubeapi.documents import json_copy
 from epochlog.kubeapi.errors import ErrorKind, FieldError
 from epochlog.kubeapi.registry import SECRETS, ResourceType
 
@@ -241,16 +241,16 @@ def merge_update(
 ) -> dict[str, Any]:
     """The object after an update with body `new`: kept server fields, status rules, generation."""
     if subresource == "status":
-        result = copy.deepcopy(old)
+        result = json_copy(old)
         if "status" in new:
-            result["status"] = copy.deepcopy(new["status"])
+            result["status"] = json_copy(new["status"])
         else:
             result.pop("status", None)
         # Field ownership of the status is recorded through the status subresource too.
         if "managedFields" in new["metadata"]:
-            result["metadata"]["managedFields"] = copy.deepcopy(new["metadata"]["managedFields"])
+            result["metadata"]["managedFields"] = json_copy(new["metadata"]["managedFields"])
         return result
-    result = copy.deepcopy(new)
+    result = json_copy(new)
     meta = result.setdefault("metadata", {})
     for key in _SERVER_META:
         if key in old["metadata"]:
@@ -259,7 +259,7 @@ def merge_update(
             meta.pop(key, None)
     if rt.has_status:
         if "status" in old:
-            result["status"] = copy.deepcopy(old["status"])
+            result["status"] = json_copy(old["status"])
         else:
             result.pop("status", None)
     if rt.plural == "events":
@@ -343,7 +343,7 @@ def check_no_new_finalizers(rt: ResourceType, old: dict[str, Any], obj: dict[str
 
 def same_object(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Equal but for resourceVersion: such an update changes nothing and is not a write."""
-    strip_a, strip_b = copy.deepcopy(a), copy.deepcopy(b)
+    strip_a, strip_b = json_copy(a), json_copy(b)
     strip_a["metadata"].pop("resourceVersion", None)
     strip_b["metadata"].pop("resourceVersion", None)
     return strip_a == strip_b
@@ -351,7 +351,7 @@ def same_object(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 def mark_deleted(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
     """Deletion of an object with finalizers: it stays, with a deletionTimestamp."""
-    result = copy.deepcopy(obj)
+    result = json_copy(obj)
     meta = result["metadata"]
     meta["deletionTimestamp"] = now_rfc3339()
     meta["deletionGracePeriodSeconds"] = 0

@@ -12,9 +12,9 @@ Server-side apply is not a patch of this kind: see `apply`.
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Final
 
+from epochlog.kubeapi.documents import json_copy
 from epochlog.kubeapi.errors import (
     bad_request,
     unprocessable,
@@ -31,8 +31,8 @@ APPLY = "application/apply-patch+yaml"
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386: objects merge recursively, null removes, anything else replaces."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+        return json_copy(patch)
+    result = json_copy(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
             result.pop(key, None)
@@ -62,7 +62,7 @@ def _merge_list(old: Any, new: list[Any], key: str | None) -> list[Any]:
         if key is not None and at and isinstance(item, dict):
             patched.append(merge_patch(server[at[0]], item))
         elif all(ident(p) != ident(item) for p in patched):
-            patched.append(copy.deepcopy(item))
+            patched.append(json_copy(item))
     mine = {ident(p) for p in patched if not isinstance(ident(p), dict | list)}
     only = [o for o in server if ident(o) not in mine]
     merged: list[Any] = []
@@ -95,7 +95,7 @@ def strategic_merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> dict
             result = merge_patch(result, {"metadata": meta_patch})
         return result
     stored = result.get("metadata")
-    meta: dict[str, Any] = copy.deepcopy(stored) if isinstance(stored, dict) else {}
+    meta: dict[str, Any] = json_copy(stored) if isinstance(stored, dict) else {}
     for key, value in meta_patch.items():
         if key.startswith(_DELETE_FROM):
             field = key[len(_DELETE_FROM) :]
@@ -187,15 +187,15 @@ def json_patch(target: Any, ops: Any) -> Any:
     """RFC 6902 on a copy of `target`; a failing `test` is a 422, as on the API server."""
     if not isinstance(ops, list):
         raise bad_request("a JSON patch must be a list of operations")
-    doc = copy.deepcopy(target)
+    doc = json_copy(target)
     for op in ops:
         if not isinstance(op, dict) or not isinstance(op.get("path"), str):
             raise bad_request(f"invalid JSON patch operation: {op!r}")
         kind, path = op.get("op"), op["path"]
         if kind == "add":
-            doc = _add(doc, path, copy.deepcopy(op.get("value")), replace=False)
+            doc = _add(doc, path, json_copy(op.get("value")), replace=False)
         elif kind == "replace":
-            doc = _add(doc, path, copy.deepcopy(op.get("value")), replace=True)
+            doc = _add(doc, path, json_copy(op.get("value")), replace=True)
         elif kind == "remove":
             _remove(doc, path)
         elif kind == "test":
@@ -208,7 +208,7 @@ def json_patch(target: Any, ops: Any) -> Any:
             source = op.get("from")
             if not isinstance(source, str):
                 raise bad_request(f"{kind} operation needs a 'from': {op!r}")
-            value = _remove(doc, source) if kind == "move" else copy.deepcopy(_get(doc, source))
+            value = _remove(doc, source) if kind == "move" else json_copy(_get(doc, source))
             doc = _add(doc, path, value, replace=False)
         else:
             raise bad_request(f"unknown JSON patch operation {kind!r}")

@@ -20,7 +20,6 @@ write, and each "replay then subscribe" of a new watch, is atomic.
 from __future__ import annotations
 
 import asyncio
-import copy
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from typing import Any, Final
 
 from kmock import ObjectsArray, resource
 
+from epochlog.kubeapi.documents import json_copy
 from epochlog.kubeapi.errors import expired
 from epochlog.kubeapi.registry import ResourceType
 
@@ -89,7 +89,7 @@ class Store:
         key = self._key(rt, namespace, name)
         if key not in self.objects or self.objects[key].deleted:
             return None
-        raw: dict[str, Any] = copy.deepcopy(self.objects[key].raw)
+        raw: dict[str, Any] = json_copy(self.objects[key].raw)
         return raw
 
     def items(self, rt: ResourceType, namespace: str | None) -> list[dict[str, Any]]:
@@ -102,7 +102,7 @@ class Store:
                 continue
             found.append(((ns or "", name), obj))
         found.sort(key=lambda pair: pair[0])
-        return [copy.deepcopy(obj.raw) for _, obj in found]
+        return [json_copy(obj.raw) for _, obj in found]
 
     def _emit(self, change: Change) -> None:
         log = self._logs.setdefault(change.rt_key, deque())
@@ -118,10 +118,10 @@ class Store:
         meta = obj["metadata"]
         key = self._key(rt, meta.get("namespace"), meta["name"])
         if key not in self.objects:
-            self.objects[key] = copy.deepcopy(obj)
+            self.objects[key] = json_copy(obj)
         else:
             history = self.objects[key].history
-            history.append(copy.deepcopy(obj))
+            history.append(json_copy(obj))
             if len(history) > HISTORY_KEPT:
                 del history[: len(history) - HISTORY_KEPT]
         self._emit(
@@ -130,7 +130,7 @@ class Store:
                 "ADDED" if old is None else "MODIFIED",
                 rt_key(rt),
                 meta.get("namespace"),
-                copy.deepcopy(obj),
+                json_copy(obj),
                 old,
             )
         )
@@ -146,8 +146,8 @@ class Store:
                 "DELETED",
                 rt_key(rt),
                 meta.get("namespace"),
-                copy.deepcopy(obj),
-                copy.deepcopy(obj),
+                json_copy(obj),
+                json_copy(obj),
             )
         )
 
@@ -186,4 +186,4 @@ class Store:
     def all_objects(self) -> Iterator[tuple[tuple[str, str], str | None, dict[str, Any]]]:
         for (res, ns, _name), obj in list(self.objects.items()):
             if not obj.deleted:
-                yield (str(res.group), str(res.plural)), ns, copy.deepcopy(obj.raw)
+                yield (str(res.group), str(res.plural)), ns, json_copy(obj.raw)
