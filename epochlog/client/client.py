@@ -38,6 +38,7 @@ from epochlog.client.errors import (
     UnexpectedResponseError,
     is_retriable,
 )
+from epochlog.client.fetching import FetchLanes
 from epochlog.client.metadata import Metadata, PartitionLeader
 from epochlog.client.records import (
     BATCH_CONTENT_TYPE,
@@ -156,6 +157,8 @@ class Client:
             metadata_max_wait_s=metadata_max_wait_ms / 1000,
         )
         self._latest_seen: dict[str, int] = {}
+        self.fetches = FetchLanes(self.transport, request_timeout_s=self.request_timeout_s)
+        """The consumers' reads, gathered per broker into fetches of many partitions."""
 
     async def __aenter__(self) -> Client:
         return self
@@ -164,6 +167,7 @@ class Client:
         await self.close()
 
     async def close(self) -> None:
+        await self.fetches.close()
         await self.transport.close()
 
     # -- retries ---------------------------------------------------------------------------

@@ -4,7 +4,10 @@
 offset, or at `earliest`/`latest` resolved with ListOffsets, and long-polls
 the leader (`maxWaitMs`) for records from its position; the broker only
 serves records below the high watermark, so everything it returns is
-committed. Leader changes are followed through the shared leader cache;
+committed. Its reads go with those of the client's other consumers of the
+same broker, in one fetch of many partitions (`epochlog.client.fetching`), as
+Kafka's consumer fetches all its partitions of a broker at once; records come
+back as stored batches (`binary` no longer changes the wire format). Leader changes are followed through the shared leader cache;
 retriable errors (OFFSET_NOT_AVAILABLE while a new leader's high watermark
 catches up, KIP-207; NOT_LEADER_OR_FOLLOWER; unreachable brokers) are retried
 with backoff for up to `retry_timeout_ms`, then `RetriesExhaustedError`.
@@ -48,7 +51,7 @@ from epochlog.client.divergence import ConsumedEpochs, EpochStart
 from epochlog.client.errors import LogTruncationError
 from epochlog.client.metadata import PartitionLeader
 from epochlog.client.reading import Validated, below_log_start, read_at, validate_position
-from epochlog.client.records import ConsumerRecord, FetchAnswer
+from epochlog.client.records import ConsumerRecord, FetchAnswer, fetch_answer
 from epochlog.protocol.errors import OffsetOutOfRangeError
 from epochlog.security.options import Credentials
 
@@ -209,6 +212,8 @@ class Consumer:
         self.high_watermark = max(self.high_watermark, answer.high_watermark)
         self.log_start_offset = answer.log_start_offset
         records = [r for r in answer.records if position <= r.offset < answer.high_watermark]
+        # Whole batches come back: what is past max_records is read again next time.
+        del records[self.max_records :]
         if records:
             if records[0].offset != position:
                 log.warning(
@@ -282,14 +287,11 @@ class Consumer:
         truncation found and reset past)."""
 
         async def read(leader: PartitionLeader) -> FetchAnswer:
-            return await self.client.fetch(
-                leader,
-                position,
-                max_records=self.max_records,
-                max_bytes=self.max_bytes,
-                max_wait_ms=wait_ms,
-                binary=self.binary,
+            # With the reads of the client's other consumers of that broker, in one fetch.
+            answer = await self.client.fetches.read(
+                leader, position, max_bytes=self.max_bytes, max_wait_ms=wait_ms
             )
+            return fetch_answer(self.partition, answer)
 
         if len(self.consumed) and self._confirmed:
             # A leader holding less than this consumer read: the epochs tell at once

@@ -270,24 +270,38 @@ def parse_fetch_json(partition: str, body: bytes, where: str) -> FetchAnswer:
         raise UnexpectedResponseError(f"{where}: {exc.message}") from None
 
 
+def consumer_records(partition: str, batches: Sequence[RecordBatch]) -> list[ConsumerRecord]:
+    """The records of checked batches, as a consumer hands them out."""
+    return [
+        ConsumerRecord(
+            partition=partition,
+            offset=r.offset,
+            timestamp=r.timestamp,
+            key=r.key,
+            value=r.value,
+            headers=dict(r.headers),
+            leader_epoch=r.leader_epoch,
+        )
+        for b in batches
+        for r in b.records()
+    ]
+
+
+def fetch_answer(partition: str, answer: BatchesAnswer) -> FetchAnswer:
+    """A batch answer (of a fetch of many partitions, say) with its records decoded."""
+    return ReadAnswer(
+        consumer_records(partition, answer.records),
+        answer.high_watermark,
+        answer.log_start_offset,
+        answer.leader_epoch,
+    )
+
+
 def parse_fetch_binary(partition: str, body: bytes, where: str) -> FetchAnswer:
     """A read answer in the framed batch format; every batch's CRC is checked."""
     try:
         header, batches = unframe(body)
-        out = [
-            ConsumerRecord(
-                partition=partition,
-                offset=r.offset,
-                timestamp=r.timestamp,
-                key=r.key,
-                value=r.value,
-                headers=dict(r.headers),
-                leader_epoch=r.leader_epoch,
-            )
-            for b in batches
-            for r in b.records()
-        ]
-        return read_answer_from_header(header, out)
+        return read_answer_from_header(header, consumer_records(partition, batches))
     except EpochlogError as exc:
         raise UnexpectedResponseError(f"{where}: {exc.message}") from None
 

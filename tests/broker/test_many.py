@@ -18,7 +18,10 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from prometheus_client.parser import text_string_to_metric_families
 
+from epochlog.client import Consumer
+from epochlog.client.records import ConsumerRecord
 from epochlog.protocol.batch import LogRecord, Record, encode_batch
 from epochlog.protocol.framing import BATCH_CONTENT_TYPE
 from epochlog.protocol.multi import (
@@ -59,6 +62,10 @@ async def leaders(c: Cluster) -> dict[str, int]:
     # What these tests need: the broker asked leads two of the partitions, not the third.
     assert sum(b == led["many-0"] for b in led.values()) == 2, led
     return led
+
+
+def values(records: list[ConsumerRecord]) -> list[str]:
+    return [(r.value or b"").decode() for r in records]
 
 
 def by_partition(answer: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -331,3 +338,42 @@ async def test_a_request_that_cannot_be_read_is_refused_whole(
         await cluster.call("POST", 1, path, json=body)
     assert (err.value.status, err.value.code) == (400, "INVALID_REQUEST")
     assert says in err.value.body["error"]["message"]
+
+
+async def _consumer_fetches(c: Cluster, broker: int) -> tuple[float, float]:
+    """(consumer fetch requests, partitions in them) the broker served so far."""
+    status, body, _ = await c.request("GET", broker, "/metrics")
+    assert status == 200
+    requests = partitions = 0.0
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            if sample.labels.get("kind") != "consumer":
+                continue
+            if sample.name == "epochlog_fetch_latency_seconds_count":
+                requests += sample.value
+            elif sample.name == "epochlog_fetch_requests_total":
+                partitions += sample.value
+    return requests, partitions
+
+
+async def test_the_consumers_of_one_client_read_a_broker_in_fetches_of_many(
+    cluster: Cluster,
+) -> None:
+    led = await leaders(cluster)
+    asked = led["many-0"]
+    mine = [n for n in NAMES if led[n] == asked]
+    async with cluster.client() as client:
+        consumers = [Consumer(client, n, start="latest", max_wait_ms=LONG_POLL_MS) for n in mine]
+        for consumer in consumers:
+            await consumer.seek("latest")
+        before = await _consumer_fetches(cluster, asked)
+        polls = [asyncio.create_task(consumer.poll()) for consumer in consumers]
+        await cluster.produce(mine[0], ["first"])
+        assert values(await polls[0]) == ["first"]
+        # The other long poll waits on: its partition got nothing, and its wait is not over.
+        assert not polls[1].done()
+        await cluster.produce(mine[1], ["second"])
+        assert values(await polls[1]) == ["second"]
+        after = await _consumer_fetches(cluster, asked)
+    requests, partitions = (a - b for a, b in zip(after, before, strict=True))
+    assert partitions > requests, "no fetch carried both partitions"

@@ -22,7 +22,10 @@ from aiohttp import web
 
 from epochlog.client import Client, Consumer, OffsetsWentBackError
 from epochlog.client.errors import BrokerError, UnexpectedResponseError
-from epochlog.protocol.errors import OffsetOutOfRangeError
+from epochlog.protocol.batch import Record, RecordBatch, encode_batch
+from epochlog.protocol.errors import ErrorBody, OffsetOutOfRangeError
+from epochlog.protocol.framing import BATCH_CONTENT_TYPE
+from epochlog.protocol.multi import FETCH_MANY_PATH, FetchedPartition, encode_fetch_answer
 
 NAME = "p-0"
 
@@ -52,6 +55,10 @@ def error(status: int, code: str, retriable: bool) -> Answer:
     return status, {"error": {"code": code, "message": "scripted", "retriable": retriable}}
 
 
+def framed(parts: list[tuple[FetchedPartition, list[RecordBatch]]]) -> web.Response:
+    return web.Response(body=encode_fetch_answer(parts), content_type=BATCH_CONTENT_TYPE)
+
+
 @dataclass
 class ScriptedBroker:
     reads: list[Answer] = field(default_factory=list)
@@ -69,9 +76,34 @@ class ScriptedBroker:
         part = {"name": NAME, "role": "leader", "leader": 1, "leaderEpoch": 3}
         return web.json_response({"brokerId": 1, "address": self.url, "partitions": [part]})
 
-    async def read(self, request: web.Request) -> web.Response:
-        self.asked.append(dict(request.query))
-        return self.answer(self.reads)
+    async def fetch(self, request: web.Request) -> web.Response:
+        """A consumer's read, as a fetch of many partitions: the scripted answer is this
+        partition's (its records, or its error in a 200 answer, as a broker gives it)."""
+        (ask,) = (await request.json())["partitions"]
+        self.asked.append({"offset": str(ask["offset"])})
+        status, body = self.reads.pop(0) if len(self.reads) > 1 else self.reads[0]
+        if "error" in body:
+            entry = FetchedPartition(
+                partition=NAME, offset=ask["offset"], error=ErrorBody(**body["error"])
+            )
+            return framed([(entry, [])])
+        assert status == 200
+        found = [
+            Record(base64.b64decode(r["value"]), None, (), r["timestamp"]) for r in body["records"]
+        ]
+        batches = []
+        if found:
+            first = body["records"][0]["offset"]
+            raw = encode_batch(found, base_offset=first, leader_epoch=3, timestamp=1)
+            batches.append(RecordBatch.from_bytes(bytes(raw)))
+        entry = FetchedPartition(
+            partition=NAME,
+            offset=ask["offset"],
+            high_watermark=body["highWatermark"],
+            log_start_offset=body["logStartOffset"],
+            leader_epoch=body["leaderEpoch"],
+        )
+        return framed([(entry, batches)])
 
     async def list_offsets(self, request: web.Request) -> web.Response:
         self.asked.append(dict(request.query))
@@ -83,7 +115,7 @@ async def broker() -> AsyncIterator[ScriptedBroker]:
     b = ScriptedBroker()
     app = web.Application()
     app.router.add_get("/v1/partitions", b.describe)
-    app.router.add_get(f"/v1/partitions/{NAME}/records", b.read)
+    app.router.add_post(FETCH_MANY_PATH, b.fetch)
     app.router.add_get(f"/v1/partitions/{NAME}/offsets", b.list_offsets)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

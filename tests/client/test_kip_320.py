@@ -28,6 +28,7 @@ import pytest_asyncio
 from epochlog.client import Consumer, LogTruncationError
 from epochlog.client.consumer import RESET
 from epochlog.client.ranges import TRUNCATED, RangeChunk, RangeReader
+from epochlog.protocol.multi import FETCH_MANY_PATH, decode_fetch_answer
 from tests.broker.cluster import Cluster
 from tests.broker.controller import spec
 from tests.client.helpers import (
@@ -127,8 +128,14 @@ async def test_the_client_finds_the_leader_again_and_retries_on_a_wrong_epoch(
     epoch = await leader_epoch(cluster, leader, MOVED)
     assert epoch >= 2
     lies = [True]
+    fetched: list[int] = []
+    """A consumer's reads are fetches of many partitions: each one's answer for MOVED, as
+    the status a one-partition read would have had (409: its epoch refused)."""
 
     def misreport(method: str, path: str, body: bytes) -> bytes:
+        if path == FETCH_MANY_PATH:
+            fetched.extend(409 if e.error else 200 for e, _ in decode_fetch_answer(body))
+            return body
         if path != "/v1/partitions" or not lies:
             return body
         lies.clear()
@@ -146,7 +153,7 @@ async def test_the_client_finds_the_leader_again_and_retries_on_a_wrong_epoch(
             if request_kind == "read":
                 consumer = Consumer(client, MOVED, start=0, max_wait_ms=0)
                 assert await consumer.poll()
-                path = f"/v1/partitions/{MOVED}/records"
+                path = FETCH_MANY_PATH
             elif request_kind == "list-offsets":
                 assert (await client.list_offsets(MOVED)).leader_epoch == epoch
                 path = f"/v1/partitions/{MOVED}/offsets"
@@ -156,7 +163,9 @@ async def test_the_client_finds_the_leader_again_and_retries_on_a_wrong_epoch(
             cached = client.metadata.cached(MOVED)
     finally:
         await proxy.stop()
-    statuses = [status for method, p, status in proxy.answered if p == path]
+    statuses = (
+        fetched if path == FETCH_MANY_PATH else [s for _, p, s in proxy.answered if p == path]
+    )
     assert statuses[0] == 409, proxy.answered
     assert statuses[-1] == 200, proxy.answered
     assert cached is not None
