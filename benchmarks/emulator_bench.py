@@ -74,6 +74,7 @@ def status(i: int, hw: int) -> dict[str, Any]:
     """A full status as the operator writes it, with high watermark `hw`."""
     replicas = (1 + i % 3, 1 + (i + 1) % 3, 1 + (i + 2) % 3)
     when = "2026-01-01T00:00:00.000Z"
+    elected_ms = 1_767_225_600_000  # the same instant, in ms since the Unix epoch
     model = PartitionStatus(
         leader=replicas[0],
         leader_epoch=3,
@@ -86,8 +87,8 @@ def status(i: int, hw: int) -> dict[str, Any]:
         log_end_offsets=dict.fromkeys(replicas, hw),
         lag_ms=dict.fromkeys(replicas[1:], 0),
         epoch_history=(
-            EpochHistoryEntry(epoch=1, leader=replicas[1], start_offset=0, time=when),
-            EpochHistoryEntry(epoch=3, leader=replicas[0], start_offset=10, time=when),
+            EpochHistoryEntry(epoch=1, leader=replicas[1], start_offset=0, time=elected_ms),
+            EpochHistoryEntry(epoch=3, leader=replicas[0], start_offset=10, time=elected_ms),
         ),
         conditions=(
             Condition(

@@ -7,10 +7,11 @@ serves records below the high watermark, so everything it returns is
 committed. Its reads go with those of the client's other consumers of the
 same broker, in one fetch of many partitions (`epochlog.client.fetching`), as
 Kafka's consumer fetches all its partitions of a broker at once; records come
-back as stored batches (`binary` no longer changes the wire format). Leader changes are followed through the shared leader cache;
-retriable errors (OFFSET_NOT_AVAILABLE while a new leader's high watermark
-catches up, KIP-207; NOT_LEADER_OR_FOLLOWER; unreachable brokers) are retried
-with backoff for up to `retry_timeout_ms`, then `RetriesExhaustedError`.
+back as stored batches (`binary` no longer changes the wire format). Leader
+changes are followed through the shared leader cache; retriable errors
+(OFFSET_NOT_AVAILABLE while a new leader's high watermark catches up, KIP-207;
+NOT_LEADER_OR_FOLLOWER; unreachable brokers) are retried with backoff for up
+to `retry_timeout_ms`, then `RetriesExhaustedError`.
 
 It never goes backwards: the position only moves forward past records it
 returned, records below the position are dropped (a binary batch may start
