@@ -196,7 +196,12 @@ class ControllerCore:
             # broker holds, which is what a lost status is restored from.
             if status is None or not status.isr or broker not in status.replicas:
                 if status is not None and reassigned_away(broker, status, received.partition(name)):
-                    stops.append(self._assignment(name, p))
+                    stop = self._assignment(name, p)
+                    stops.append(stop)
+                    # Handed out as any assignment: a broker deletes its data on it, so a
+                    # status restored later must not be older and still count that replica
+                    # in the ISR (simulator seed 11572).
+                    self._handed(stop)
                 continue
             recorded = status.isr_broker_epochs.get(broker)
             if status.leader == broker and recorded not in (None, heartbeat.broker_epoch):

@@ -287,3 +287,22 @@ def test_a_follower_that_fell_behind_or_a_proposal_is_not_progress() -> None:
     )
     assert not progress_only(lead, proposing)
     assert not progress_only(lead, lead.model_copy(update={"followers": ()}))
+
+
+def test_a_stop_replica_counts_as_handed_out() -> None:
+    # A completed reassignment left broker 2 out; broker 2 still holds the assignment that
+    # named it and is told to delete its data. A status restored later (the resource
+    # deleted and created again) must start from that newer assignment, not from one that
+    # still counts broker 2 in the ISR on a disk it deleted the data from (simulator seed
+    # 11572, where such a broker was elected with an empty log).
+    c = ControllerCore.start(0)
+    moved = PartitionStatus(
+        leader=1, leader_epoch=3, partition_epoch=6, isr=(1, 3), replicas=(1, 3)
+    )
+    parts = inputs("a-0", status=moved)
+    response, _ = c.on_heartbeat(heartbeat(1, [report("a-0")]), 500, parts)
+    (stop,) = response.stop_replicas
+    assert 2 not in stop.replicas
+    handed = c.handed["a-0"]
+    assert (handed.leader_epoch, handed.partition_epoch) == (3, 6)
+    assert 2 not in handed.isr
