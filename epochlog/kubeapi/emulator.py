@@ -56,7 +56,7 @@ from epochlog.kubeapi.registry import (
     types_of_crd,
 )
 from epochlog.kubeapi.selectors import field_matcher, label_matcher
-from epochlog.kubeapi.store import WATCH_WINDOW, Change, Store
+from epochlog.kubeapi.store import WATCH_WINDOW, Change, Store, rt_key
 from epochlog.kubeapi.tables import NAME_COLUMN, table
 
 DEFAULT_NAMESPACES: Final = ("default", "kube-system", "kube-public", "kube-node-lease")
@@ -758,6 +758,11 @@ class KubernetesApi(KubernetesEmulator):
                 self._unregister(gone)
             for new in new_types:
                 self._register(new)
+            if obj.get("spec") != old.get("spec"):
+                # A changed CRD gets new storage in kube-apiserver, which ends the watches
+                # of its resources: watchers reconnect and see the new schema.
+                for new in new_types:
+                    self.store.end_watches(rt_key(new))
         return obj, warnings
 
     def _types_of_stored_crd(self, crd: dict[str, Any]) -> list[ResourceType]:

@@ -177,6 +177,12 @@ class Store:
     def unsubscribe(self, sub: Subscription) -> None:
         self._subscriptions.discard(sub)
 
+    def end_watches(self, key: tuple[str, str]) -> None:
+        """End the watches of one resource type: each of its subscribers gets a None."""
+        for sub in [s for s in self._subscriptions if s.rt_key == key]:
+            sub.queue.put_nowait(None)
+            self._subscriptions.discard(sub)
+
     def close_subscriptions(self) -> None:
         """End every watch (on shutdown): each subscriber gets a None."""
         for sub in self._subscriptions:

@@ -22,7 +22,7 @@ from kmock import Request
 
 from epochlog.kubeapi.apiserver import ApiServer
 from tests.devcluster.conftest import CRDS, PARTITIONS, Http, Kubectl, kubectl_binary, partition
-from tests.waiting import until_true
+from tests.waiting import until, until_true
 
 MERGE = "application/merge-patch+json"
 
@@ -283,3 +283,60 @@ async def test_kubectl_get_watch_reports_an_expired_version(
     # kubectl shows the ERROR event's Status and ends the watch, as against a real server.
     _, out, err = await kubectl.run("get", "partitions", "--watch")
     assert re.search(r"Failure\s+Expired\s+too old resource version: \d+ \(\d+\)", out), (out, err)
+
+
+# -- a changed CRD ----------------------------------------------------------------------------
+
+WIDGETS_CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com"
+
+
+def _widget_crd(description: str) -> dict[str, Any]:
+    schema = {
+        "type": "object",
+        "description": description,
+        "x-kubernetes-preserve-unknown-fields": True,
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": schema},
+                }
+            ],
+        },
+    }
+
+
+async def test_a_changed_crd_ends_the_watches_of_its_resources(http: Http) -> None:
+    """kube-apiserver builds new storage for a CRD whose spec changed and ends the watches
+    of the old one: a watcher reconnects and sees objects through the new schema."""
+    await http.ok("POST", WIDGETS_CRD.rsplit("/", 1)[0], _widget_crd("first"))
+
+    async def established() -> bool:
+        crd = await http.ok("GET", WIDGETS_CRD)
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    await until(established, "the CRD is established", 30)
+    widgets = "/apis/example.com/v1/namespaces/default/widgets"
+
+    async def listed() -> Any:
+        status, body = await http.call("GET", widgets)
+        return body if status == 200 else None
+
+    rv = (await until(listed, "the widgets resource is served", 30))["metadata"]["resourceVersion"]
+    async with watching(http, f"resourceVersion={rv}", path=widgets) as watch:
+        current = await http.ok("GET", WIDGETS_CRD)
+        changed = _widget_crd("second")
+        changed["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        await http.ok("PUT", WIDGETS_CRD, changed)
+        assert await watch.ended()

@@ -179,6 +179,15 @@ class StatusWatch:
         while True:
             query = f"?watch=true&resourceVersion={rv}" if rv else "?watch=true"
             async with session.get(PARTITIONS + query, timeout=aiohttp.ClientTimeout()) as rsp:
+                if rsp.status == 410:
+                    rv = ""  # expired before the stream began: start over
+                    continue
+                if rsp.status in (429, 503):
+                    # A kube-apiserver rebuilding a resource's watch cache (after its CRD
+                    # changed) answers 429 with the Retry-After it wants to be kept.
+                    await asyncio.sleep(int(rsp.headers.get("Retry-After", "1")))
+                    continue
+                assert rsp.status == 200, f"watch: {rsp.status} {await rsp.text()}"
                 async for line in rsp.content:
                     if not line.strip():
                         continue
