@@ -90,6 +90,10 @@ def new_producer_id() -> int:
     return secrets.randbits(62)
 
 
+class _LookupTimeout(TimeoutError):
+    """The leader lookup of an attempt ran out of the delivery timeout."""
+
+
 @dataclass(slots=True)
 class _Queued:
     record: OutgoingRecord
@@ -493,7 +497,7 @@ class Producer:
                     leader = await asyncio.wait_for(self.client.metadata.leader(s.name), remaining)
                 except TimeoutError:
                     # The lookup goes on for the next attempt; what it meets is not known yet.
-                    raise TimeoutError(
+                    raise _LookupTimeout(
                         f"no leader of {s.name} found within {remaining:.3g} s"
                     ) from None
                 timeout_ms = max(1, int(min(self.client.request_timeout_s, remaining) * 1000))
@@ -521,7 +525,10 @@ class Producer:
                     if batch is not None:
                         self._give_back(s, identity, len(batch), maybe_written, str(exc))
                     return
-                last = exc
+                if not (isinstance(exc, _LookupTimeout) and last is not None):
+                    # A lookup cut short by the delivery timeout says less than what the
+                    # last attempt met (an unreachable broker, a fenced leader).
+                    last = exc
                 maybe_written = maybe_written or (sending and batch is not None)
                 self.client.metadata.on_error(s.name, leader, exc)
                 event = log.info if attempt == 0 else log.debug

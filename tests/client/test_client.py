@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from epochlog.client import (
     Client,
@@ -197,6 +198,39 @@ async def test_broker_errors_come_back_typed(client: Client, cluster: Cluster) -
     async with Client(nowhere) as dead:
         with pytest.raises(RetriesExhaustedError, match="no bootstrap broker answered"):
             await dead.list_offsets("errors-0", timeout_ms=300)
+
+
+async def test_a_delivery_timeout_names_what_the_attempts_met_not_the_last_lookup() -> None:
+    """The first listing is refused (the connection dropped), every later one hangs: the
+    lookup the delivery timeout cuts short says nothing the first failure did not."""
+    asked: list[int] = []
+    forever = asyncio.Event()
+
+    async def listing(request: web.Request) -> web.StreamResponse:
+        asked.append(1)
+        if len(asked) <= 2:  # aiohttp asks again once on a dropped connection
+            assert request.transport is not None
+            request.transport.close()
+            raise ConnectionResetError("refused by the test")
+        await forever.wait()
+        raise AssertionError("unreachable")
+
+    app = web.Application()
+    app.router.add_get("/v1/partitions", listing)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        async with Producer(url, delivery_timeout_ms=1000, retry_backoff_ms=20) as producer:
+            with pytest.raises(DeliveryTimeoutError) as info:
+                await producer.send_and_wait("errors-0", "nowhere")
+        assert len(asked) >= 3, "a second lookup was the one cut short"
+        assert isinstance(info.value.last_error, BrokerUnreachableError), info.value.last_error
+    finally:
+        forever.set()
+        await runner.cleanup()
 
 
 async def test_bad_arguments_are_refused_before_anything_is_sent() -> None:
