@@ -45,6 +45,9 @@ EVENTS = f"/api/v1/namespaces/{NAMESPACE}/events"
 
 HEARTBEAT_MS = 100
 SESSION_MS = 1000
+NO_FENCING = ("--broker-session-timeout-ms", "30000")
+"""For a test that asserts the leaderEpoch stays: a busy machine may stall the brokers'
+heartbeats past SESSION_MS, and the fencing that follows would move it."""
 RECONCILE_MS = 200
 STATUS_REFRESH_MS = 500
 PEERING_LIFETIME_S = 3

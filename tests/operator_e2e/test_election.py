@@ -7,7 +7,7 @@ import time
 from collections import Counter
 
 from epochlog.resources import ConditionType, PartitionStatus
-from tests.operator_e2e.conftest import SESSION_MS, Env, until
+from tests.operator_e2e.conftest import NO_FENCING, SESSION_MS, Env, until
 
 
 def ready(s: PartitionStatus) -> bool:
@@ -88,7 +88,7 @@ async def test_a_leader_whose_heartbeats_stop_is_replaced_within_the_session_tim
 async def test_a_lagging_follower_leaves_the_isr_and_rejoins_on_the_leaders_proposal(
     env: Env,
 ) -> None:
-    await env.operator("--standalone")
+    await env.operator("--standalone", *NO_FENCING)
     async with env.cluster([1, 2, 3]) as cluster:
         await env.api.create("orders-0", replicas=[1, 2, 3], replicaLagTimeMaxMs=1000)
         first = await env.watch.wait_for(
