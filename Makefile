@@ -47,7 +47,8 @@ typecheck: venv
 unit: venv
 	$(PYTEST) -m "not scenario"
 
-# The whole-system scenarios (marked `scenario`: the demo, the nemesis) run in `make e2e`.
+# The whole-system scenarios (marked `scenario`: the demo, the nemesis, Spark across
+# failover, most simulator seeds) run in `make e2e`.
 test: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

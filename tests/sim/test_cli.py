@@ -63,8 +63,18 @@ LEGACY_RUNS = {
 }
 
 
+SCENARIO_RUNS = {"history-start-divergence"}
+"""Minutes of schedules with retention at its production interval: run in `make e2e`."""
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(LEGACY_RUNS))
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=[pytest.mark.scenario] if n in SCENARIO_RUNS else [])
+        for n in sorted(LEGACY_RUNS)
+    ],
+)
 def test_legacy_behaviour_is_found_in_random_schedules(
     name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

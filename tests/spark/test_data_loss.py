@@ -59,6 +59,7 @@ def _run(spark: SparkSession, cluster: LocalCluster, out: Path, **options: str) 
     query.awaitTermination()
 
 
+@pytest.mark.scenario  # brokers killed and a log truncated under two queries: in make e2e
 def test_fail_on_data_loss_both_ways_on_a_log_truncated_under_the_query(
     spark: SparkSession, background: Background, cluster: LocalCluster, workdir: Path
 ) -> None:

@@ -47,6 +47,7 @@ def _value(n: int) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.scenario  # a failover and a restart of the query: minutes of Spark, in make e2e
 def test_every_acknowledged_order_lands_once_across_failover_and_restart(
     spark: SparkSession, background: Background, cluster: LocalCluster, workdir: Path
 ) -> None:
