@@ -28,7 +28,7 @@ TOPICS = (
     "epochs",
 )
 MAX_RECORD = 64 * 1024
-SESSION_MS = 10_000
+SESSION_MS = 60_000
 
 
 @pytest_asyncio.fixture(loop_scope="package", scope="package")
@@ -38,8 +38,11 @@ async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Clu
         tmp_path_factory.mktemp("client"),
         specs,
         extra_args=["--max-record-bytes", str(MAX_RECORD)],
-        # Nobody is fenced here on purpose: a session long enough that a broker starved of
-        # CPU on a busy machine is not fenced either (a new leader would fail these tests).
+        # Nobody is fenced here on purpose: a session long enough that a busy machine's
+        # stall is not fenced either (a fenced broker starts over and lists no partition
+        # until it has them back; a new leader would fail these tests). A whole-machine
+        # stall of 15 s, the controller's answers and every broker's loop late together,
+        # fenced all three brokers at 10 s.
         session_timeout_ms=SESSION_MS,
     ).start()
     try:
