@@ -17,7 +17,7 @@ SLICES = 10
 SLICE = SEEDS // SLICES
 QUICK_SEEDS = 60
 """Run by `make test`; the rest of the SEEDS are marked `scenario` and run in `make e2e`,
-which CI runs too: `make test` keeps within its budget on a 2-core machine."""
+which CI runs too: they would take minutes of `make test` on a 2-core machine."""
 
 
 @pytest.mark.slow
