@@ -80,6 +80,7 @@ from epochlog_broker.core import (
     PreparedBatch,
     ProduceDone,
     ProducerFields,
+    ReadAsk,
     ReadResult,
     Restart,
     SendSession,
@@ -140,17 +141,6 @@ class Signal:
         except TimeoutError:
             return False
         return True
-
-
-@dataclass(frozen=True, slots=True)
-class ReadAsk:
-    """One partition of a fetch of many: from which offset, at most how many bytes, at
-    the leader epoch the reader knows (None: unchecked)."""
-
-    name: str
-    offset: int
-    max_bytes: int
-    leader_epoch: int | None
 
 
 @dataclass
@@ -571,35 +561,13 @@ class Broker:
     async def read_many(
         self, asks: Sequence[ReadAsk], *, max_bytes: int, max_wait_ms: int
     ) -> list[BatchReadResult | EpochlogError]:
-        """A fetch of many partitions: each one's batches or error, in the order asked.
-
-        Returns at once when some partition has batches or an error, else when one of them
-        has (its high watermark moved) or after `max_wait_ms`. At most `max_bytes` in all,
-        but at least one batch of the first partition with one; the partitions after the
-        limit is used up are answered with where they stand only."""
+        """A fetch of many partitions (`BrokerCore.read_many`): returns at once when some
+        partition has batches or an error, else when one of them has (its high watermark
+        moved) or after `max_wait_ms`."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait_ms / 1000
         while True:
-            core = self.current_core()
-            out: list[BatchReadResult | EpochlogError] = []
-            left = max_bytes
-            news = False
-            for ask in asks:
-                try:
-                    result = core.read_batches(
-                        ask.name,
-                        ask.offset,
-                        max_bytes=min(ask.max_bytes, max(left, 0)),
-                        leader_epoch=ask.leader_epoch,
-                    )
-                except EpochlogError as exc:
-                    out.append(exc)
-                    news = True
-                    continue
-                if result.batches:
-                    news = True
-                    left -= sum(len(b.raw) for b in result.batches)
-                out.append(result)
+            out, news = self.current_core().read_many(asks, max_bytes=max_bytes)
             remaining = deadline - loop.time()
             if news or remaining <= 0:
                 return out

@@ -378,6 +378,17 @@ class BatchReadResult:
     leader_epoch: int
 
 
+@dataclass(frozen=True, slots=True)
+class ReadAsk:
+    """One partition of a fetch of many: from which offset, at most how many bytes, at
+    the leader epoch the reader knows (None: unchecked)."""
+
+    name: str
+    offset: int
+    max_bytes: int
+    leader_epoch: int | None
+
+
 class PreparedBatch(Protocol):
     """Records a client encoded as one batch; offsets and epoch are set at append time."""
 
@@ -2152,6 +2163,36 @@ class BrokerCore:
         except _DISK_ERRORS as exc:
             raise self._disk_failed(host, exc) from exc
         return BatchReadResult(batches, high_watermark, plog.log_start_offset, role.leader_epoch)
+
+    def read_many(
+        self, asks: Sequence[ReadAsk], *, max_bytes: int
+    ) -> tuple[list[BatchReadResult | EpochlogError], bool]:
+        """A fetch of many partitions: each one's batches or error, in the order asked, and
+        whether any has news (batches or an error; a reader with none waits for some).
+
+        At most `max_bytes` in all, but at least one batch of the first partition with
+        one (as Kafka's fetch.max.bytes); the partitions after the limit is used up are
+        answered with where they stand only."""
+        out: list[BatchReadResult | EpochlogError] = []
+        left = max_bytes
+        news = False
+        for ask in asks:
+            try:
+                result = self.read_batches(
+                    ask.name,
+                    ask.offset,
+                    max_bytes=min(ask.max_bytes, max(left, 0)),
+                    leader_epoch=ask.leader_epoch,
+                )
+            except EpochlogError as exc:
+                out.append(exc)
+                news = True
+                continue
+            if result.batches:
+                news = True
+                left -= sum(len(b.raw) for b in result.batches)
+            out.append(result)
+        return out, news
 
     def list_offsets(
         self, name: str, at: str | int, *, leader_epoch: int | None = None

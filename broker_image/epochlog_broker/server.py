@@ -116,10 +116,10 @@ from epochlog.protocol.wire import WireModel
 from epochlog.security.access import Operation
 from epochlog.security.principal import Principal
 from epochlog.security.tls import CertReloader, server_context
-from epochlog_broker.broker import Broker, ReadAsk
+from epochlog_broker.broker import Broker
 from epochlog_broker.client_batch import ClientBatch
 from epochlog_broker.config import BrokerConfig
-from epochlog_broker.core import BatchReadResult, PreparedBatch, ProducerFields
+from epochlog_broker.core import BatchReadResult, PreparedBatch, ProducerFields, ReadAsk
 from epochlog_broker.gate import Gate
 from epochlog_broker.http_api import (
     acks_param,

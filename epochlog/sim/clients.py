@@ -21,6 +21,8 @@ back to the divergence offset, as Kafka's consumer with a reset policy does.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from epochlog.checker.history import Ack, History, OffsetSeen, Read, TruncationSeen
@@ -32,6 +34,7 @@ from epochlog.client.divergence import (
     first_question,
     judge,
 )
+from epochlog.protocol.batch import LogRecord
 from epochlog.protocol.errors import (
     EpochlogError,
     NotEnoughReplicasAfterAppendError,
@@ -39,7 +42,7 @@ from epochlog.protocol.errors import (
 )
 from epochlog.sim.nodes import SimBroker, SimPartitionStore
 from epochlog.sim.world import TIMEOUT, Process, World
-from epochlog_broker.core import ProduceDone, ProducerFields, ReadResult
+from epochlog_broker.core import BatchReadResult, ProduceDone, ProducerFields, ReadAsk, ReadResult
 from epochlog_broker.replication.messages import Acks, EpochEndOffset
 
 
@@ -58,6 +61,11 @@ class ClientConfig:
     acks_all_share: float = 0.9
     request_timeout_ms: int = 1500
     backoff_ms: int = 100
+    many: bool = False
+    """Requests of many partitions, as the client library sends them (`SimBatchingProducer`,
+    `SimFetchingConsumer`, `SimManyOffsetsClient`), instead of one partition each."""
+    fetch_max_bytes: int = 4096
+    partition_max_bytes: int = 2048
 
 
 class SimClient(Process):
@@ -144,8 +152,12 @@ class SimProducer(SimClient):
         )
 
     def _next_batch(self) -> tuple[str, list[str], Acks, int]:
+        partition = self.world.rng.choice(self.partitions)
+        values, acks = self._new_values(partition)
+        return partition, values, acks, self.sequence.get(partition, 0)
+
+    def _new_values(self, partition: str) -> tuple[list[str], Acks]:
         rng = self.world.rng
-        partition = rng.choice(self.partitions)
         size = (
             self.config.burst_size
             if rng.randrange(self.config.burst_every) == 0
@@ -158,8 +170,7 @@ class SimProducer(SimClient):
         for v in values:
             self.history.sent[v] = partition
         acks = Acks.ALL if rng.random() < self.config.acks_all_share else Acks.LEADER
-        sequence = self.sequence.get(partition, 0)
-        return partition, values, acks, sequence
+        return values, acks
 
     def _answered(self, partition: str, values: list[str], acks: Acks, result: object) -> None:
         if isinstance(result, ProduceDone) and result.error is None:
@@ -263,6 +274,19 @@ class SimConsumer(SimClient):
         if not isinstance(result, ReadResult):
             self.after(self.config.backoff_ms, self.act)
             return
+        self._take(partition, leader, offset, result, result.records)
+        self.after(self.think(), self.act)
+
+    def _take(
+        self,
+        partition: str,
+        leader: int,
+        offset: int,
+        result: ReadResult | BatchReadResult,
+        records: Sequence[LogRecord],
+    ) -> None:
+        """What one partition's read answered: its high watermark seen, and its records
+        taken unless the position moved or the leader epoch changed meanwhile."""
         self.history.offsets.append(
             OffsetSeen(
                 self.name,
@@ -278,17 +302,17 @@ class SimConsumer(SimClient):
         changed = self.validates and len(r.consumed) and result.leader_epoch != r.validated_epoch
         if r.position != offset or changed:
             # Moved since, or another leader epoch: validate before taking anything more.
-            self.after(self.think(), self.act)
             return
         r.validated_epoch = result.leader_epoch
-        for rec in result.records:
+        for rec in records:
+            if rec.offset < r.position:
+                continue  # a stored batch may start below the position asked for
             value = (rec.value or b"").decode()
             self.history.reads.append(
                 Read(self.name, partition, rec.offset, value, self.world.now, rec.leader_epoch)
             )
             r.position = rec.offset + 1
             r.consumed.consumed(rec.leader_epoch, rec.offset)
-        self.after(self.think(), self.act)
 
     def _validate(self, partition: str, leader: int, epoch: int) -> None:
         r = self.reading[partition]
@@ -376,4 +400,236 @@ class SimOffsetsClient(SimClient):
             self.history.offsets.append(
                 OffsetSeen(self.name, partition, "latest", offset, epoch, leader, self.world.now)
             )
+        self.after(self.think(), self.act)
+
+
+# -- requests of many partitions ------------------------------------------------------------
+
+
+@dataclass
+class _Batch:
+    """A batch of one partition waiting to be acknowledged."""
+
+    partition: str
+    values: list[str]
+    acks: Acks
+    sequence: int
+    attempts: int = 0
+
+
+class SimBatchingProducer(SimProducer):
+    """An idempotent producer that sends its batches of every partition one broker leads
+    together, in produce requests of many partitions (`epochlog.client`'s producer).
+
+    One batch per partition waits at a time; a request carries every waiting batch whose
+    partition the same broker leads, with the same acks. Each partition's answer is taken
+    on its own: acknowledged, retried alone with the same sequence, or given up. Giving
+    one up starts a new producer epoch: the batches sent under the old one are given up
+    too (their outcome stays open), the ones never sent take new sequences.
+    """
+
+    def __init__(
+        self,
+        world: World,
+        node_id: int,
+        store: SimPartitionStore,
+        history: History,
+        config: ClientConfig,
+    ) -> None:
+        super().__init__(world, node_id, store, history, config)
+        self.waiting: dict[str, _Batch] = {}
+        self.request_sizes: Counter[int] = Counter()
+        """Requests sent, by how many partitions they carried."""
+        self.mixed_answers = 0
+        """Answers in which some partitions were acknowledged and others refused."""
+
+    def act(self) -> None:
+        if self.stopped:
+            return
+        rng = self.world.rng
+        if not self.waiting:
+            self._add(rng.choice(self.partitions))
+        for partition in self.partitions:
+            if partition not in self.waiting and rng.random() < 0.5:
+                self._add(partition)
+        first = next(iter(self.waiting.values()))
+        found = self.leader_of(first.partition)
+        if found is None:
+            self.after(self.config.backoff_ms, self.act)
+            return
+        leader = found[0]
+        sent: list[tuple[_Batch, int]] = []
+        for batch in self.waiting.values():
+            led = self.leader_of(batch.partition)
+            if led is not None and led[0] == leader and batch.acks is first.acks:
+                batch.attempts += 1
+                sent.append((batch, led[1]))
+        self.request_sizes[len(sent)] += 1
+        parts = [
+            (
+                b.partition,
+                b.values,
+                epoch,
+                ProducerFields(self.producer_id, self.producer_epoch, b.sequence),
+            )
+            for b, epoch in sent
+        ]
+        self.world.call(
+            self,
+            leader,
+            lambda dst, reply: _broker(dst).handle_produce_many(parts, first.acks, reply),
+            lambda result: self._answered_many([b for b, _ in sent], result),
+            self.config.request_timeout_ms,
+            duplicable=False,
+        )
+
+    def _add(self, partition: str) -> None:
+        values, acks = self._new_values(partition)
+        sequence = self.sequence.get(partition, 0)
+        self.waiting[partition] = _Batch(partition, values, acks, sequence)
+
+    def _answered_many(self, batches: list[_Batch], result: object) -> None:
+        answers = result if isinstance(result, list) else [result] * len(batches)
+        failed = False
+        give_up = False
+        acked = False
+        for batch, answer in zip(batches, answers, strict=True):
+            if self.waiting.get(batch.partition) is not batch:
+                continue  # given up while this request was out
+            if isinstance(answer, ProduceDone) and answer.error is None:
+                if batch.acks is Acks.ALL:
+                    for i, v in enumerate(batch.values):
+                        self.history.acks.append(
+                            Ack(
+                                self.name,
+                                batch.partition,
+                                v,
+                                answer.base_offset + i,
+                                answer.leader_epoch,
+                                self.world.now,
+                            )
+                        )
+                self.sequence[batch.partition] = batch.sequence + len(batch.values)
+                del self.waiting[batch.partition]
+                acked = True
+                continue
+            failed = True
+            error = answer.error if isinstance(answer, ProduceDone) else answer
+            retriable = _outcome_unknown(error) or (
+                isinstance(error, EpochlogError) and error.retriable
+            )
+            if not retriable or batch.attempts >= self.max_retries:
+                give_up = True
+        self.mixed_answers += acked and failed
+        if give_up:
+            self._new_epoch()
+        self.after(self.think() + (self.config.backoff_ms if failed else 0), self.act)
+
+    def _new_epoch(self) -> None:
+        self.producer_epoch += 1
+        self.sequence.clear()
+        for partition, batch in list(self.waiting.items()):
+            if batch.attempts:
+                del self.waiting[partition]
+            else:
+                batch.sequence = 0
+
+
+class SimFetchingConsumer(SimConsumer):
+    """`SimConsumer` reading each broker in fetches of many partitions (`epochlog.client`'s
+    consumers of one client): every partition the broker leads whose position needs no
+    validation goes in one request."""
+
+    def __init__(
+        self,
+        world: World,
+        node_id: int,
+        store: SimPartitionStore,
+        history: History,
+        config: ClientConfig,
+    ) -> None:
+        super().__init__(world, node_id, store, history, config)
+        self.request_sizes: Counter[int] = Counter()
+        """Fetches sent, by how many partitions they carried."""
+
+    def act(self) -> None:
+        partition = self.partitions[self.turn % len(self.partitions)]
+        self.turn += 1
+        found = self.leader_of(partition)
+        if found is None:
+            self.after(self.config.backoff_ms, self.act)
+            return
+        leader, epoch = found
+        if self._needs_validation(partition, epoch):
+            self._validate(partition, leader, epoch)
+            return
+        asks: list[ReadAsk] = []
+        for p in self.partitions:
+            led = self.leader_of(p)
+            if led is None or led[0] != leader or self._needs_validation(p, led[1]):
+                continue
+            position = self.reading[p].position
+            asks.append(ReadAsk(p, position, self.config.partition_max_bytes, led[1]))
+        self.request_sizes[len(asks)] += 1
+        self.world.call(
+            self,
+            leader,
+            lambda dst, reply: _broker(dst).handle_fetch_many(
+                asks, self.config.fetch_max_bytes, reply
+            ),
+            lambda result: self._fetched(leader, asks, result),
+            self.config.request_timeout_ms,
+        )
+
+    def _needs_validation(self, partition: str, leader_epoch: int) -> bool:
+        r = self.reading[partition]
+        stale = r.question is not None or leader_epoch != r.validated_epoch
+        return bool(self.validates and len(r.consumed) and stale)
+
+    def _fetched(self, leader: int, asks: list[ReadAsk], result: object) -> None:
+        if not isinstance(result, list):
+            self.after(self.config.backoff_ms, self.act)
+            return
+        for ask, answer in zip(asks, result, strict=True):
+            if isinstance(answer, BatchReadResult):
+                records = [rec for b in answer.batches for rec in b.records()]
+                self._take(ask.name, leader, ask.offset, answer, records)
+        self.after(self.think(), self.act)
+
+
+class SimManyOffsetsClient(SimOffsetsClient):
+    """Asks a leader for the latest offsets of every partition it leads, in one request."""
+
+    def act(self) -> None:
+        partition = self.world.rng.choice(self.partitions)
+        found = self.leader_of(partition)
+        if found is None:
+            self.after(self.config.backoff_ms, self.act)
+            return
+        leader = found[0]
+        asks: list[tuple[str, int | None]] = []
+        for p in self.partitions:
+            led = self.leader_of(p)
+            if led is not None and led[0] == leader:
+                asks.append((p, led[1]))
+        self.world.call(
+            self,
+            leader,
+            lambda dst, reply: _broker(dst).handle_list_offsets_many(asks, reply),
+            lambda result: self._answered_many(leader, asks, result),
+            self.config.request_timeout_ms,
+        )
+
+    def _answered_many(
+        self, leader: int, asks: list[tuple[str, int | None]], result: object
+    ) -> None:
+        if isinstance(result, list):
+            for (partition, _epoch), answer in zip(asks, result, strict=True):
+                if isinstance(answer, tuple):
+                    offset, epoch = answer
+                    self.history.offsets.append(
+                        OffsetSeen(
+                            self.name, partition, "latest", offset, epoch, leader, self.world.now
+                        )
+                    )
         self.after(self.think(), self.act)

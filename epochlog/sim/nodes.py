@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import functools
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from epochlog.checker.history import Deleted, History, Refusal, StatusWrite, UncleanElection
@@ -38,6 +38,7 @@ from epochlog_broker.core import (
     LeaderAnswer,
     ProduceDone,
     ProducerFields,
+    ReadAsk,
     Restart,
     SendSession,
     SendToLeader,
@@ -617,6 +618,54 @@ class SimBroker(Process):
             (self.broker_id, self.broker_epoch)
         )
         self.run(effects)
+
+    def handle_produce_many(
+        self,
+        batches: Sequence[tuple[str, list[str], int | None, ProducerFields | None]],
+        acks: Acks,
+        reply: Reply,
+    ) -> None:
+        """A produce of many partitions (`POST /v1/produce`): each batch (partition, values,
+        leaderEpoch, producer) appended and answered on its own as `handle_produce` does;
+        one reply once every partition is answered, its `ProduceDone` or error in the
+        order asked."""
+        results: list[object] = [None] * len(batches)
+        left = len(batches)
+
+        def answered(i: int, result: object) -> None:
+            nonlocal left
+            results[i] = result
+            left -= 1
+            if left == 0:
+                reply(results)
+
+        for i, (partition, values, leader_epoch, producer) in enumerate(batches):
+            self.handle_produce(
+                partition, values, acks, leader_epoch, functools.partial(answered, i), producer
+            )
+
+    def handle_fetch_many(self, asks: Sequence[ReadAsk], max_bytes: int, reply: Reply) -> None:
+        """A fetch of many partitions (`POST /v1/fetch`), answered at once: each partition's
+        `BatchReadResult` or error, in the order asked."""
+        assert self.core is not None
+        results, _news = self.core.read_many(asks, max_bytes=max_bytes)
+        reply(results)
+
+    def handle_list_offsets_many(
+        self, asks: Sequence[tuple[str, int | None]], reply: Reply
+    ) -> None:
+        """ListOffsets of many partitions (`POST /v1/list-offsets`), latest for each
+        (partition, leaderEpoch): (offset, leaderEpoch) or the error, in the order asked."""
+        assert self.core is not None
+        results: list[object] = []
+        for partition, leader_epoch in asks:
+            try:
+                results.append(
+                    self.core.list_offsets(partition, "latest", leader_epoch=leader_epoch)
+                )
+            except EpochlogError as exc:
+                results.append(exc)
+        reply(results)
 
     def handle_read(
         self, partition: str, offset: int, leader_epoch: int | None, reply: Reply

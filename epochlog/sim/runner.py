@@ -45,6 +45,7 @@ from typing import Final
 from epochlog.checker.checks import Violation
 from epochlog.protocol.heartbeat import HeartbeatResponse
 from epochlog.resources import PartitionSpec
+from epochlog.sim.clients import ClientConfig, SimBatchingProducer, SimFetchingConsumer
 from epochlog.sim.legacy import check_names
 from epochlog.sim.nodes import SimConfig
 from epochlog.sim.scenario import Sim, spec
@@ -183,6 +184,9 @@ def build(seed: int, settings: RunSettings) -> Sim:
             else intervals.choice(REPLICA_REQUEST_TIMEOUT_MS)
         ),
     )
+    # Three runs in four use requests of many partitions, as the client library sends them;
+    # the rest one partition per request, as older clients and the CLI do.
+    many = random.Random(seed ^ 0x3A11).random() < 0.75
     return Sim(
         seed,
         brokers=3,
@@ -190,6 +194,7 @@ def build(seed: int, settings: RunSettings) -> Sim:
         legacy=settings.legacy,
         network=network,
         config=config,
+        clients=ClientConfig(many=many),
     )
 
 
@@ -941,8 +946,21 @@ def run_seed(seed: int, settings: RunSettings) -> ScheduleResult:
             "eligible_elections": sim.controller.eligible_elections,
             "recoveries": sim.controller.recoveries,
             "silent_passed_over": sim.controller.silent_passed_over,
+            **_many_partition_stats(sim),
         },
     )
+
+
+def _many_partition_stats(sim: Sim) -> dict[str, int]:
+    """Requests of more than one partition the clients sent, and produce answers that
+    acknowledged some of their partitions and refused others."""
+    many = mixed = 0
+    for c in sim.clients:
+        if isinstance(c, SimBatchingProducer | SimFetchingConsumer):
+            many += sum(n for size, n in c.request_sizes.items() if size > 1)
+        if isinstance(c, SimBatchingProducer):
+            mixed += c.mixed_answers
+    return {"many_partition_requests": many, "mixed_answers": mixed}
 
 
 def _run_quiet(args: tuple[int, RunSettings]) -> ScheduleResult:
@@ -1016,7 +1034,13 @@ def main(
     )
     began = time.perf_counter()
     done = failed = acks = events = sim_ms = preferred = 0
-    elections = {"eligible_elections": 0, "recoveries": 0, "silent_passed_over": 0}
+    counts = {
+        "eligible_elections": 0,
+        "recoveries": 0,
+        "silent_passed_over": 0,
+        "many_partition_requests": 0,
+        "mixed_answers": 0,
+    }
     first_failure: ScheduleResult | None = None
     step = max(1, seeds // 20)
     for result in run_seeds(range(start, start + seeds), settings, jobs):
@@ -1025,8 +1049,8 @@ def main(
         events += result.events
         sim_ms += result.sim_ms
         preferred += result.stats.get("preferred_elections", 0)
-        for kind in elections:
-            elections[kind] += result.stats.get(kind, 0)
+        for kind in counts:
+            counts[kind] += result.stats.get(kind, 0)
         if result.violations:
             failed += 1
             checks = sorted({v.check for v in result.violations})
@@ -1050,9 +1074,12 @@ def main(
     print(
         f"{done} schedule(s), {failed} with violations; {acks} acknowledged records checked; "
         f"{preferred} preferred leader elections; "
-        f"{elections['eligible_elections']} from eligible leader replicas, "
-        f"{elections['recoveries']} unclean recoveries, "
-        f"{elections['silent_passed_over']} passing over a silent ISR member; "
+        f"{counts['eligible_elections']} from eligible leader replicas, "
+        f"{counts['recoveries']} unclean recoveries, "
+        f"{counts['silent_passed_over']} passing over a silent ISR member; "
+        f"{counts['many_partition_requests']} requests of many partitions, "
+        f"{counts['mixed_answers']} answering some partitions acknowledged and some "
+        "refused; "
         f"{sim_ms / 1000:.0f} s simulated in {wall:.1f} s ({events} events)"
     )
     if first_failure is not None:

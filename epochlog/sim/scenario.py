@@ -37,7 +37,15 @@ from epochlog.checker.checks import Checker, ReplicaLog, Timing, Violation
 from epochlog.checker.history import Ack, Deleted, History, OffsetSeen, Refusal
 from epochlog.protocol.errors import EpochlogError
 from epochlog.resources import PartitionSpec, PartitionStatus
-from epochlog.sim.clients import ClientConfig, SimConsumer, SimOffsetsClient, SimProducer
+from epochlog.sim.clients import (
+    ClientConfig,
+    SimBatchingProducer,
+    SimConsumer,
+    SimFetchingConsumer,
+    SimManyOffsetsClient,
+    SimOffsetsClient,
+    SimProducer,
+)
 from epochlog.sim.legacy import check_names
 from epochlog.sim.nodes import (
     ProduceRequest,
@@ -164,10 +172,11 @@ class Sim:
 
     def start_clients(self, producers: int = 2, consumers: int = 1, offsets: int = 1) -> None:
         node = 100
+        many = self.client_config.many
         kinds: list[tuple[int, type[SimProducer] | type[SimConsumer] | type[SimOffsetsClient]]] = [
-            (producers, SimProducer),
-            (consumers, SimConsumer),
-            (offsets, SimOffsetsClient),
+            (producers, SimBatchingProducer if many else SimProducer),
+            (consumers, SimFetchingConsumer if many else SimConsumer),
+            (offsets, SimManyOffsetsClient if many else SimOffsetsClient),
         ]
         for count, kind in kinds:
             for _ in range(count):
