@@ -75,3 +75,11 @@ fi
 # changed files are compiled.
 "$venv/bin/python" -m compileall -q -j 0 epochlog broker_image/epochlog_broker \
     operator/epochlog_operator pipeline/epochlog_spark >/dev/null
+
+# Bytecode inside Spark's pyspark.zip, which its Python processes import from: the
+# streaming source's planner must connect back to the JVM within 10 s of its start, and
+# compiling pyspark each time took most of that on a busy machine (scripts/compile_zip.py).
+pyspark_zip="$venv/lib/python3.11/site-packages/pyspark/python/lib/pyspark.zip"
+if [ -f "$pyspark_zip" ]; then
+    "$venv/bin/python" scripts/compile_zip.py "$pyspark_zip"
+fi

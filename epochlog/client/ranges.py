@@ -6,7 +6,10 @@ Spark does: the range was planned below a high watermark seen before, so
 every record in it was committed, and reading it again gives the same
 records. The reader long-polls the leader through leader changes
 (`epochlog.client.reading.read_at`) and hands out `RangeChunk`s: batches plus
-the part of them that lies in the range.
+the part of them that lies in the range. The reads of all readers of one
+`Client` go to each broker together, in fetches of many partitions
+(`epochlog.client.fetching`): readers of many ranges at once (a Spark task)
+ask each leader once per round.
 
 Two things can keep records of the range from coming:
 - They were deleted: the leader's log starts after the position
@@ -234,7 +237,8 @@ class RangeReader:
         position = self.position
 
         async def read(leader: PartitionLeader) -> BatchesAnswer:
-            return await self.client.fetch_batches(
+            # With the reads of the client's other readers of that broker, in one fetch.
+            return await self.client.fetches.read(
                 leader, position, max_bytes=self.max_bytes, max_wait_ms=self.max_wait_ms
             )
 

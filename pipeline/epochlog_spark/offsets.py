@@ -16,7 +16,12 @@ partition stands (`epochlog_spark.brokers`) and hands the answers here.
   has to read, never more in all; a cap (Trigger.AvailableNow) bounds the end.
 - `plan_ranges` turns (start, end) into the ranges read by Spark tasks, one
   per partition, split further to reach `minPartitions`. The same (start, end)
-  always gives the same ranges.
+  always gives the same ranges. `group_ranges` puts small ranges together, up to
+  `maxRangesPerTask` in one task and `GROUP_MAX_RECORDS` records in all, so that
+  a micro-batch of many partitions with a few records each runs a few tasks
+  that read each leader once per round (a fetch of many partitions), not one
+  task per partition; a range of `GROUP_MAX_RECORDS` or more runs alone, and
+  there are never fewer tasks than `minPartitions` asks for.
 - Beside the offsets, the checkpoint keeps the leader epoch of the record just
   below each one, when the planner learnt it (KIP-320, as Kafka's consumer
   commits an offset with its leaderEpoch): `{"orders": {"0": 120},
@@ -29,7 +34,7 @@ partition stands (`epochlog_spark.brokers`) and hands the answers here.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -41,6 +46,8 @@ Key = tuple[str, int]
 """(topic, partition index)."""
 Offsets = dict[Key, int]
 
+GROUP_MAX_RECORDS: Final = 10_000
+"""Records of the ranges one task reads together; a range this large runs on its own."""
 LEADER_EPOCHS: Final = wire_name("leader_epochs")
 """The checkpoint JSON's key for the leader epochs of the records below the offsets."""
 
@@ -201,3 +208,29 @@ def plan_ranges(
         ):
             heapq.heappush(heap, (-part.size, part.topic, part.partition, part.start, part))
     return sorted((item[4] for item in heap), key=lambda r: (r.topic, r.partition, r.start))
+
+
+def group_ranges(
+    ranges: Sequence[OffsetRange],
+    max_ranges: int,
+    min_tasks: int | None = None,
+    max_records: int = GROUP_MAX_RECORDS,
+) -> list[tuple[OffsetRange, ...]]:
+    """The ranges each task reads: consecutive ranges (in planned order) together while
+    they are at most `max_ranges` and `max_records` records in all; at least `min_tasks`
+    groups when there are as many ranges. The same ranges always give the same groups."""
+    per_group = max_ranges
+    if min_tasks is not None:
+        per_group = min(per_group, max(1, len(ranges) // min_tasks))
+    groups: list[tuple[OffsetRange, ...]] = []
+    group: list[OffsetRange] = []
+    records = 0
+    for r in ranges:
+        if group and (len(group) >= per_group or records + r.size > max_records):
+            groups.append(tuple(group))
+            group, records = [], 0
+        group.append(r)
+        records += r.size
+    if group:
+        groups.append(tuple(group))
+    return groups

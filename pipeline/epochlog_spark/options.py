@@ -4,19 +4,21 @@ Options are named as in Spark's Kafka source where the meaning is the same
 (`startingOffsets`, `endingOffsets`, `startingTimestamp`,
 `startingOffsetsByTimestamp`, `minPartitions`, `failOnDataLoss`,
 `includeHeaders`; `maxRecordsPerTrigger` is Kafka's `maxOffsetsPerTrigger`,
-which is also accepted). Where Kafka's name says "kafka" epochlog's says what
-it is: `bootstrap` for `kafka.bootstrap.servers`, `topic` for `subscribe`,
-`partitions` for `assign`. Credentials are `ca` (the CA of the brokers'
-certificates), `cert` and `key` (a client certificate of the clients CA) and
-`token` (a bearer token), the same as the client's and the CLI's; the files
-must be readable where the executors run. Each option's name is its field's name in
-`SourceOptions` through the wire rule (`fail_on_data_loss` <->
-`failOnDataLoss`); Spark hands options over case-insensitively.
+which is also accepted). `maxRangesPerTask` has no Kafka counterpart: small
+ranges are read together, up to that many in one task. Where Kafka's name says
+"kafka" epochlog's says what it is: `bootstrap` for `kafka.bootstrap.servers`,
+`topic` for `subscribe`, `partitions` for `assign`. Credentials are `ca` (the
+CA of the brokers' certificates), `cert` and `key` (a client certificate of the
+clients CA) and `token` (a bearer token), the same as the client's and the
+CLI's; the files must be readable where the executors run. Each option's name
+is its field's name in `SourceOptions` through the wire rule
+(`fail_on_data_loss` <-> `failOnDataLoss`); Spark hands options over
+case-insensitively.
 
-`parse_options` is pure: it takes the options as Spark gives them (strings)
-and returns `SourceOptions`, or raises `OptionError` naming the option and
-what is wrong with it. Whether the brokers can be reached is checked when the
-query plans its first batch (`epochlog_spark.brokers`).
+`parse_options` is pure: it takes the options as Spark gives them (strings) and
+returns `SourceOptions`, or raises `OptionError` naming the option and what is
+wrong with it. Whether the brokers can be reached is checked when the query
+plans its first batch (`epochlog_spark.brokers`).
 """
 
 from __future__ import annotations
@@ -71,6 +73,9 @@ class SourceOptions:
     ending_offsets: Position | PartitionOffsets | None = None
     max_records_per_trigger: int | None = None
     min_partitions: int | None = None
+    max_ranges_per_task: int = 100
+    """Small ranges read together by one task (`offsets.group_ranges`); 1: a task per range,
+    as Spark's Kafka source plans."""
     fail_on_data_loss: bool = True
     include_headers: bool = False
     request_timeout_ms: int = 30_000
@@ -215,6 +220,7 @@ CONVERTERS: Final[dict[str, Callable[[str, str], Any]]] = {
     "ending_offsets": _offsets(allow=("latest",)),
     "max_records_per_trigger": _int(1),
     "min_partitions": _int(1),
+    "max_ranges_per_task": _int(1),
     "fail_on_data_loss": _bool,
     "include_headers": _bool,
     "request_timeout_ms": _int(1),

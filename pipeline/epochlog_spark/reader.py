@@ -1,15 +1,17 @@
-"""What a Spark task runs: one offset range of one partition, read into Arrow batches.
+"""What a Spark task runs: offset ranges of partitions, read into Arrow batches.
 
-`read_range` runs in a Python worker of an executor. It opens one client (one
-connection to the partition's leader, a new one only when the leader moves),
-reads exactly the range's records with `epochlog.client.ranges.RangeReader`
-(binary reads of the stored batches, below the high watermark; leader changes,
-OFFSET_NOT_AVAILABLE and NOT_LEADER_OR_FOLLOWER retried inside), and yields
-one Arrow record batch per read. Records that are gone fail the task with a
-message naming partition and offsets (`failOnDataLoss`, the default), or are
-logged and skipped. A range planned with the leader epoch of the record below
-it validates its start against the leader's epochs before its first read
-(KIP-320), as it does after every leader change.
+`read_ranges` runs in a Python worker of an executor. It opens one client (a
+connection to each leader, a new one only when a leader moves), reads exactly
+each range's records with `epochlog.client.ranges.RangeReader` (binary reads of
+the stored batches, below the high watermark; leader changes,
+OFFSET_NOT_AVAILABLE and NOT_LEADER_OR_FOLLOWER retried inside), all ranges at
+once, so that the ranges one broker leads are read in fetches of many
+partitions, and yields one Arrow record batch per range and read. Records that
+are gone fail the task with a message naming partition and offsets
+(`failOnDataLoss`, the default), or are logged and skipped. A range planned
+with the leader epoch of the record below it validates its start against the
+leader's epochs before its first read (KIP-320), as it does after every leader
+change.
 
 The asynchronous client runs on an event loop private to the call; nothing is
 kept between calls, as Spark asks of `read`.
@@ -18,14 +20,14 @@ kept between calls, as Spark asks of `read`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 import structlog
 
 from epochlog.client import Client
-from epochlog.client.ranges import RangeReader
+from epochlog.client.ranges import RangeChunk, RangeReader
 from epochlog.logs import configure_once
 from epochlog.security.options import Credentials
 from epochlog_spark.arrow import to_arrow
@@ -69,6 +71,20 @@ def read_range(
     settings: ReadSettings, offset_range: OffsetRange, schema: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
     """The records of `offset_range`, in offset order, as Arrow record batches."""
+    return read_ranges(settings, (offset_range,), schema)
+
+
+_Done = OffsetRange
+"""A range whose reader finished, as its last item in the queue."""
+
+
+def read_ranges(
+    settings: ReadSettings, ranges: Sequence[OffsetRange], schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """The records of every range, each range's in offset order, as Arrow record batches.
+
+    The ranges are read at the same time, on one client: the reads of ranges with the
+    same leader go in one fetch of many partitions (`epochlog.client.fetching`)."""
     configure_once()
     loop = asyncio.new_event_loop()
     client = Client(
@@ -76,25 +92,49 @@ def read_range(
         request_timeout_ms=settings.request_timeout_ms,
         credentials=settings.credentials,
     )
-    reader = RangeReader(
-        client,
-        offset_range.name,
-        offset_range.start,
-        offset_range.end,
-        fail_on_data_loss=settings.fail_on_data_loss,
-        data_loss_advice=DATA_LOSS_ADVICE,
-        max_bytes=settings.fetch_max_bytes,
-        retry_timeout_ms=settings.retry_timeout_ms,
-        poll_timeout_ms=settings.poll_timeout_ms,
-        start_epoch=offset_range.start_epoch,
+    readers = [
+        RangeReader(
+            client,
+            r.name,
+            r.start,
+            r.end,
+            fail_on_data_loss=settings.fail_on_data_loss,
+            data_loss_advice=DATA_LOSS_ADVICE,
+            max_bytes=settings.fetch_max_bytes,
+            retry_timeout_ms=settings.retry_timeout_ms,
+            poll_timeout_ms=settings.poll_timeout_ms,
+            start_epoch=r.start_epoch,
+        )
+        for r in ranges
+    ]
+    # A chunk of each range at most waits here: memory stays bounded by the ranges' reads.
+    queue: asyncio.Queue[tuple[OffsetRange, RangeChunk] | _Done | BaseException] = asyncio.Queue(
+        maxsize=max(1, len(ranges))
     )
-    chunks = reader.chunks()
+
+    async def pump(offset_range: OffsetRange, reader: RangeReader) -> None:
+        try:
+            async for chunk in reader:
+                await queue.put((offset_range, chunk))
+        except Exception as exc:
+            await queue.put(exc)
+        else:
+            await queue.put(offset_range)
+
+    async def start() -> list[asyncio.Task[None]]:
+        return [asyncio.create_task(pump(r, rd)) for r, rd in zip(ranges, readers, strict=True)]
+
+    tasks = loop.run_until_complete(start())
     try:
-        while True:
-            try:
-                chunk = loop.run_until_complete(anext(chunks))
-            except StopAsyncIteration:
-                break
+        left = len(ranges)
+        while left:
+            item = loop.run_until_complete(queue.get())
+            if isinstance(item, BaseException):
+                raise item
+            if isinstance(item, OffsetRange):
+                left -= 1
+                continue
+            offset_range, chunk = item
             yield to_arrow(
                 chunk.batches,
                 topic=offset_range.topic,
@@ -104,13 +144,11 @@ def read_range(
                 schema=schema,
             )
     finally:
-        loop.run_until_complete(chunks.aclose())
+        for t in tasks:
+            t.cancel()
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
         loop.run_until_complete(client.close())
         loop.close()
-    log.debug(
-        "range_read",
-        partition=offset_range.name,
-        start=offset_range.start,
-        end=offset_range.end,
-        lost=len(reader.losses),
-    )
+    for r, reader in zip(ranges, readers, strict=True):
+        log.debug("range_read", partition=r.name, start=r.start, end=r.end, lost=len(reader.losses))

@@ -63,13 +63,14 @@ from epochlog_spark.offsets import (
     Offsets,
     Truncation,
     epochs_from_json,
+    group_ranges,
     next_end,
     offsets_from_json,
     offsets_to_json,
     plan_ranges,
 )
 from epochlog_spark.options import Mode, Position, SourceOptions, option_name, parse_options
-from epochlog_spark.reader import DATA_LOSS_ADVICE, ReadSettings, read_range
+from epochlog_spark.reader import DATA_LOSS_ADVICE, ReadSettings, read_ranges
 
 log = structlog.get_logger("epochlog.spark")
 
@@ -77,11 +78,11 @@ FORMAT = "epochlog"
 
 
 class RangePartition(InputPartition):
-    """One Spark task's work: one offset range."""
+    """One Spark task's work: offset ranges, read together (`offsets.group_ranges`)."""
 
-    def __init__(self, offset_range: OffsetRange) -> None:
-        super().__init__(offset_range)
-        self.range = offset_range
+    def __init__(self, ranges: tuple[OffsetRange, ...]) -> None:
+        super().__init__(ranges)
+        self.ranges = ranges
 
 
 class EpochlogDataSource(DataSource):
@@ -116,8 +117,8 @@ class _Ranges:
 
     def _read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)
-        yield from read_range(
-            ReadSettings.of(self.options), partition.range, arrow_schema(self.schema)
+        yield from read_ranges(
+            ReadSettings.of(self.options), partition.ranges, arrow_schema(self.schema)
         )
 
     def _partitions(
@@ -135,7 +136,8 @@ class _Ranges:
                 + " of this batch; they cannot be read now"
             )
         ranges = plan_ranges(start, end, names, self.options.min_partitions, start_epochs)
-        return [RangePartition(r) for r in ranges]
+        groups = group_ranges(ranges, self.options.max_ranges_per_task, self.options.min_partitions)
+        return [RangePartition(g) for g in groups]
 
 
 def _starting_offsets(view: BrokerView, options: SourceOptions, mode: Mode) -> Offsets:

@@ -20,7 +20,8 @@ import pytest
 import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
-from epochlog.client import Consumer
+from epochlog.client import Client, Consumer
+from epochlog.client.ranges import RangeReader
 from epochlog.client.records import ConsumerRecord
 from epochlog.protocol.batch import LogRecord, Record, encode_batch
 from epochlog.protocol.framing import BATCH_CONTENT_TYPE
@@ -377,3 +378,44 @@ async def test_the_consumers_of_one_client_read_a_broker_in_fetches_of_many(
         after = await _consumer_fetches(cluster, asked)
     requests, partitions = (a - b for a, b in zip(after, before, strict=True))
     assert partitions > requests, "no fetch carried both partitions"
+
+
+async def test_range_readers_of_one_client_read_a_broker_in_fetches_of_many(
+    cluster: Cluster,
+) -> None:
+    """As a Spark task reads the ranges it was given: all at once, on one client."""
+    led = await leaders(cluster)
+    asked = led["many-0"]
+    mine = [n for n in NAMES if led[n] == asked]
+    ranges: dict[str, tuple[int, int, list[str]]] = {}
+    for n in mine:
+        written: list[str] = []
+        first = None
+        for batch in range(5):
+            values_ = [f"{n}-range-{batch}-{i}" for i in range(8)]
+            answer = await cluster.produce(n, values_)
+            first = answer["baseOffset"] if first is None else first
+            written += values_
+        assert first is not None
+        ranges[n] = (first, answer["lastOffset"] + 1, written)
+    before = await _consumer_fetches(cluster, asked)
+
+    async def read(client: Client, name: str) -> list[str]:
+        start, end, _ = ranges[name]
+        got: list[str] = []
+        # A batch per read (max_bytes=1): five rounds, each one fetch for both ranges.
+        async for chunk in RangeReader(client, name, start, end, max_bytes=1):
+            for b in chunk.batches:
+                got += [
+                    (r.value or b"").decode()
+                    for r in b.records()
+                    if chunk.start <= r.offset < chunk.end
+                ]
+        return got
+
+    async with cluster.client() as client:
+        got = await asyncio.gather(*(read(client, n) for n in mine))
+    after = await _consumer_fetches(cluster, asked)
+    assert got == [ranges[n][2] for n in mine]
+    requests, partitions = (a - b for a, b in zip(after, before, strict=True))
+    assert partitions > requests, "no fetch carried both ranges"

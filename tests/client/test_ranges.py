@@ -19,7 +19,14 @@ from epochlog.client import Client
 from epochlog.client.ranges import DELETED, TRUNCATED, DataLossError, RangeReader
 from epochlog.protocol.batch import Record, RecordBatch, encode_batch
 from epochlog.protocol.bodies import read_header
+from epochlog.protocol.errors import ErrorBody
 from epochlog.protocol.framing import BATCH_CONTENT_TYPE, frame, stored
+from epochlog.protocol.multi import (
+    FETCH_MANY_PATH,
+    FetchedPartition,
+    decode_fetch_many,
+    encode_fetch_answer,
+)
 
 NAME = "p-0"
 
@@ -78,6 +85,36 @@ class Log:
         held = [b for b in self.batches if b.next_offset > offset and b.base_offset < self.hw]
         return read(offset, self.hw, *held[:1], log_start=self.log_start)
 
+    async def fetch_many(self, request: web.Request) -> web.Response:
+        """The same answers in a fetch of many partitions (`POST /v1/fetch`), which a
+        `RangeReader` reads through."""
+        parts: list[tuple[FetchedPartition, list[RecordBatch]]] = []
+        for ask in decode_fetch_many(await request.read()).partitions:
+            assert ask.partition == NAME
+            self.asked.append(ask.offset)
+            if ask.offset < self.log_start:
+                error = ErrorBody.model_validate(
+                    {
+                        "code": "OFFSET_OUT_OF_RANGE",
+                        "message": "scripted",
+                        "logStartOffset": self.log_start,
+                    }
+                )
+                parts.append((FetchedPartition(partition=NAME, offset=ask.offset, error=error), []))
+                continue
+            held = [
+                b for b in self.batches if b.next_offset > ask.offset and b.base_offset < self.hw
+            ]
+            entry = FetchedPartition(
+                partition=NAME,
+                offset=ask.offset,
+                high_watermark=self.hw,
+                log_start_offset=self.log_start,
+                leader_epoch=3,
+            )
+            parts.append((entry, held[:1]))
+        return web.Response(body=encode_fetch_answer(parts), content_type=BATCH_CONTENT_TYPE)
+
     async def offsets(self, _: web.Request) -> web.Response:
         return web.json_response({"offset": self.hw, "leaderEpoch": 3})
 
@@ -88,6 +125,7 @@ async def log() -> AsyncIterator[Log]:
     app = web.Application()
     app.router.add_get("/v1/partitions", scripted.describe)
     app.router.add_get(f"/v1/partitions/{NAME}/records", scripted.read)
+    app.router.add_post(FETCH_MANY_PATH, scripted.fetch_many)
     app.router.add_get(f"/v1/partitions/{NAME}/offsets", scripted.offsets)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

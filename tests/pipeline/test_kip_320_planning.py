@@ -77,7 +77,7 @@ async def plan(reader: EpochlogStreamReader, start: dict[str, Any]) -> dict[str,
 
 def ranges(reader: EpochlogStreamReader, start: dict[str, Any], end: dict[str, Any]) -> list[Any]:
     planned: Sequence[Any] = reader.partitions(start, end)
-    return [p.range for p in planned if isinstance(p, RangePartition)]
+    return [r for p in planned if isinstance(p, RangePartition) for r in p.ranges]
 
 
 def read_values(reader: EpochlogStreamReader, offset_range: OffsetRange) -> list[str]:

@@ -1,5 +1,6 @@
 """Planning micro-batches (`epochlog_spark.offsets`): ends that never go back, read limits
-shared fairly, ranges split for minPartitions, and the checkpoint's JSON."""
+shared fairly, ranges split for minPartitions, small ranges grouped into tasks, and the
+checkpoint's JSON."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from epochlog_spark.offsets import (
+    GROUP_MAX_RECORDS,
     OffsetRange,
     Truncation,
     apportion,
+    group_ranges,
     next_end,
     offsets_from_json,
     offsets_to_json,
@@ -112,3 +115,32 @@ def test_min_partitions_splits_the_largest_range_first() -> None:
         OffsetRange("t", 0, "t-0", 50, 100),
         OffsetRange("t", 1, "t-1", 0, 10),
     ]
+
+
+range_lists = st.lists(st.integers(1, 3 * GROUP_MAX_RECORDS), max_size=300).map(
+    lambda sizes: [OffsetRange("t", i, f"t-{i}", 0, size) for i, size in enumerate(sizes)]
+)
+
+
+@given(range_lists, st.integers(1, 200), st.none() | st.integers(1, 400))
+def test_groups_hold_every_range_once_in_order_within_their_limits(
+    ranges: list[OffsetRange], max_ranges: int, min_tasks: int | None
+) -> None:
+    groups = group_ranges(ranges, max_ranges, min_tasks)
+    assert groups == group_ranges(ranges, max_ranges, min_tasks)
+    assert [r for g in groups for r in g] == ranges
+    for g in groups:
+        assert 1 <= len(g) <= max_ranges
+        assert len(g) == 1 or sum(r.size for r in g) <= GROUP_MAX_RECORDS
+    if min_tasks is not None:
+        assert len(groups) >= min(min_tasks, len(ranges))
+
+
+def test_a_thousand_small_ranges_run_as_a_few_tasks_and_a_large_one_alone() -> None:
+    small = [OffsetRange("t", i, f"t-{i}", 100, 105) for i in range(1000)]
+    large = OffsetRange("u", 0, "u-0", 0, GROUP_MAX_RECORDS)
+    groups = group_ranges([*small[:500], large, *small[500:]], max_ranges=100)
+    assert [len(g) for g in groups] == [100] * 5 + [1] + [100] * 5
+    assert groups[5] == (large,)
+    # One range per task, as Spark's Kafka source plans.
+    assert len(group_ranges(small, max_ranges=1)) == 1000

@@ -90,6 +90,32 @@ def test_a_batch_read_gives_every_record_with_the_kafka_source_columns(
     assert again == first
 
 
+def test_small_ranges_are_read_together_unless_max_ranges_per_task_is_one(
+    spark: SparkSession, background: Background, cluster: LocalCluster
+) -> None:
+    create_topic(background, cluster, "src-many", 12)
+    sent = [(f"src-many-{n % 12}", f"m{n}") for n in range(36)]
+    acks = produce(background, cluster, sent)
+    expected = sorted(
+        (int(a.partition.rsplit("-", 1)[1]), a.offset, value)
+        for a, (_, value) in zip(acks, sent, strict=True)
+    )
+    # Twelve ranges of three records: one task reads them all, in fetches of many.
+    together = batch(spark, cluster, topic="src-many")
+    assert together.rdd.getNumPartitions() == 1
+    assert (
+        sorted((r.partition, r.offset, bytes(r.value).decode()) for r in together.collect())
+        == expected
+    )
+    # A task per range, as Spark's Kafka source plans.
+    apart = batch(spark, cluster, topic="src-many", maxRangesPerTask="1")
+    assert apart.rdd.getNumPartitions() == 12
+    assert (
+        sorted((r.partition, r.offset, bytes(r.value).decode()) for r in apart.collect())
+        == expected
+    )
+
+
 def test_starting_offsets_latest_reads_only_records_that_come_after(
     spark: SparkSession, background: Background, cluster: LocalCluster
 ) -> None:
