@@ -69,6 +69,7 @@ bench: venv
 	$(BIN)/python -m benchmarks.reassign_bench
 	$(BIN)/python -m benchmarks.spark_bench
 	$(BIN)/python -m benchmarks.scale_bench --partitions 10,100,300
+	$(BIN)/python -m benchmarks.side_by_side
 
 soak: venv
 	HYPOTHESIS_PROFILE=soak $(PYTEST) --timeout 3600

@@ -21,12 +21,16 @@ data directory, and measures:
 Everything shares this machine's cores: the three brokers, the operator, the
 API emulator and the load generator. Run with
 `.venv/bin/python -m benchmarks.broker_bench [--dir DIR] [--seconds S]`.
+`benchmarks.side_by_side` runs the same cluster (`bench_cluster`), produce runs
+(`produce_runs`) and latency run (`latency_at`) next to Apache Kafka.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import functools
 import gc
 import json
 import os
@@ -36,7 +40,7 @@ import statistics
 import string
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +59,8 @@ from epochlog.protocol.framing import BATCH_CONTENT_TYPE, unframe
 MiB = 1 << 20
 REQUEST_BYTES = 256 * 1024
 """Record values per produce request in the throughput runs."""
+CONCURRENCY = 16
+"""Produce requests in flight in the throughput runs (`--concurrency`)."""
 BODIES = 8
 """Distinct request bodies per run, so no layer sees the same bytes every time."""
 BINARY_GOALS = {"100 B": 0.5, "1 KiB": 0.6}
@@ -244,22 +250,8 @@ async def run(args: argparse.Namespace) -> int:
     runs: dict[str, Run] = {}
     for mode, tls in (("TLS", True), ("plaintext", False)):
         print(f"\n{mode}:", flush=True)
-        cluster = LocalCluster(
-            root / f"cluster-{mode}",
-            brokers=3,
-            settings=DevSettings(checkpoint_interval_ms=1000),
-            tls=tls,
-        )
-        try:
-            await cluster.up(example_partitions=False)
-            url, lat_url = await _partitions(cluster)
-            connector = aiohttp.TCPConnector(ssl=cluster.security.client_ssl())
-            async with aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=60), connector=connector
-            ) as http:
-                runs[mode] = Run(*await _measure(args, http, url, lat_url, rng))
-        finally:
-            await cluster.down()
+        async with bench_cluster(root / f"cluster-{mode}", tls=tls) as (http, url, lat_url):
+            runs[mode] = Run(*await _measure(args, http, url, lat_url, rng))
     raws.append(raw_write_fdatasync(raw_path, args.raw_mib))
     for mode, r in runs.items():
         print(f"\n===== {mode} =====")
@@ -268,6 +260,28 @@ async def run(args: argparse.Namespace) -> int:
     shutil.rmtree(root, ignore_errors=True)
     # Figures, not a gate: throughput moves with the disk and with what else runs here.
     return 0
+
+
+@contextlib.asynccontextmanager
+async def bench_cluster(
+    state_dir: Path, *, tls: bool
+) -> AsyncIterator[tuple[aiohttp.ClientSession, str, str]]:
+    """A fresh embedded cluster in `state_dir` (TLS or plaintext) with the partitions
+    `bench-0` and `latency-0` on every broker and in sync: an HTTP session that speaks to
+    it, and the record URLs of the two on their leaders. The cluster stops at the end."""
+    cluster = LocalCluster(
+        state_dir, brokers=3, settings=DevSettings(checkpoint_interval_ms=1000), tls=tls
+    )
+    try:
+        await cluster.up(example_partitions=False)
+        url, lat_url = await _partitions(cluster)
+        connector = aiohttp.TCPConnector(ssl=cluster.security.client_ssl())
+        async with aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=60), connector=connector
+        ) as http:
+            yield http, url, lat_url
+    finally:
+        await cluster.down()
 
 
 @dataclass
@@ -344,28 +358,56 @@ async def _measure(
     rng: random.Random,
 ) -> tuple[list[Throughput], list[float], int, float, list[Throughput]]:
     """Produce throughput, then latency at a tenth of the peak, then consume throughput."""
-    results: list[Throughput] = []
-    for size in (100, 1024):
-        for fmt, make in (("JSON", json_bodies), ("binary", binary_bodies)):
-            bodies = make(size, rng)
-            label = f"{size:>4} B {fmt}"
-            t = await produce_throughput(
-                http, url, label, size, bodies, args.seconds, args.concurrency
-            )
-            results.append(t)
-            print(
-                f"  produce {label:<12} {t.records_per_s:10.0f} records/s {t.mib_per_s:8.1f} MiB/s",
-                flush=True,
-            )
-    peak = next(t for t in results if t.label.strip() == "1024 B binary")
-    # Let the load generator's garbage go and the disk settle first.
-    gc.collect()
-    await asyncio.sleep(2)
-    latencies, per, req_rate = await produce_latency(
-        http, lat_url, peak.records_per_s / 10, 1024, 2 * args.seconds, rng
+    results = await produce_runs(
+        http, url, rng, (100, 1024), ("JSON", "binary"), args.seconds, args.concurrency
     )
+    peak = next(t for t in results if t.label.strip() == "1024 B binary")
+    latencies, per, req_rate = await latency_at(http, lat_url, peak, 2 * args.seconds, rng)
     reads = [await consume(http, url, binary=False), await consume(http, url, binary=True)]
     return results, latencies, per, req_rate, reads
+
+
+BODY_MAKERS = {"JSON": json_bodies, "binary": binary_bodies}
+
+
+async def produce_runs(
+    http: aiohttp.ClientSession,
+    url: str,
+    rng: random.Random,
+    sizes: Sequence[int],
+    formats: Sequence[str],
+    seconds: float,
+    concurrency: int,
+    say: Callable[[str], None] | None = None,
+) -> list[Throughput]:
+    """One produce throughput run per record size and body format ("JSON", "binary"), in
+    that order, each of `seconds` after a warm-up, with `concurrency` requests of
+    `REQUEST_BYTES` of values in flight; `say` gets a line per run (default: stdout)."""
+    say = say or functools.partial(print, flush=True)
+    results: list[Throughput] = []
+    for size in sizes:
+        for fmt in formats:
+            bodies = BODY_MAKERS[fmt](size, rng)
+            label = f"{size:>4} B {fmt}"
+            t = await produce_throughput(http, url, label, size, bodies, seconds, concurrency)
+            results.append(t)
+            say(f"  produce {label:<12} {t.records_per_s:10.0f} records/s {t.mib_per_s:8.1f} MiB/s")
+    return results
+
+
+async def latency_at(
+    http: aiohttp.ClientSession,
+    url: str,
+    peak: Throughput,
+    seconds: float,
+    rng: random.Random,
+) -> tuple[list[float], int, float]:
+    """acks=all latencies of 1 KiB records sent at a tenth of `peak`'s records/s for
+    `seconds` (see `produce_latency`), once the load generator's garbage is collected and
+    the disk settled."""
+    gc.collect()
+    await asyncio.sleep(2)
+    return await produce_latency(http, url, peak.records_per_s / 10, 1024, seconds, rng)
 
 
 def _report(
@@ -428,7 +470,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", default=".state/broker-bench", help="directory on the disk to use")
     parser.add_argument("--seconds", type=float, default=4.0, help="length of each run")
     parser.add_argument(
-        "--concurrency", type=int, default=16, help="produce requests of 256 KiB in flight"
+        "--concurrency",
+        type=int,
+        default=CONCURRENCY,
+        help="produce requests of 256 KiB in flight",
     )
     parser.add_argument("--raw-mib", type=int, default=128, help="MiB per raw baseline run")
     args = parser.parse_args(argv)

@@ -16,6 +16,7 @@ goal was met are printed; the exit status is 1 only when an acknowledged
 record was lost or doubled.
 
 Run with `make bench` or `python -m benchmarks.failover_bench [--runs N] [--rate R]`.
+`measure` takes the runs alone (TLS or plaintext), for `benchmarks.side_by_side`.
 """
 
 from __future__ import annotations
@@ -23,21 +24,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import functools
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from epochlog.client import Client
 from epochlog.devcluster.local import DevSettings, LocalCluster
-from epochlog.devcluster.local_workload import SteadyProducer, read_back, verify
+from epochlog.devcluster.local_workload import SteadyProducer, Verdict, read_back, verify
 from epochlog.devcluster.partitions import partition_manifest
 from epochlog.logs import configure
 
 TOPIC = "failover"
 NAME = f"{TOPIC}-0"
+RETRY_BACKOFF_MS = (20, 200)
+"""The client's retry backoff, first and longest."""
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -57,20 +63,34 @@ async def _wait_in_isr(cluster: LocalCluster, broker: int, timeout: float = 60) 
         await asyncio.sleep(0.1)
 
 
-async def bench(args: argparse.Namespace) -> int:
+@dataclass
+class FailoverResult:
+    """What `measure` found: the times of each run, in seconds, and the read-back's check."""
+
+    settings: DevSettings
+    failovers: list[float]
+    """Kill to the first write acknowledged in a newer leader epoch."""
+    elections: list[float]
+    """Kill to the new leader in the Partition's status."""
+    verdict: Verdict
+    not_acknowledged: int
+
+
+async def measure(
+    runs: int,
+    rate: float,
+    steady_s: float,
+    *,
+    tls: bool = True,
+    say: Callable[[str], None] | None = None,
+) -> FailoverResult:
+    """The runs on a fresh embedded cluster with the dev default timings (TLS or
+    plaintext), as the module docstring says; `say` gets the table of runs (default:
+    stdout). Raises `DevClusterError` when the cluster does not start."""
+    say = say or functools.partial(print, flush=True)
     settings = DevSettings()
     root = Path(tempfile.mkdtemp(prefix="epochlog-failover-bench-"))
-    cluster = LocalCluster(root, brokers=3, settings=settings)
-    print("failover benchmark on the embedded cluster (3 brokers, RF3, minInsyncReplicas 2)")
-    print(
-        "timings (dev defaults): "
-        + ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(settings).items())
-    )
-    print(
-        f"workload: {args.rate:.0f} records/s with acks=all (idempotent producer, client "
-        "retry backoff 20..200 ms), leader SIGKILLed after "
-        f"{args.steady_s:.1f} s of steady writes, {args.runs} runs"
-    )
+    cluster = LocalCluster(root, brokers=3, settings=settings, tls=tls)
     failovers: list[float] = []
     elections: list[float] = []
     try:
@@ -83,18 +103,18 @@ async def bench(args: argparse.Namespace) -> int:
         client = Client(
             cluster.bootstrap,
             request_timeout_ms=5000,
-            retry_backoff_ms=20,
-            retry_backoff_max_ms=200,
+            retry_backoff_ms=RETRY_BACKOFF_MS[0],
+            retry_backoff_max_ms=RETRY_BACKOFF_MS[1],
             credentials=cluster.credentials,
         )
-        producer = await SteadyProducer(client, [NAME], rate=args.rate, prefix="b").start()
+        producer = await SteadyProducer(client, [NAME], rate=rate, prefix="b").start()
         try:
-            print(
+            say(
                 f"\n{'run':>3}  {'killed':>6}  {'epoch':>9}  {'new':>3}  {'elected':>8}  "
                 f"{'first ack':>9}"
             )
-            for run in range(1, args.runs + 1):
-                await asyncio.sleep(args.steady_s)
+            for run in range(1, runs + 1):
+                await asyncio.sleep(steady_s)
                 status = await cluster.wait_leader(NAME)
                 assert status.leader is not None  # wait_leader returns a led status
                 old, epoch = status.leader, status.leader_epoch
@@ -111,10 +131,9 @@ async def bench(args: argparse.Namespace) -> int:
                 failovers.append(failover)
                 elections.append(elected)
                 epochs = f"{epoch}->{new.leader_epoch}"
-                print(
+                say(
                     f"{run:>3}  {'b' + str(old):>6}  {epochs:>9}  {'b' + str(new.leader):>3}  "
-                    f"{elected:>7.2f}s  {failover:>8.2f}s",
-                    flush=True,
+                    f"{elected:>7.2f}s  {failover:>8.2f}s"
                 )
                 await cluster.restart(f"broker-{old}")
                 await _wait_in_isr(cluster, old)
@@ -125,8 +144,24 @@ async def bench(args: argparse.Namespace) -> int:
     finally:
         await cluster.down()
         shutil.rmtree(root, ignore_errors=True)
-
     verdict = verify(producer.acks, logs)
+    return FailoverResult(settings, failovers, elections, verdict, len(producer.failed))
+
+
+async def bench(args: argparse.Namespace) -> int:
+    settings = DevSettings()
+    print("failover benchmark on the embedded cluster (3 brokers, RF3, minInsyncReplicas 2)")
+    print(
+        "timings (dev defaults): "
+        + ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(settings).items())
+    )
+    print(
+        f"workload: {args.rate:.0f} records/s with acks=all (idempotent producer, client "
+        f"retry backoff {RETRY_BACKOFF_MS[0]}..{RETRY_BACKOFF_MS[1]} ms), leader SIGKILLed after "
+        f"{args.steady_s:.1f} s of steady writes, {args.runs} runs"
+    )
+    result = await measure(args.runs, args.rate, args.steady_s)
+    failovers, elections, verdict = result.failovers, result.elections, result.verdict
     session_s = settings.session_timeout_ms / 1000
     goal = session_s + 1
     median = statistics.median(failovers)
@@ -146,7 +181,7 @@ async def bench(args: argparse.Namespace) -> int:
     print(
         f"records: {verdict.acknowledged} acknowledged, {verdict.read} read back, "
         f"{len(verdict.missing)} acknowledged but missing, {len(verdict.duplicated)} doubled, "
-        f"{len(producer.failed)} not acknowledged"
+        f"{result.not_acknowledged} not acknowledged"
     )
     if not verdict.ok:
         print("FAILED: acknowledged records were lost or doubled")

@@ -12,7 +12,8 @@ directory) with the dev default timings, and measures, in order:
   emulator), from the start of the apply until the emulator's watch shows a
   leader in every Partition's status. Goal for 1,000: within 30 s;
 - idle: once every ISR is full, every leader serves and no leader, epoch or
-  ISR changed for two status refresh intervals, a window without traffic: CPU
+  ISR changed for two status refresh intervals (and `--settle-seconds` more),
+  a window without traffic: CPU
   time of each process from /proc/PID/stat as % of one core (goal: each broker
   under 3 %), the brokers' heartbeat bytes and partition reports per heartbeat
   from the deltas of `epochlog_heartbeat_bytes_total`,
@@ -25,6 +26,7 @@ directory) with the dev default timings, and measures, in order:
   idempotent `Producer`; latency p50/p99 from when each record was due, and
   whether a broker was fenced meanwhile (the operator's BrokerFenced counter,
   a broker's `epochlog_broker_epoch` changing) or an ISR shrank (the watch);
+  `--load-seconds 0` keeps the warm-up record alone;
 - failover: SIGKILL of the broker leading the most partitions; the time until
   every partition it led has a new leader in its status (goal: session timeout
   + 1.5 s), and until one acks=all record sent to each of them right after the
@@ -42,8 +44,10 @@ emulator and this load generator. The figures are printed next to their
 goals; nothing is enforced: the exit status is 1 only when a cluster cannot
 start. Progress goes to stderr, the table to stdout.
 
-Run with `make bench` or
+The clusters speak TLS, or plaintext with `--plaintext`. Run with `make bench` or
 `python -m benchmarks.scale_bench [--partitions 10,100,300,1000] [--load-seconds N] ...`.
+`benchmarks.side_by_side` takes one count's figures next to Apache Kafka's
+through `options` and `measure`.
 """
 
 from __future__ import annotations
@@ -395,6 +399,8 @@ async def load(
             f"warm-up: {len(warm)} of {n} records acknowledged in {took:.1f} s"
             + (f", e.g. {next(iter(failed.values()))}" if failed else "")
         )
+        if args.load_seconds <= 0:
+            return
         before = await _scrape_all(http, cluster)
         shrinks0 = len(watch.shrinks)
         timed = TimedLoad(writer, names, args.rate, f"l{n}")
@@ -529,7 +535,12 @@ async def measure(args: argparse.Namespace, count: int, work: Path) -> Row:
     row = Row(count)
     # Everything shares this machine: say how busy it was before this count began.
     row.notes.append(f"load average (1 min) when this count began: {os.getloadavg()[0]:.2f}")
-    cluster = LocalCluster(work / "cluster", brokers=len(BROKERS), settings=settings_from(args))
+    cluster = LocalCluster(
+        work / "cluster",
+        brokers=len(BROKERS),
+        settings=settings_from(args),
+        tls=not args.plaintext,
+    )
     say(f"--- {count} partitions: starting the cluster in {work}")
     try:
         await cluster.up(example_partitions=False, progress=lambda m: say("  " + m))
@@ -584,6 +595,9 @@ async def _phases(args: argparse.Namespace, cluster: LocalCluster, work: Path, r
             after = await scrape(http, cluster.probe_url("operator"))
             row.notes.append("apply: until the last leader, " + api_writes(before, after))
             await settle(args, cluster, client, watch, names, row)
+            if args.settle_seconds > 0:
+                say(f"waiting {args.settle_seconds:g} s more before the idle window")
+                await asyncio.sleep(args.settle_seconds)
             await idle(args, cluster, http, watch, row)
             await load(args, cluster, http, client, watch, names, row, acks)
             await failover(cluster, http, client, watch, names, row, acks, args.wait_s)
@@ -600,7 +614,11 @@ async def run(args: argparse.Namespace) -> int:
     settings.check()
     session_s = settings.session_timeout_ms / 1000
     how = f"kubectl apply -f ({args.kubectl})" if args.kubectl else "POSTs to the emulator"
-    print("scale benchmark: 3 brokers, the operator and the API emulator as processes per count")
+    wire = "in plaintext" if args.plaintext else "with TLS"
+    print(
+        "scale benchmark: 3 brokers, the operator and the API emulator as processes per count, "
+        + wire
+    )
     print(
         "timings (dev defaults): "
         + ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(settings).items())
@@ -643,12 +661,21 @@ def _counts(text: str) -> list[int]:
     return counts
 
 
-def main(argv: list[str] | None = None) -> int:
+def options(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line's options (also how `benchmarks.side_by_side` asks for a count)."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.scale_bench")
     parser.add_argument("--partitions", type=_counts, default=[10, 100, 300, 1000])
-    parser.add_argument("--load-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--load-seconds", type=float, default=20.0, help="0: the warm-up record alone"
+    )
     parser.add_argument("--rate", type=float, default=300.0, help="records per second, in all")
     parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--settle-seconds",
+        type=float,
+        default=0.0,
+        help="more seconds to wait once the cluster settled, before the idle window",
+    )
     parser.add_argument(
         "--warm-up-at-once",
         type=int,
@@ -664,6 +691,9 @@ def main(argv: list[str] | None = None) -> int:
         help="kubectl apply -f (when a kubectl is found) or POSTs to the emulator",
     )
     parser.add_argument(
+        "--plaintext", action="store_true", help="run the clusters without TLS (default: TLS)"
+    )
+    parser.add_argument(
         "--wait-s", type=float, default=300.0, help="the longest any condition is waited for"
     )
     parser.add_argument("--keep", action="store_true", help="keep each cluster's directory")
@@ -673,6 +703,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     args.kubectl = find_kubectl() if args.create == "kubectl" else None
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = options(argv)
     configure(args.log_level)
     # Info logs of 1,000 partitions would be measured as the processes' idle CPU.
     os.environ["EPOCHLOG_LOG_LEVEL"] = args.process_log_level
