@@ -277,6 +277,10 @@ class Reconciler:
         """The decidable Partitions by name: what heartbeat answers and assignment read."""
         self.dirty: set[str] = set()
         self.in_flight: set[str] = set()
+        self.after_write: set[str] = set()
+        """Partitions to decide once their write under way is answered. Kept apart from
+        `dirty`: a pass looks at each dirty name, and after a failure thousands of
+        Partitions can have a write out while every answer wakes a pass."""
         self.claims = NameClaims()
         """Which namespace serves each Partition name (brokers know partitions by name)."""
         self.unserved: dict[tuple[str, str], Obj] = {}
@@ -386,6 +390,7 @@ class Reconciler:
         self.entries.clear()
         self.inputs.clear()
         self.dirty.clear()
+        self.after_write.clear()
         self.claims.clear()
         self.unserved.clear()
         # Of two Partitions with one name, the one served before keeps it, else the older.
@@ -518,6 +523,7 @@ class Reconciler:
         del self.entries[name]
         self.inputs.pop(name, None)
         self.dirty.discard(name)
+        self.after_write.discard(name)
         self.watched.discard(name)
         self._refresh_at.pop(name, None)
         self.metrics.partitions.set(len(self.entries))
@@ -534,6 +540,9 @@ class Reconciler:
             self.observe(body)
 
     def _mark(self, name: str) -> None:
+        if name in self.in_flight:
+            self.after_write.add(name)  # `_write` marks it when answered
+            return
         self.dirty.add(name)
         self._wake.set()
 
@@ -697,7 +706,7 @@ class Reconciler:
             if entry is None or entry.input is None:
                 continue
             if name in self.in_flight:
-                self.dirty.add(name)
+                self.after_write.add(name)
                 continue
             p = entry.input
             assigning = _needs_assignment(p)
@@ -848,6 +857,9 @@ class Reconciler:
         finally:
             self.in_flight.discard(name)
             self._planned.pop(name, None)
+            if name in self.after_write:
+                self.after_write.discard(name)
+                self.dirty.add(name)
             if name in self.dirty:
                 # Something came up while the write was out: decide it now.
                 self._wake.set()
