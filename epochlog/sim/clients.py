@@ -82,6 +82,8 @@ class SimClient(Process):
         self.history = history
         self.config = config
         self.partitions = sorted(store.items)
+        self.request_sizes: Counter[int] = Counter()
+        """Requests of many partitions sent, by how many partitions they carried."""
 
     def leader_of(self, partition: str) -> tuple[int, int] | None:
         status = self.store.status(partition)
@@ -172,20 +174,19 @@ class SimProducer(SimClient):
         acks = Acks.ALL if rng.random() < self.config.acks_all_share else Acks.LEADER
         return values, acks
 
+    def _acknowledged(self, partition: str, values: list[str], done: ProduceDone) -> None:
+        """An acks=all answer: each value written at its offset, in the epoch answering."""
+        for i, v in enumerate(values):
+            self.history.acks.append(
+                Ack(
+                    self.name, partition, v, done.base_offset + i, done.leader_epoch, self.world.now
+                )
+            )
+
     def _answered(self, partition: str, values: list[str], acks: Acks, result: object) -> None:
         if isinstance(result, ProduceDone) and result.error is None:
             if acks is Acks.ALL:
-                for i, v in enumerate(values):
-                    self.history.acks.append(
-                        Ack(
-                            self.name,
-                            partition,
-                            v,
-                            result.base_offset + i,
-                            result.leader_epoch,
-                            self.world.now,
-                        )
-                    )
+                self._acknowledged(partition, values, result)
             self.sequence[partition] = self.sequence.get(partition, 0) + len(values)
             self.batch = None
             self.after(self.think(), self.act)
@@ -438,8 +439,6 @@ class SimBatchingProducer(SimProducer):
     ) -> None:
         super().__init__(world, node_id, store, history, config)
         self.waiting: dict[str, _Batch] = {}
-        self.request_sizes: Counter[int] = Counter()
-        """Requests sent, by how many partitions they carried."""
         self.mixed_answers = 0
         """Answers in which some partitions were acknowledged and others refused."""
 
@@ -498,17 +497,7 @@ class SimBatchingProducer(SimProducer):
                 continue  # given up while this request was out
             if isinstance(answer, ProduceDone) and answer.error is None:
                 if batch.acks is Acks.ALL:
-                    for i, v in enumerate(batch.values):
-                        self.history.acks.append(
-                            Ack(
-                                self.name,
-                                batch.partition,
-                                v,
-                                answer.base_offset + i,
-                                answer.leader_epoch,
-                                self.world.now,
-                            )
-                        )
+                    self._acknowledged(batch.partition, batch.values, answer)
                 self.sequence[batch.partition] = batch.sequence + len(batch.values)
                 del self.waiting[batch.partition]
                 acked = True
@@ -539,18 +528,6 @@ class SimFetchingConsumer(SimConsumer):
     """`SimConsumer` reading each broker in fetches of many partitions (`epochlog.client`'s
     consumers of one client): every partition the broker leads whose position needs no
     validation goes in one request."""
-
-    def __init__(
-        self,
-        world: World,
-        node_id: int,
-        store: SimPartitionStore,
-        history: History,
-        config: ClientConfig,
-    ) -> None:
-        super().__init__(world, node_id, store, history, config)
-        self.request_sizes: Counter[int] = Counter()
-        """Fetches sent, by how many partitions they carried."""
 
     def act(self) -> None:
         partition = self.partitions[self.turn % len(self.partitions)]
