@@ -528,6 +528,13 @@ class BrokerCore:
 
     fetch_backoff: FetchBackoff = field(default_factory=FetchBackoff)
     """When a follower's next request to its leader goes (`BrokerConfig.fetch_backoff`)."""
+    find_divergence_first: bool = False
+    """A new follower asks its leader where its latest epoch ends (OffsetsForLeaderEpoch,
+    one request per partition) before it fetches. False, as Kafka does since 2.7
+    (KAFKA-10554): it fetches at once in its fetch session and the leader answers a
+    diverging epoch, so a failover that makes this broker follow a thousand partitions
+    sends one request per leader broker, not a thousand. Both reach the same truncation
+    point (`Follower`); the simulator runs both."""
 
     caught_up_window_ms: int = DEFAULT_CAUGHT_UP_WINDOW_MS
     """A follower whose last fetch read to the log end at most this long before a
@@ -649,6 +656,7 @@ class BrokerCore:
             broker_epoch=self.broker_epoch,
             config=PartitionConfig(),
             high_watermark=self.high_watermark_checkpoint.get(name) or 0,
+            find_divergence_first=self.find_divergence_first,
         )
         host = self._open_host(name, replica)
         try:
@@ -888,6 +896,7 @@ class BrokerCore:
             broker_epoch=self.broker_epoch,
             config=old.config,
             high_watermark=high_watermark,
+            find_divergence_first=self.find_divergence_first,
         )
         self.high_watermark_checkpoint.update(name, high_watermark)
         host.log = outcome.log

@@ -80,6 +80,9 @@ class SimConfig:
     """A leader reports a follower caught up while its last fetch to the log end is at most
     this old (the broker's `caught_up_window_ms`): several idle fetch rounds."""
     replica_request_timeout_ms: int = 500
+    find_divergence_first: bool = False
+    """New followers ask the leader where their epoch ends before fetching (the broker's
+    `BrokerCore.find_divergence_first`); random runs draw it, so both paths run."""
     replica_backoff_ms: int = 50
     replica_backoff_max_ms: int = 1000
     flush_delay_ms: tuple[int, int] = (2, 20)
@@ -223,6 +226,7 @@ class SimBroker(Process):
             make_storage_id=self._new_storage_id,
             fetch_backoff=self.config.fetch_backoff,
             caught_up_window_ms=self.config.caught_up_window_ms,
+            find_divergence_first=self.config.find_divergence_first,
         )
         if isinstance(core, legacy_mod.LegacyBrokerCore):
             core.legacy = self.legacy

@@ -174,6 +174,9 @@ def build(seed: int, settings: RunSettings) -> Sim:
     intervals = random.Random(seed ^ 0x1E7A)
     config = SimConfig(
         rebalance=RebalanceSettings(check_interval_ms=PREFERRED_CHECK_MS),
+        # Half the runs find divergence with an epoch query first, half through the
+        # fetch (the broker's default); its own random source, as the draws above.
+        find_divergence_first=random.Random(seed ^ 0xD1F5).random() < 0.5,
         retention_check_ms=intervals.choice(RETENTION_CHECK_MS),
         checkpoint_interval_ms=intervals.choice(CHECKPOINT_INTERVAL_MS),
         # A network that keeps dropping messages after the heal keeps the fast timeout: at

@@ -296,10 +296,19 @@ def test_fetch_with_older_broker_epoch_is_rejected_and_not_counted():
     assert leader.follower_log_end_offset(2) == 4
 
 
-def test_fetch_beyond_log_end_is_out_of_range():
+def test_fetch_beyond_log_end_without_an_epoch_is_out_of_range():
     leader = make_leader(log_end=3, history=((1, 0),))
     with pytest.raises(OffsetOutOfRangeError):
-        fetch(leader, 2, 4, last_epoch=1)
+        fetch(leader, 2, 4, last_epoch=UNDEFINED)
+
+
+def test_fetch_beyond_log_end_with_an_epoch_answers_where_to_truncate():
+    # Kafka looks at the fetch's last epoch before the offset range: a follower past
+    # the leader's log end is told where that epoch ends here, and truncates there.
+    leader = make_leader(epoch=3, log_end=7, hw=5, history=((1, 0), (3, 5)))
+    assert fetch(leader, 2, 9, last_epoch=3).answer == DivergingEpoch(3, 5, 3, 7)
+    assert fetch(leader, 2, 9, last_epoch=2).answer == DivergingEpoch(3, 5, 1, 5)
+    assert leader.follower_log_end_offset(2) is None, "a diverged position is not recorded"
 
 
 def test_fetch_returns_range_to_log_end_and_hw():

@@ -82,6 +82,35 @@ def test_kafka_1211_returning_replica_keeps_record_committed_on_both(find_diverg
     assert c.nodes[B].log.values() == ["m1", "m2", "m3", "m4"]
 
 
+@BOTH_MODES
+def test_a_deposed_leaders_tail_longer_than_the_new_leaders_log_is_truncated(
+    find_divergence_first,
+):
+    """The returning replica fetches from past the new leader's log end: the leader
+    answers where its epoch diverges (Kafka checks divergence before the offset range),
+    not OFFSET_OUT_OF_RANGE, which would stop the follower for good."""
+    c = Cluster.of(A, B, find_divergence_first=find_divergence_first)
+    c.elect(A, {A, B})
+    c.produce("m1")
+    c.replicate(B)
+    for value in ("m2", "m3", "m4"):
+        c.produce(value, acks=Acks.LEADER)  # on A's disk only
+    c.nodes[A].checkpoint()
+    c.nodes[A].crash()
+    c.elect(B, {B})
+    assert c.nodes[B].log.values() == ["m1"]
+
+    c.nodes[A].restart()
+    c.publish()
+    c.replicate(A)
+    assert c.nodes[A].follower.state is FollowerState.FETCHING
+    assert c.nodes[A].log.values() == ["m1"]
+    c.produce("m5")
+    c.replicate(A)
+    assert c.nodes[A].log.values() == ["m1", "m5"]
+    assert c.nodes[A].log.epochs == c.nodes[B].log.epochs
+
+
 def test_three_replicas_double_failure_loses_nothing_acknowledged():
     c = Cluster.of(A, B, C, min_insync_replicas=2)
     c.elect(A, {A, B, C})

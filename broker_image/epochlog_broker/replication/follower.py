@@ -27,9 +27,10 @@ Protocol with the shell:
   this replica could lose in a crash is ever counted as held (ZOOKEEPER-4646).
   Each completed fsync that moves the persisted end wants a fetch again, which
   is how the leader learns it.
-- With `find_divergence_first=True` (default) the follower asks the leader
-  where its latest epoch ends before the first fetch; with False it fetches at
-  once and relies on the leader's diverging-epoch answer (KIP-320). Both end
+- With `find_divergence_first=True` (this class's default) the follower asks
+  the leader where its latest epoch ends before the first fetch; with False
+  (the broker's, `BrokerCore.find_divergence_first`, as Kafka since 2.7) it
+  fetches at once and relies on the leader's diverging-epoch answer. Both end
   in the same truncation point: min(the leader's end offset for the largest
   epoch <= ours, our own end offset for that epoch). Truncating there can
   leave older epochs still diverged; the next fetch detects that and the loop

@@ -566,6 +566,18 @@ class Leader:
                 f"{self.partition}: persisted log end {request.persisted} above fetch offset "
                 f"{request.fetch_offset}"
             )
+        # Divergence before range, as Kafka checks it: a deposed leader's follower holds
+        # an unacknowledged tail past this log's end, and what it needs is where to
+        # truncate, not an out-of-range error that stops it.
+        if request.last_fetched_epoch != UNDEFINED:
+            epoch, end = self._epoch_end(request.last_fetched_epoch)
+            if epoch < request.last_fetched_epoch or end < request.fetch_offset:
+                # Its position says nothing about our log; it must truncate first.
+                f.broker_epoch = request.broker_epoch
+                f.log_start_offset = request.log_start_offset
+                return FetchDecision(
+                    DivergingEpoch(self.leader_epoch, self._high_watermark, epoch, end)
+                )
         if request.fetch_offset > self._log_end_offset:
             raise OffsetOutOfRangeError(
                 f"{self.partition}: fetch offset {request.fetch_offset} (persisted "
@@ -575,13 +587,6 @@ class Leader:
             )
         f.broker_epoch = request.broker_epoch
         f.log_start_offset = request.log_start_offset
-        if request.last_fetched_epoch != UNDEFINED:
-            epoch, end = self._epoch_end(request.last_fetched_epoch)
-            if epoch < request.last_fetched_epoch or end < request.fetch_offset:
-                # Its position says nothing about our log; it must truncate first.
-                return FetchDecision(
-                    DivergingEpoch(self.leader_epoch, self._high_watermark, epoch, end)
-                )
         self._record_fetch(f, request.persisted, now_ms)
         actions = self._maybe_propose(request)
         actions += self._maybe_advance_high_watermark()
