@@ -3,9 +3,9 @@
 It serves `POST /v1/heartbeat` (BrokerHeartbeat JSON in, HeartbeatResponse JSON
 out) as the operator does, keeps the Partition resources in memory (a store
 that checks resourceVersion on every status write, as the Kubernetes API
-would), and reconciles every partition on a timer with the real decision code,
-writing material changes at once and refreshes at most every
-`status_refresh_ms`. Brokers under test therefore get real assignments,
+would), and reconciles on a timer with the real decision code, choosing which
+partitions to decide as the operator does, writing material changes at once and
+refreshes at most every `status_refresh_ms`. Brokers under test therefore get real assignments,
 elections and ISR changes, without Kubernetes; with `rebalance`, preferred
 leader elections too, and `events` keeps the Events the operator would post.
 """
@@ -30,6 +30,7 @@ from epochlog_operator.decide import PartitionInput
 from epochlog_operator.events import Event
 from epochlog_operator.preferred import RebalanceSettings
 from epochlog_operator.server import check_sender
+from epochlog_operator.settings import DEFAULT_FULL_RECONCILE_INTERVAL_MS
 from tests.waiting import until_true
 
 
@@ -90,6 +91,10 @@ class Store:
         s.resource_version = self._rv
 
 
+def _seen(s: _Stored) -> tuple[int, int]:
+    return id(s.spec), s.resource_version
+
+
 class Controller:
     def __init__(
         self,
@@ -126,6 +131,13 @@ class Controller:
         self.paused = False
         """While set, heartbeats are answered with HTTP 503 (a controller outage)."""
         self._last_write: dict[str, int] = {}
+        self.full_reconcile_ms = DEFAULT_FULL_RECONCILE_INTERVAL_MS
+        self._next_full_ms = 0
+        self._watched: dict[str, int] = {}
+        self._progressed: set[str] = set()
+        self._seen: dict[str, tuple[int, int]] = {}
+        """(id of the spec, resourceVersion) each Partition was last decided at: a test
+        that replaces a spec or creates a Partition has it decided in the next pass."""
         self._runner: web.AppRunner | None = None
         self._task: asyncio.Task[None] | None = None
         self._peers: PeerIdentities | None = None
@@ -191,20 +203,56 @@ class Controller:
             self.reconcile()
 
     def reconcile(self) -> None:
+        """One pass, choosing what to decide as the operator does (`Reconciler._tick`):
+        every Partition every `full_reconcile_ms`; in between those with changed reports,
+        a changed resource, a planned preferred move or a wake time come (not quiet:
+        `ControllerCore.wake_ms`), and those whose reports moved in offsets alone once
+        their refresh is due. Deciding
+        all of them every pass would make this process, which also runs the test's load,
+        the busiest on the machine at a few hundred Partitions."""
         now = wall_ms()
         inputs = self.store.inputs()
-        # Every partition is decided below: the preferred leader moves planned here are
-        # decided with them.
-        self.core.plan_preferred(now, inputs)
-        for name, p in inputs.items():
-            decision = self.core.decide(name, p, now, inputs)
+        moves = self.core.plan_preferred(now, inputs)
+        changed = self.core.take_changed()
+        self._progressed |= self.core.take_progressed()
+        if now >= self._next_full_ms:
+            self._next_full_ms = now + self.full_reconcile_ms
+            names: Iterable[str] = list(inputs)
+        else:
+            due = {
+                n
+                for n in self._progressed
+                if now - self._last_write.get(n, -(10**15)) >= self.status_refresh_ms
+            }
+            edited = {n for n, s in self.store.items.items() if self._seen.get(n) != _seen(s)}
+            woken = {n for n, at in self._watched.items() if at <= now}
+            names = sorted(changed | woken | due | edited | {m.name for m in moves})
+        for name in names:
+            p = inputs.get(name)
+            if p is None:
+                continue
+            self._progressed.discard(name)
+            stored = self.store.items[name]
+            self._seen[name] = _seen(stored)
+            assigning = not (p.spec.replicas or (p.status is not None and p.status.replicas))
+            decision = self.core.decide(name, p, now, inputs if assigning else None)
             status = decision.status
+            if decision.material:
+                self._watched[name] = 0
+            else:
+                wake = self.core.wake_ms(name, status or p.status, p.spec.replica_lag_time_max_ms)
+                if wake is None:
+                    self._watched.pop(name, None)
+                else:
+                    self._watched[name] = min(wake, now + self.status_refresh_ms)
             if status is None or decision.resource_version is None:
                 continue
-            due = now - self._last_write.get(name, -(10**15)) >= self.status_refresh_ms
-            if not (decision.material or due):
+            due_now = now - self._last_write.get(name, -(10**15)) >= self.status_refresh_ms
+            if not (decision.material or due_now):
+                self._progressed.add(name)
                 continue
             self.store.write_status(name, status, decision.resource_version)
+            self._seen[name] = _seen(stored)
             self._last_write[name] = now
             self.events.extend((name, e) for e in decision.events)
 
