@@ -820,7 +820,7 @@ class SimController(Process):
         self._next_full = 0
         self._shape: object = None
         self._decided: dict[str, PartitionInput] = {}
-        self._watched: set[str] = set()
+        self._watched: dict[str, int] = {}
         self._refresh_at: dict[str, int] = {}
         self.preferred_elections = 0
         """PreferredLeaderElected decisions written, across controller restarts."""
@@ -845,7 +845,7 @@ class SimController(Process):
         self._next_full = 0
         self._shape = None
         self._decided = {}
-        self._watched = set()
+        self._watched = {}
         self._refresh_at = {}
         self.history.controller_starts.append(self.world.now)
         self.after(self.config.reconcile_interval_ms, self._reconcile)
@@ -883,10 +883,7 @@ class SimController(Process):
                 decision = legacy_mod.no_elr(decision, p.status)
             self._note_refusals(name, decision, p.status)
             status = decision.status
-            if decision.material or not core.quiet(name, status or p.status):
-                self._watched.add(name)
-            else:
-                self._watched.discard(name)
+            self._watch(core, name, p, decision, now)
             if status is None:
                 self._refresh_at.pop(name, None)
                 continue
@@ -909,6 +906,19 @@ class SimController(Process):
             self._count_election(core, now, p.status, status)
         self.after(self.config.reconcile_interval_ms, self._reconcile)
 
+    def _watch(
+        self, core: ControllerCore, name: str, p: PartitionInput, decision: Decision, now: int
+    ) -> None:
+        """As the operator's reconciler (`Reconciler._watch`)."""
+        if decision.material:
+            self._watched[name] = 0
+            return
+        wake = core.wake_ms(name, decision.status or p.status, p.spec.replica_lag_time_max_ms)
+        if wake is None:
+            self._watched.pop(name, None)
+        else:
+            self._watched[name] = min(wake, now + self.config.status_refresh_ms)
+
     def _due(
         self,
         core: ControllerCore,
@@ -919,8 +929,9 @@ class SimController(Process):
         """The Partitions to decide in this pass, as the operator's reconciler picks them:
         all of them on a full pass (every `full_reconcile_ms`, and whenever the live
         brokers or the grace period change); otherwise those whose reports or resource
-        changed, those that are not quiet (their lag clocks run), those due a refresh and
-        those a preferred leader election moves (`moves`)."""
+        changed, those not quiet whose wake time came (`ControllerCore.wake_ms`: a lag
+        clock may pass its limit, or a refresh falls due), those due a refresh and those
+        a preferred leader election moves (`moves`)."""
         view = core.liveness.view(now)
         shape = (view.live_brokers(), view.in_grace)
         changed = core.take_changed()
@@ -934,7 +945,7 @@ class SimController(Process):
                 for name, p in inputs.items()
                 if name in changed
                 or name in moves
-                or name in self._watched
+                or self._watched.get(name, now + 1) <= now
                 or self._decided.get(name) != p
                 or self._refresh_at.get(name, now + 1) <= now
             ]

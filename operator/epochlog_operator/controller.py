@@ -50,12 +50,23 @@ _PROGRESS: Final = frozenset({"log_end_offset", "high_watermark"})
 _STEADY_REPORT: Final = tuple(
     f for f in PartitionReport.model_fields if f not in _PROGRESS | {"name", "followers"}
 )
-_STEADY_FOLLOWER: Final = tuple(f for f in FollowerProgress.model_fields if f not in _PROGRESS)
+_STEADY_FOLLOWER: Final = tuple(
+    f for f in FollowerProgress.model_fields if f not in _PROGRESS | {"last_caught_up_time"}
+)
+
+
+def _trailed_on(before: FollowerProgress, after: FollowerProgress) -> bool:
+    """The follower's lastCaughtUpTime is as it was, or it moved on while the follower
+    still trails: its lag can only have shrunk, which changes no decision but the lag
+    shown (its wake time, `ControllerCore.wake_ms`, can only come later)."""
+    was, now = before.last_caught_up_time, after.last_caught_up_time
+    return was == now or (was is not None and now is not None and now > was)
 
 
 def progress_only(before: PartitionReport, after: PartitionReport) -> bool:
     """Whether two reports of a partition differ in offsets alone (log ends, high
-    watermark): what a decision elects, fences, shrinks or expands by is all the same.
+    watermark) and in a trailing follower's lastCaughtUpTime moving on: what a decision
+    elects, fences, shrinks or expands by is all the same.
 
     Under writes to every partition nearly every report changes in every heartbeat;
     deciding each partition for each of them costs the operator most of a core for
@@ -66,9 +77,8 @@ def progress_only(before: PartitionReport, after: PartitionReport) -> bool:
     if len(before.followers) != len(after.followers):
         return False
     return all(
-        getattr(a, f) == getattr(b, f)
+        all(getattr(a, f) == getattr(b, f) for f in _STEADY_FOLLOWER) and _trailed_on(a, b)
         for a, b in zip(before.followers, after.followers, strict=True)
-        for f in _STEADY_FOLLOWER
     )
 
 
@@ -274,22 +284,45 @@ class ControllerCore:
         """Whether deciding `name` again can only change what time alone changes in the
         status (lag shown, highWatermarkTime), as long as no report, resource or broker
         session changes: it has a leader that reports leading the recorded epoch, every
-        other ISR member is caught up by that report, and no proposal waits. A partition
-        that is not quiet is decided every reconcile interval: its lag clocks run."""
+        other ISR member is caught up by that report, and no proposal waits."""
+        return self.wake_ms(name, status, 0) is None
+
+    def wake_ms(
+        self, name: str, status: PartitionStatus | None, replica_lag_time_max_ms: int
+    ) -> int | None:
+        """When `name` must be decided again if no report, resource or broker session
+        changes meanwhile: None when it is quiet (never); 0 when it waits on its leader
+        (every reconcile pass); otherwise the earliest time, on this controller's clock,
+        at which the lag of an ISR member its leader reports behind can pass
+        `replica_lag_time_max_ms`. Until then a decision could only change the lag
+        shown, so a partition whose followers trail under load is not decided on every
+        pass. The time is never later than the one the decision itself measures
+        against: it counts from the leader's report and the lag floor alone, where the
+        decision also takes the caught-up times the status holds, which are no earlier."""
         if status is None or status.leader is None:
-            return False
+            return 0
         got = self.heartbeats.get(status.leader)
         report = got.partition(name) if got is not None else None
         if (
-            report is None
+            got is None
+            or report is None
             or report.role is not PartitionRole.LEADER
             or report.leader_epoch != status.leader_epoch
             or report.isr_proposals
             or report.storage_error
         ):
-            return False
+            return 0
         caught_up = {f.replica for f in report.followers if f.caught_up}
-        return all(m in caught_up for m in status.isr if m != status.leader)
+        behind = [m for m in status.isr if m != status.leader and m not in caught_up]
+        if not behind:
+            return None
+        floor = self.liveness.lag_floor_ms
+        since = {
+            f.replica: got.to_controller_time(f.last_caught_up_time)
+            for f in report.followers
+            if not f.caught_up and f.last_caught_up_time is not None
+        }
+        return min(max(since.get(m, floor), floor) for m in behind) + replica_lag_time_max_ms + 1
 
     def _keepalive(
         self, heartbeat: BrokerHeartbeat, now_ms: int

@@ -154,8 +154,9 @@ class Metrics:
         self.partitions_watched = self._family(
             "epochlog_operator_partitions_watched",
             "gauge",
-            "Partitions decided every reconcile interval (a lag clock runs, a leader or a "
-            "proposal is awaited); the others are decided on news only.",
+            "Partitions decided without news: every reconcile interval while a leader or "
+            "a proposal is awaited, and when a lag clock may pass its limit or a refresh "
+            "falls due while a follower trails; the others are decided on news only.",
         )
         self.active = self._family(
             "epochlog_operator_active",

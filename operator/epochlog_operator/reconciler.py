@@ -312,8 +312,9 @@ class Reconciler:
         """Bumped on every activation and deactivation: writes of an earlier term stop."""
         self._next_sweep = 0.0
         self._next_full = 0.0
-        self.watched: set[str] = set()
-        """Partitions that are not quiet (`ControllerCore.quiet`): decided every pass."""
+        self.watched: dict[str, int] = {}
+        """Partitions that are not quiet, with when each is next decided if nothing
+        changes (`ControllerCore.wake_ms`, this controller's clock; 0: every pass)."""
         self._refresh_at: dict[str, float] = {}
         """Monotonic time a skipped refresh falls due, per Partition."""
         self._live: tuple[int, ...] = ()
@@ -524,7 +525,7 @@ class Reconciler:
         self.inputs.pop(name, None)
         self.dirty.discard(name)
         self.after_write.discard(name)
-        self.watched.discard(name)
+        self.watched.pop(name, None)
         self._refresh_at.pop(name, None)
         self.metrics.partitions.set(len(self.entries))
         log.info("partition forgotten", partition=name, namespace=namespace)
@@ -675,10 +676,12 @@ class Reconciler:
         elif mono >= self._next_sweep:
             # Quiet Partitions (a leader whose followers are all caught up, nothing
             # proposed) change with news only: their reports, their resource or a broker
-            # session. The others run lag clocks and are decided every pass.
+            # session. The others run lag clocks: each is decided when a lag could pass
+            # its limit or its refresh falls due, and those waiting on a leader every pass.
             self._next_sweep = mono + self.settings.reconcile_interval_ms / 1000
             due = {n for n, at in self._refresh_at.items() if at <= mono}
-            names = sorted(self.dirty | self.watched | due)
+            due |= {n for n, at in self.watched.items() if at <= now}
+            names = sorted(self.dirty | due)
             self.dirty.clear()
         else:
             names = sorted(self.dirty)
@@ -712,10 +715,7 @@ class Reconciler:
             assigning = _needs_assignment(p)
             decision = core.decide(name, p, now, others if assigning else None)
             self.metrics.decisions.inc()
-            if decision.material or not core.quiet(name, decision.status or p.status):
-                self.watched.add(name)
-            else:
-                self.watched.discard(name)
+            self._watch(core, name, p, decision, now)
             if decision.status is None:
                 self._refresh_at.pop(name, None)
                 continue
@@ -744,6 +744,19 @@ class Reconciler:
             self._write_seq += 1
             write = _Write(entry, decision, self._term)
             self._write_queue.put_nowait((kind.priority, self._write_seq, write))
+
+    def _watch(
+        self, core: ControllerCore, name: str, p: PartitionInput, decision: Decision, now: int
+    ) -> None:
+        if decision.material:
+            self.watched[name] = 0
+            return
+        status = decision.status or p.status
+        wake = core.wake_ms(name, status, p.spec.replica_lag_time_max_ms)
+        if wake is None:
+            self.watched.pop(name, None)
+        else:
+            self.watched[name] = min(wake, now + self.settings.status_refresh_interval_ms)
 
     async def _writer(self) -> None:
         while True:

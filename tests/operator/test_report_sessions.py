@@ -282,6 +282,16 @@ def test_a_follower_that_fell_behind_or_a_proposal_is_not_progress() -> None:
         }
     )
     assert not progress_only(lead, behind)
+
+    def trailing(since_ms: int | None) -> PartitionReport:
+        follower = FollowerProgress(replica=2, log_end_offset=10, last_caught_up_time=since_ms)
+        return lead.model_copy(update={"followers": (follower,)})
+
+    # A trailing follower credited with a later catch-up: its lag only shrank.
+    assert progress_only(behind, trailing(6_000))
+    assert not progress_only(behind, trailing(4_000)), "a caught-up time never goes back"
+    assert not progress_only(behind, trailing(None))
+    assert not progress_only(behind, lead), "caught up again: its partition may be quiet"
     proposing = lead.model_copy(
         update={"isr_proposals": (IsrProposal(replica=3, broker_epoch=1, log_end_offset=10),)}
     )
