@@ -883,7 +883,11 @@ class SimController(Process):
                 decision = legacy_mod.no_elr(decision, p.status)
             self._note_refusals(name, decision, p.status)
             status = decision.status
-            self._watch(core, name, p, decision, now)
+            at = core.next_look_ms(name, p, decision, now, self.config.status_refresh_ms)
+            if at is None:
+                self._watched.pop(name, None)
+            else:
+                self._watched[name] = at
             if status is None:
                 self._refresh_at.pop(name, None)
                 continue
@@ -905,19 +909,6 @@ class SimController(Process):
             self._note_recovery(name, decision, status)
             self._count_election(core, now, p.status, status)
         self.after(self.config.reconcile_interval_ms, self._reconcile)
-
-    def _watch(
-        self, core: ControllerCore, name: str, p: PartitionInput, decision: Decision, now: int
-    ) -> None:
-        """As the operator's reconciler (`Reconciler._watch`)."""
-        if decision.material:
-            self._watched[name] = 0
-            return
-        wake = core.wake_ms(name, decision.status or p.status, p.spec.replica_lag_time_max_ms)
-        if wake is None:
-            self._watched.pop(name, None)
-        else:
-            self._watched[name] = min(wake, now + self.config.status_refresh_ms)
 
     def _due(
         self,

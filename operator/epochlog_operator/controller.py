@@ -324,6 +324,18 @@ class ControllerCore:
         }
         return min(max(since.get(m, floor), floor) for m in behind) + replica_lag_time_max_ms + 1
 
+    def next_look_ms(
+        self, name: str, partition: PartitionInput, decision: Decision, now_ms: int, refresh_ms: int
+    ) -> int | None:
+        """After `decision`, when a reconciler decides `name` again if nothing changes:
+        None on news only; 0 every pass (a write goes out, or a leader is awaited); else
+        at its wake time (`wake_ms`) or its next status refresh, whichever comes first."""
+        if decision.material:
+            return 0
+        status = decision.status or partition.status
+        wake = self.wake_ms(name, status, partition.spec.replica_lag_time_max_ms)
+        return None if wake is None else min(wake, now_ms + refresh_ms)
+
     def _keepalive(
         self, heartbeat: BrokerHeartbeat, now_ms: int
     ) -> tuple[HeartbeatResponse, HeartbeatResult]:

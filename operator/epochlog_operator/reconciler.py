@@ -715,7 +715,11 @@ class Reconciler:
             assigning = _needs_assignment(p)
             decision = core.decide(name, p, now, others if assigning else None)
             self.metrics.decisions.inc()
-            self._watch(core, name, p, decision, now)
+            at = core.next_look_ms(name, p, decision, now, self.settings.status_refresh_interval_ms)
+            if at is None:
+                self.watched.pop(name, None)
+            else:
+                self.watched[name] = at
             if decision.status is None:
                 self._refresh_at.pop(name, None)
                 continue
@@ -744,19 +748,6 @@ class Reconciler:
             self._write_seq += 1
             write = _Write(entry, decision, self._term)
             self._write_queue.put_nowait((kind.priority, self._write_seq, write))
-
-    def _watch(
-        self, core: ControllerCore, name: str, p: PartitionInput, decision: Decision, now: int
-    ) -> None:
-        if decision.material:
-            self.watched[name] = 0
-            return
-        status = decision.status or p.status
-        wake = core.wake_ms(name, status, p.spec.replica_lag_time_max_ms)
-        if wake is None:
-            self.watched.pop(name, None)
-        else:
-            self.watched[name] = min(wake, now + self.settings.status_refresh_interval_ms)
 
     async def _writer(self) -> None:
         while True:

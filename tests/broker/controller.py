@@ -237,14 +237,11 @@ class Controller:
             assigning = not (p.spec.replicas or (p.status is not None and p.status.replicas))
             decision = self.core.decide(name, p, now, inputs if assigning else None)
             status = decision.status
-            if decision.material:
-                self._watched[name] = 0
+            at = self.core.next_look_ms(name, p, decision, now, self.status_refresh_ms)
+            if at is None:
+                self._watched.pop(name, None)
             else:
-                wake = self.core.wake_ms(name, status or p.status, p.spec.replica_lag_time_max_ms)
-                if wake is None:
-                    self._watched.pop(name, None)
-                else:
-                    self._watched[name] = min(wake, now + self.status_refresh_ms)
+                self._watched[name] = at
             if status is None or decision.resource_version is None:
                 continue
             due_now = now - self._last_write.get(name, -(10**15)) >= self.status_refresh_ms

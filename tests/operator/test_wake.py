@@ -114,3 +114,23 @@ def test_a_partition_waiting_on_its_leader_is_decided_every_pass() -> None:
     elsewhere = STATUS.model_copy(update={"leader_epoch": 3})
     assert core.wake_ms("orders-0", elsewhere, LAG_MAX) == 0, "the leader has not taken it"
     assert core.wake_ms("orders-0", None, LAG_MAX) == 0
+
+
+def test_the_next_look_is_the_wake_time_or_the_refresh_whichever_comes_first() -> None:
+    core = ControllerCore.start(0, SESSION_MS)
+    followers_live(core, 1, 20_000)
+    core.on_heartbeat(leading(1, 20_000, (caught_up(2), behind(3, 17_000))), 20_000, {})
+    p = PartitionInput(make_spec(replica_lag_time_max_ms=LAG_MAX), STATUS, 1, "1")
+    written = core.decide("orders-0", p, 20_000)
+    assert written.material, "the first status is written (conditions, times)"
+    assert core.next_look_ms("orders-0", p, written, 20_000, 2_000) == 0
+    assert written.status is not None
+    p = PartitionInput(p.spec, written.status, 1, "2")
+    decision = core.decide("orders-0", p, 20_000)
+    assert not decision.material
+    wake = 17_000 + LAG_MAX + 1
+    assert core.next_look_ms("orders-0", p, decision, 20_000, 2_000) == 22_000
+    assert core.next_look_ms("orders-0", p, decision, 20_000, 60_000) == wake
+    core.on_heartbeat(leading(2, 20_500, (caught_up(2), caught_up(3))), 20_500, {})
+    quiet = core.decide("orders-0", p, 20_500)
+    assert core.next_look_ms("orders-0", p, quiet, 20_500, 2_000) is None
