@@ -9,15 +9,16 @@ from epochlog.protocol.heartbeat import (
     PartitionReport,
     PartitionRole,
 )
-from epochlog.resources import PartitionStatus
+from epochlog.resources import PartitionSpec, PartitionStatus
 from epochlog_operator.controller import ControllerCore
 from epochlog_operator.decide import PartitionInput
-
-from .harness import make_spec
 
 LAG_MAX = 10_000
 SESSION_MS = 60_000
 """Longer than the test spans: no broker is fenced."""
+SPEC = PartitionSpec(
+    topic="orders", partition=0, replicas=(1, 2, 3), replica_lag_time_max_ms=LAG_MAX
+)
 STATUS = PartitionStatus(
     leader=1, leader_epoch=2, partition_epoch=3, isr=(1, 2, 3), replicas=(1, 2, 3)
 )
@@ -80,7 +81,7 @@ def test_a_trailing_follower_wakes_the_partition_when_its_lag_can_pass_the_limit
     assert not core.quiet("orders-0", STATUS)
 
     # Decided just before that time, the member stays; at it, it leaves.
-    spec = make_spec(replica_lag_time_max_ms=LAG_MAX)
+    spec = SPEC
     p = PartitionInput(spec, STATUS, 1, "1")
     followers_live(core, 1, wake - 1)
     core.on_heartbeat(leading(2, wake - 1, (caught_up(2), behind(3, 17_000))), wake - 1, {})
@@ -120,7 +121,7 @@ def test_the_next_look_is_the_wake_time_or_the_refresh_whichever_comes_first() -
     core = ControllerCore.start(0, SESSION_MS)
     followers_live(core, 1, 20_000)
     core.on_heartbeat(leading(1, 20_000, (caught_up(2), behind(3, 17_000))), 20_000, {})
-    p = PartitionInput(make_spec(replica_lag_time_max_ms=LAG_MAX), STATUS, 1, "1")
+    p = PartitionInput(SPEC, STATUS, 1, "1")
     written = core.decide("orders-0", p, 20_000)
     assert written.material, "the first status is written (conditions, times)"
     assert core.next_look_ms("orders-0", p, written, 20_000, 2_000) == 0
