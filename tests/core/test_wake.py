@@ -81,8 +81,7 @@ def test_a_trailing_follower_wakes_the_partition_when_its_lag_can_pass_the_limit
     assert not core.quiet("orders-0", STATUS)
 
     # Decided just before that time, the member stays; at it, it leaves.
-    spec = SPEC
-    p = PartitionInput(spec, STATUS, 1, "1")
+    p = PartitionInput(SPEC, STATUS, 1, "1")
     followers_live(core, 1, wake - 1)
     core.on_heartbeat(leading(2, wake - 1, (caught_up(2), behind(3, 17_000))), wake - 1, {})
     kept = core.decide("orders-0", p, wake - 1)
