@@ -86,9 +86,9 @@ from __future__ import annotations
 import functools
 import ipaddress
 import posixpath
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Protocol, cast
 
 import structlog
 
@@ -176,7 +176,7 @@ from epochlog_broker.replication.replica import (
     TransitionKind,
 )
 from epochlog_broker.replication.throttle import ByteRate
-from epochlog_broker.report_session import ReportSession
+from epochlog_broker.report_session import DEFAULT_PROGRESS_EVERY, ReportSession
 from epochlog_broker.storage_faults import (
     FaultKind,
     StorageFault,
@@ -214,6 +214,26 @@ _ReportFacts = tuple[
 storageError, epochStartOffset, followers (replica, logEndOffset, caughtUp,
 lastCaughtUpTime), proposals (replica, brokerEpoch, logEndOffset, proposalId),
 logStartOffset."""
+
+
+def _steady_facts(key: Hashable) -> Hashable:
+    """A report's facts without what moves with every write: the log end, the high
+    watermark and each follower's log end (`ReportSession.steady`)."""
+    role, epoch, pepoch, _end, last, _hw, held, error, start, followers, proposals, first = cast(
+        _ReportFacts, key
+    )
+    return (
+        role,
+        epoch,
+        pepoch,
+        last,
+        held,
+        error,
+        start,
+        tuple((r, caught_up, t) for r, _o, caught_up, t in followers),
+        proposals,
+        first,
+    )
 
 
 def _report(name: str, facts: _ReportFacts) -> PartitionReport:
@@ -540,7 +560,10 @@ class BrokerCore:
     """A follower whose last fetch read to the log end at most this long before a
     heartbeat is reported `caughtUp`: longer than the gap between two fetches of an idle
     follower, so that its report does not change with every fetch."""
-    report_session: ReportSession = field(default_factory=ReportSession)
+    report_progress_every: int = DEFAULT_PROGRESS_EVERY
+    """Heartbeats between two that carry reports whose offsets alone moved; 1: every
+    heartbeat does (`ReportSession.progress_every`)."""
+    report_session: ReportSession = field(init=False)
     """Which reports the next heartbeat carries (`report_session`)."""
 
     controlled_shutdown: bool = False
@@ -567,6 +590,9 @@ class BrokerCore:
     """Leader side: bytes per second served to replicas a reassignment adds (0: no limit)."""
 
     def __post_init__(self) -> None:
+        self.report_session = ReportSession(
+            progress_every=self.report_progress_every, steady=_steady_facts
+        )
         self.storage_faults = 0
         """Replicas taken offline so far: the shell reports a new one at once."""
         self._deferred: list[Effect] = []
@@ -982,7 +1008,6 @@ class BrokerCore:
         error = None if host.fault is None else host.fault.describe()
         if isinstance(role, Leader):
             self._note_session_fetches(host, role, now_ms)
-            hb = role.heartbeat()
             proposals: tuple[tuple[int, int, int, int], ...] = ()
             pending = role.pending_proposal
             if pending is not None:
@@ -990,26 +1015,23 @@ class BrokerCore:
                     (r, be, role.follower_log_end_offset(r) or 0, pending.proposal_id)
                     for r, be in pending.broker_epochs
                 )
-            followers = []
-            for f in hb.followers:
-                if f.log_end_offset is None:
-                    continue
-                t = f.last_caught_up_time_ms
-                caught_up = t is not None and now_ms - t <= self.caught_up_window_ms
-                followers.append(
-                    (f.broker_id, f.log_end_offset, caught_up, None if caught_up else t)
-                )
+            # Half the lag limit, as often as Kafka's leader checks its ISR: a follower
+            # that trails by less is reported caught up, so that one fetching slowly
+            # under load does not change its report (lastCaughtUpTime) with each fetch.
+            # The controller learns its lastCaughtUpTime once it trails by more, which
+            # shrinks the ISR between the limit and one and a half times it, as Kafka does.
+            window = max(self.caught_up_window_ms, role.replica_lag_time_max_ms // 2)
             return (
                 PartitionRole.LEADER,
-                hb.leader_epoch,
-                hb.partition_epoch,
-                hb.persisted_log_end_offset,
+                role.leader_epoch,
+                role.partition_epoch,
+                role.persisted_log_end_offset,
                 last_epoch,
-                hb.high_watermark,
+                role.high_watermark,
                 held,
                 error,
                 role.epoch_start_offset,
-                tuple(followers),
+                role.reported_followers(now_ms, window),
                 proposals,
                 plog.log_start_offset,
             )

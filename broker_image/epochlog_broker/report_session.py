@@ -14,19 +14,31 @@ sends no report at all, and keeps the controller's copy exact:
   whole, and one that went unanswered is followed by another full one;
 - an answer requiring a full report (a restarted controller) or naming another
   session starts over with a full one;
-- every `full_every` heartbeats a full one resynchronises both sides anyway.
+- every `full_every` heartbeats a full one resynchronises both sides anyway;
+- a report whose steady part (`steady`: all but the offsets, which move with every
+  write) is what the controller holds waits for the next heartbeat that carries
+  progress, one in `progress_every`: under writes to every partition nearly every
+  report changes in every heartbeat, and the offsets alone change no decision (the
+  operator shows them at its status refresh pace).
 
 Pure: no clock, no I/O; the broker's heartbeat loop calls it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
 DEFAULT_FULL_REPORT_EVERY: Final = 120
 """Heartbeats between two full ones (a minute at the default 500 ms interval)."""
+
+DEFAULT_PROGRESS_EVERY: Final = 5
+"""Heartbeats between two that carry reports changed in their offsets alone (2.5 s at
+the default 500 ms interval, half the operator's default status refresh interval)."""
+
+
+_NONE: Final = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +72,10 @@ class ReportSession:
     in_flight: dict[int, _Sent] = field(default_factory=dict)
     full_needed: bool = True
     since_full: int = 0
+    progress_every: int = DEFAULT_PROGRESS_EVERY
+    steady: Callable[[Hashable], Hashable] | None = None
+    """A report's fingerprint without its offsets; None: every change is sent at once."""
+    since_progress: int = 0
 
     def prepare(self, keys: Mapping[str, Hashable]) -> ReportPlan:
         """The next heartbeat, given the fingerprint of every hosted partition's report."""
@@ -70,16 +86,17 @@ class ReportSession:
             names = tuple(sorted(keys))
             removed: tuple[str, ...] = ()
             self.since_full = 0
+            self.since_progress = 0
         else:
             # A report in a heartbeat not answered yet may or may not be the controller's:
             # sending it again keeps the copy exact whichever way that heartbeat goes.
             unsure = {n for sent in self.in_flight.values() for n in sent.keys}
+            self.since_progress += 1
+            progress = self.steady is None or self.since_progress >= self.progress_every
+            if progress:
+                self.since_progress = 0
             names = tuple(
-                sorted(
-                    n
-                    for n, k in keys.items()
-                    if n in unsure or n not in self.acked or self.acked[n] != k
-                )
+                sorted(n for n, k in keys.items() if n in unsure or self._due(n, k, progress))
             )
             removed = tuple(sorted(n for n in self.acked.keys() | unsure if n not in keys))
         self.in_flight[self.seq] = _Sent(full, {n: keys[n] for n in names}, removed)
@@ -91,6 +108,14 @@ class ReportSession:
             names=names,
             removed=removed,
         )
+
+    def _due(self, name: str, key: Hashable, progress: bool) -> bool:
+        acked = self.acked.get(name, _NONE)
+        if acked is _NONE:
+            return True
+        if acked == key:
+            return False
+        return progress or self.steady is None or self.steady(acked) != self.steady(key)
 
     def on_answer(self, seq: int, session_id: int, full_report_required: bool) -> None:
         """The controller answered heartbeat `seq`."""

@@ -44,8 +44,9 @@ Checks:
   follower in a controlled shutdown (it asked to leave) or one a reassignment
   took off the replicas.
 - isr-stuck-kept: a follower that stopped reading was still in the ISR more
-  than replicaLagTimeMaxMs plus the leader's caught-up window, one heartbeat
-  and one status write later.
+  than replicaLagTimeMaxMs plus the leader's caught-up window (half of
+  replicaLagTimeMaxMs, at least the broker's caught_up_window_ms), one
+  heartbeat and one status write later.
 - no-leader: after the faults healed, a partition had no leader within the
   liveness bound (every replica is live then, so even a partition whose every ISR
   member lost its disk has one, through unclean recovery).
@@ -331,10 +332,9 @@ class Checker:
                 continue  # a silent leader is a matter for fencing, not for ISR lag
             # A heartbeat is built up to one network delay before it is received, and
             # the leader reports a follower caught up for one caught-up window after
-            # its last fetch to the log end.
-            built_after = (
-                since + lag_max + self.timing.caught_up_window_ms + self.timing.max_network_delay_ms
-            )
+            # it last caught up (half the lag limit, at least the broker's window).
+            window = max(self.timing.caught_up_window_ms, lag_max // 2)
+            built_after = since + lag_max + window + self.timing.max_network_delay_ms
             reports = [x for x in self.h.heartbeats_in.get(leader, []) if x > built_after]
             if not reports or now <= reports[0] + write:
                 continue

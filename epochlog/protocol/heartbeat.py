@@ -34,12 +34,15 @@ last heartbeat whose answer the broker applied: the controller's answers
 likewise carry only the assignments that changed since the ones the broker
 applied (all of them in the answer to a full heartbeat).
 
-A leader reports a follower that reads at its log end as `caughtUp` (its last
-fetch read to the log end within the leader's caught-up window of `timeMs`)
-rather than by the time of that fetch, which changes with every fetch of an
-idle partition; the controller takes a caught-up follower as caught up at the
-time of the latest heartbeat of its leader. A follower that falls behind is
-reported with the time it last caught up, which stays fixed while it lags.
+A leader reports a follower that reads at its log end as `caughtUp` (it last
+caught up within the leader's caught-up window of `timeMs`: half the
+partition's replicaLagTimeMaxMs, at least a second) rather than by the time of
+that fetch, which changes with every fetch of an idle partition and with
+every slow fetch under load; the controller takes a caught-up follower as
+caught up at the time of the latest heartbeat of its leader. A follower that
+trails by more is reported with the time it last caught up, which stays fixed
+while it lags: the controller shrinks the ISR between replicaLagTimeMaxMs and
+one and a half times it, as Kafka's leader does (it checks every half limit).
 
 Times a broker reports (`timeMs`, `lastCaughtUpTime`) are on the broker's clock.
 `timeMs` is the broker's clock when it built the heartbeat, so the controller

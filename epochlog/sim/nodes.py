@@ -55,6 +55,7 @@ from epochlog_broker.replication.messages import (
     FetchRequest,
     OffsetsForLeaderEpochRequest,
 )
+from epochlog_broker.report_session import DEFAULT_PROGRESS_EVERY
 from epochlog_operator.controller import ControllerCore
 from epochlog_operator.decide import Decision, PartitionInput
 from epochlog_operator.events import EventReason
@@ -83,6 +84,9 @@ class SimConfig:
     find_divergence_first: bool = False
     """New followers ask the leader where their epoch ends before fetching (the broker's
     `BrokerCore.find_divergence_first`); random runs draw it, so both paths run."""
+    report_progress_every: int = DEFAULT_PROGRESS_EVERY
+    """Heartbeats between two that carry reports whose offsets alone moved (the broker's
+    `BrokerCore.report_progress_every`); random runs draw 1 or the production value."""
     replica_backoff_ms: int = 50
     replica_backoff_max_ms: int = 1000
     flush_delay_ms: tuple[int, int] = (2, 20)
@@ -227,6 +231,7 @@ class SimBroker(Process):
             fetch_backoff=self.config.fetch_backoff,
             caught_up_window_ms=self.config.caught_up_window_ms,
             find_divergence_first=self.config.find_divergence_first,
+            report_progress_every=self.config.report_progress_every,
         )
         if isinstance(core, legacy_mod.LegacyBrokerCore):
             core.legacy = self.legacy

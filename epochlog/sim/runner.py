@@ -50,6 +50,7 @@ from epochlog.sim.legacy import check_names
 from epochlog.sim.nodes import SimConfig
 from epochlog.sim.scenario import Sim, spec
 from epochlog.sim.world import CONTROLLER, NetworkConfig
+from epochlog_broker.report_session import DEFAULT_PROGRESS_EVERY
 from epochlog_operator.preferred import RebalanceSettings, preferred_replica
 
 FAULTS: Final = {
@@ -177,6 +178,11 @@ def build(seed: int, settings: RunSettings) -> Sim:
         # Half the runs find divergence with an epoch query first, half through the
         # fetch (the broker's default); its own random source, as the draws above.
         find_divergence_first=random.Random(seed ^ 0xD1F5).random() < 0.5,
+        # Most runs hold offsets-only reports back as brokers do by default; some send
+        # every change at once.
+        report_progress_every=random.Random(seed ^ 0x9E7A).choice(
+            (1, DEFAULT_PROGRESS_EVERY, DEFAULT_PROGRESS_EVERY)
+        ),
         retention_check_ms=intervals.choice(RETENTION_CHECK_MS),
         checkpoint_interval_ms=intervals.choice(CHECKPOINT_INTERVAL_MS),
         # A network that keeps dropping messages after the heal keeps the fast timeout: at

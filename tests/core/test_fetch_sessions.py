@@ -9,6 +9,7 @@ from pathlib import Path
 from epochlog.protocol.batch import Record
 from epochlog.protocol.errors import FetchSessionIdNotFoundError
 from epochlog.protocol.heartbeat import HeartbeatResponse, PartitionAssignment
+from epochlog.resources import DEFAULT_REPLICA_LAG_TIME_MAX_MS
 from epochlog_broker.core import BrokerCore, Effect, ProduceDone
 from epochlog_broker.replication.fetch_session import SessionFetchRequest
 from epochlog_broker.replication.messages import Acks, FetchData, FetchRequest
@@ -135,8 +136,12 @@ def test_a_follower_of_an_idle_partition_stays_caught_up_while_its_session_asks(
         assert leader.handle_session_fetch(SessionFetchRequest(2, 1, s.session_id, i, ()), t)
     [follower] = leader.heartbeat(2_600).partitions[0].followers
     assert follower.caught_up, "unlisted, but fetched by every request of its session"
-    # The session falls silent: once the caught-up window has passed, the follower's
-    # last caught-up time is its session's last request.
-    [follower] = leader.heartbeat(4_000).partitions[0].followers
+    # The session falls silent: once the caught-up window (half the partition's
+    # replicaLagTimeMaxMs) has passed, the follower's last caught-up time is its
+    # session's last request.
+    window = DEFAULT_REPLICA_LAG_TIME_MAX_MS // 2
+    [follower] = leader.heartbeat(2_500 + window).partitions[0].followers
+    assert follower.caught_up
+    [follower] = leader.heartbeat(2_500 + window + 1).partitions[0].followers
     assert not follower.caught_up
     assert follower.last_caught_up_time == 2_500

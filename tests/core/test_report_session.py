@@ -116,3 +116,50 @@ def test_seq_rises_by_one_per_heartbeat() -> None:
     s = ReportSession()
     seqs = [s.prepare({}).seq for _ in range(3)]
     assert seqs == [1, 2, 3]
+
+
+def _steady(key: object) -> object:
+    """Keys of the form (steady, offset): the offset alone is progress."""
+    assert isinstance(key, tuple)
+    return key[0]
+
+
+def progressing(keys: dict[str, object], every: int) -> ReportSession:
+    s = ReportSession(progress_every=every, steady=_steady)
+    plan = s.prepare(keys)
+    s.on_answer(plan.seq, SESSION, full_report_required=False)
+    return s
+
+
+def test_offsets_alone_wait_for_the_heartbeat_that_carries_progress() -> None:
+    s = progressing({"a": ("leader", 0), "b": ("leader", 0)}, every=3)
+    carried = []
+    for offset in range(1, 7):
+        plan = s.prepare({"a": ("leader", offset), "b": ("leader", 0)})
+        s.on_answer(plan.seq, SESSION, full_report_required=False)
+        carried.append(plan.names)
+    # Every third heartbeat carries a's latest offsets; b never changed.
+    assert carried == [(), (), ("a",), (), (), ("a",)]
+
+
+def test_a_steady_change_goes_out_at_once_with_its_offsets() -> None:
+    s = progressing({"a": ("follower", 5)}, every=100)
+    plan = s.prepare({"a": ("leader", 9)})
+    assert plan.names == ("a",)
+    s.on_answer(plan.seq, SESSION, full_report_required=False)
+    # The controller now holds offset 9: nothing newer to hold back.
+    assert s.prepare({"a": ("leader", 9)}).names == ()
+
+
+def test_a_held_back_report_is_not_lost_when_a_heartbeat_fails() -> None:
+    s = progressing({"a": ("leader", 0)}, every=2)
+    held = s.prepare({"a": ("leader", 1)})
+    assert held.names == ()
+    s.on_failure(held.seq)
+    carried = s.prepare({"a": ("leader", 2)})
+    assert carried.names == ("a",)
+
+
+def test_without_a_steady_part_every_change_travels_at_once() -> None:
+    s = started({"a": ("leader", 0)})
+    assert s.prepare({"a": ("leader", 1)}).names == ("a",)

@@ -643,6 +643,8 @@ class Leader:
             return []
         if f.last_fetch_time_ms is None or at_ms > f.last_fetch_time_ms:
             self._record_fetch(f, f.log_end_offset, at_ms)
+        if self._proposed is not None or replica_id in self.maximal_isr:
+            return []  # what `_maybe_propose` answers first, without building the request
         again = FetchRequest(
             replica_id,
             f.broker_epoch,
@@ -763,6 +765,23 @@ class Leader:
                 for r, f in sorted(self._followers.items())
             ),
         )
+
+    def reported_followers(
+        self, now_ms: int, window_ms: int
+    ) -> tuple[tuple[int, int, bool, int | None], ...]:
+        """Each follower that fetched as (replica, logEndOffset, caughtUp,
+        lastCaughtUpTime if not caught up): caught up when it last caught up at most
+        `window_ms` before `now_ms`. What `heartbeat` says, without building it: the
+        broker asks this of every partition it leads in every heartbeat."""
+        out = []
+        for r, f in sorted(self._followers.items()):
+            end = f.log_end_offset
+            if end is None:
+                continue
+            t = f.last_caught_up_time_ms
+            caught_up = t is not None and now_ms - t <= window_ms
+            out.append((r, end, caught_up, None if caught_up else t))
+        return tuple(out)
 
     # -- clients -------------------------------------------------------------------------
 
