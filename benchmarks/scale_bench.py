@@ -376,6 +376,28 @@ def _group_commits(before: dict[str, Scrape], after: dict[str, Scrape], wall: fl
     return "group commits " + ", ".join(out) + " (b1, b2, b3)"
 
 
+def _control_work(before: dict[str, Scrape], after: dict[str, Scrape], wall: float) -> str:
+    """What the load costs the control plane per second: the reports heartbeats carry, and
+    the operator's decisions by cause."""
+    reports = [
+        (
+            _delta(after[f"broker-{b}"], before[f"broker-{b}"], "epochlog_heartbeat_reports_total")
+            or 0.0
+        )
+        / wall
+        for b in BROKERS
+    ]
+    b = before["operator"].by_label("epochlog_operator_decisions_total", "cause")
+    a = after["operator"].by_label("epochlog_operator_decisions_total", "cause")
+    causes = {k: (v - b.get(k, 0.0)) / wall for k, v in a.items() if v > b.get(k, 0.0)}
+    decided = ", ".join(f"{k} {v:.0f}" for k, v in sorted(causes.items())) or "none"
+    return (
+        "reports per s in heartbeats "
+        + "/".join(f"{r:.0f}" for r in reports)
+        + f" (b1/b2/b3); operator decisions per s: {decided}"
+    )
+
+
 async def load(
     args: argparse.Namespace,
     cluster: LocalCluster,
@@ -423,6 +445,7 @@ async def load(
     row.isr_shrinks = len(watch.shrinks) - shrinks0
     row.fenced = _fencing(before, after, cluster)
     row.notes.append("load: " + _group_commits(before, after, wall))
+    row.notes.append("load: " + _control_work(before, after, wall))
     if timed.latencies:
         ordered = sorted(timed.latencies)
         row.p50_ms = 1000 * _percentile(ordered, 0.50)

@@ -121,6 +121,13 @@ class ControllerCore:
     _assignments: dict[str, tuple[PartitionStatus, object, PartitionAssignment]] = field(
         default_factory=dict
     )
+    _settled: dict[int, tuple[tuple[int, int], dict[str, PartitionInput]]] = field(
+        default_factory=dict
+    )
+    """Per broker, for its process and report session: the input each Partition had when
+    an answer last found nothing to hand it. Until that input or the broker's report of
+    it changes, nothing is (`_answers_for`): an idle broker's heartbeat is answered
+    without looking at every Partition."""
 
     @classmethod
     def start(
@@ -197,31 +204,7 @@ class ControllerCore:
                 if broker
                 in (p.status.replicas if p.status and p.status.replicas else p.spec.replicas)
             )
-        assignments: dict[str, PartitionAssignment] = {}
-        stops: list[PartitionAssignment] = []
-        for name, p in sorted(partitions.items()):
-            status = p.status
-            # A status without an ISR (never elected, or waiting to be restored from the
-            # brokers) hands out nothing: an empty assignment would overwrite the one a
-            # broker holds, which is what a lost status is restored from.
-            if status is None or not status.isr or broker not in status.replicas:
-                if status is not None and reassigned_away(broker, status, received.partition(name)):
-                    stop = self._assignment(name, p)
-                    stops.append(stop)
-                    # Handed out as any assignment: a broker deletes its data on it, so a
-                    # status restored later must not be older and still count that replica
-                    # in the ISR (simulator seed 11572).
-                    self._handed(stop)
-                continue
-            recorded = status.isr_broker_epochs.get(broker)
-            if status.leader == broker and recorded not in (None, heartbeat.broker_epoch):
-                # Leadership was given to the broker's previous process; the next decision
-                # elects anew, so this process never leads an epoch its predecessor led.
-                continue
-            assignment = self._assignment(name, p)
-            if self.reports.needs(heartbeat, assignment, received.partition(name)):
-                assignments[name] = assignment
-                self._handed(assignment)
+        assignments, stops = self._answers_for(heartbeat, received, partitions)
         self.reports.sent(heartbeat, assignments)
         rejected = self._refusals_for(broker, received)
         view = self.liveness.view(now_ms)
@@ -335,6 +318,73 @@ class ControllerCore:
         status = decision.status or partition.status
         wake = self.wake_ms(name, status, partition.spec.replica_lag_time_max_ms)
         return None if wake is None else min(wake, now_ms + refresh_ms)
+
+    def _answers_for(
+        self,
+        heartbeat: BrokerHeartbeat,
+        received: ReceivedHeartbeat,
+        partitions: Mapping[str, PartitionInput],
+    ) -> tuple[dict[str, PartitionAssignment], list[PartitionAssignment]]:
+        """The assignments and stops the answer to `heartbeat` carries. Only Partitions
+        whose input changed since an answer last handed them nothing, or whose report
+        this heartbeat carries, are looked at (all of them after a full heartbeat)."""
+        broker = heartbeat.broker_id
+        key = (heartbeat.broker_epoch, self.reports.session_id(broker))
+        cached = self._settled.get(broker)
+        if heartbeat.full or cached is None or cached[0] != key:
+            cached = (key, {})
+            self._settled[broker] = cached
+        settled = cached[1]
+        reported = {r.name for r in heartbeat.partitions}
+        reported.update(heartbeat.removed)
+        looked = sorted(
+            name for name, p in partitions.items() if settled.get(name) is not p or name in reported
+        )
+        assignments: dict[str, PartitionAssignment] = {}
+        stops: list[PartitionAssignment] = []
+        for name in looked:
+            p = partitions[name]
+            handed = self._answer_for(heartbeat, received, name, p)
+            if handed is None:
+                settled[name] = p
+                continue
+            settled.pop(name, None)  # looked at again until the broker confirms it
+            assignment, stop = handed
+            if stop:
+                stops.append(assignment)
+            else:
+                assignments[name] = assignment
+        return assignments, stops
+
+    def _answer_for(
+        self, heartbeat: BrokerHeartbeat, received: ReceivedHeartbeat, name: str, p: PartitionInput
+    ) -> tuple[PartitionAssignment, bool] | None:
+        """What the answer hands the broker for `name`: an assignment, a stop (True), or
+        nothing."""
+        broker = heartbeat.broker_id
+        status = p.status
+        # A status without an ISR (never elected, or waiting to be restored from the
+        # brokers) hands out nothing: an empty assignment would overwrite the one a
+        # broker holds, which is what a lost status is restored from.
+        if status is None or not status.isr or broker not in status.replicas:
+            if status is not None and reassigned_away(broker, status, received.partition(name)):
+                stop = self._assignment(name, p)
+                # Handed out as any assignment: a broker deletes its data on it, so a
+                # status restored later must not be older and still count that replica
+                # in the ISR (simulator seed 11572).
+                self._handed(stop)
+                return stop, True
+            return None
+        recorded = status.isr_broker_epochs.get(broker)
+        if status.leader == broker and recorded not in (None, heartbeat.broker_epoch):
+            # Leadership was given to the broker's previous process; the next decision
+            # elects anew, so this process never leads an epoch its predecessor led.
+            return None
+        assignment = self._assignment(name, p)
+        if not self.reports.needs(heartbeat, assignment, received.partition(name)):
+            return None
+        self._handed(assignment)
+        return assignment, False
 
     def _keepalive(
         self, heartbeat: BrokerHeartbeat, now_ms: int

@@ -139,7 +139,11 @@ class Metrics:
         self.decisions = self._family(
             "epochlog_operator_decisions_total",
             "counter",
-            "Partition decisions made.",
+            "Partition decisions made, by cause: news (a report, the resource or a broker "
+            "session changed), wake (a lag clock or a leader awaited), refresh-due, refresh "
+            "(at the moment of writing one), conflict (a write met a newer resourceVersion), "
+            "preferred (a preferred leader election), full (the periodic pass over every "
+            "Partition).",
         )
         self.sweep_seconds = self._family(
             "epochlog_operator_last_sweep_seconds",

@@ -7,8 +7,11 @@ API server, and the status writes in flight. The decisions themselves are
 answer.
 
 When to decide (decisions follow news, not the partition count):
-- every Partition once per full reconcile interval, and at once when the set of
-  live brokers changes: the loop wakes the moment the next broker session
+- every Partition once per full reconcile interval, a step per pass, at most
+  `full_reconcile_rate` a second (a pass over more Partitions than rate x
+  interval takes longer: an idle cluster's decisions must not grow with its
+  Partitions); all of them at once when the set of live brokers changes: the
+  loop wakes the moment the next broker session
   would expire, so a silent leader is replaced one session timeout after its
   last heartbeat, not one interval later;
 - once per reconcile interval, the Partitions that are not quiet
@@ -58,7 +61,7 @@ import asyncio
 import copy
 import math
 import time
-from collections import ChainMap
+from collections import ChainMap, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
@@ -312,6 +315,9 @@ class Reconciler:
         """Bumped on every activation and deactivation: writes of an earlier term stop."""
         self._next_sweep = 0.0
         self._next_full = 0.0
+        self._audit: deque[str] = deque()
+        """The rest of the current round of the full pass, decided a step at a time."""
+        self._audit_step = 0
         self.watched: dict[str, int] = {}
         """Partitions that are not quiet, with when each is next decided if nothing
         changes (`ControllerCore.wake_ms`, this controller's clock; 0: every pass)."""
@@ -406,6 +412,7 @@ class Reconciler:
         )
         self._next_sweep = 0.0
         self._next_full = 0.0
+        self._audit.clear()
         self.watched.clear()
         self._refresh_at.clear()
         self._live = ()
@@ -654,13 +661,26 @@ class Reconciler:
             wait = min(wait, min(upcoming) / 1000)
         return min(wait, interval)
 
+    def _audited(self, mono: float) -> set[str]:
+        """This sweep's step of the full pass: every Partition once per full reconcile
+        interval, spread over it, at most `full_reconcile_rate` a second."""
+        interval = self.settings.full_reconcile_interval_ms / 1000
+        if not self._audit and mono >= self._next_full:
+            self._audit = deque(self.entries)
+            self._next_full = mono + interval
+            sweep = self.settings.reconcile_interval_ms / 1000
+            per_second = min(len(self._audit) / interval, self.settings.full_reconcile_rate)
+            self._audit_step = max(1, math.ceil(per_second * sweep))
+        step = min(self._audit_step, len(self._audit))
+        return {self._audit.popleft() for _ in range(step)}
+
     def _tick(self, core: ControllerCore) -> None:
         now = self.now_ms()
         mono = self._monotonic()
         view = core.liveness.view(now)
         live = view.live_brokers()
         in_grace = view.in_grace
-        full = mono >= self._next_full or live != self._live or in_grace != self._in_grace
+        full = not self._next_full or live != self._live or in_grace != self._in_grace
         if live != self._live:
             log.info("live brokers", brokers=list(live), before=list(self._live))
         if self._in_grace and not in_grace:
@@ -668,24 +688,29 @@ class Reconciler:
             log.info("grace period over", brokers=list(live))
         self._live = live
         self._in_grace = in_grace
+        news = self.dirty
+        woken: set[str] = set()
+        audited: set[str] = set()
         if full:
             names = list(self.entries)
             self._next_full = mono + self.settings.full_reconcile_interval_ms / 1000
             self._next_sweep = mono + self.settings.reconcile_interval_ms / 1000
-            self.dirty.clear()
+            self._audit.clear()
+            self.dirty = set()
         elif mono >= self._next_sweep:
             # Quiet Partitions (a leader whose followers are all caught up, nothing
             # proposed) change with news only: their reports, their resource or a broker
             # session. The others run lag clocks: each is decided when a lag could pass
             # its limit or its refresh falls due, and those waiting on a leader every pass.
             self._next_sweep = mono + self.settings.reconcile_interval_ms / 1000
+            woken = {n for n, at in self.watched.items() if at <= now}
             due = {n for n, at in self._refresh_at.items() if at <= mono}
-            due |= {n for n, at in self.watched.items() if at <= now}
-            names = sorted(self.dirty | due)
-            self.dirty.clear()
+            audited = self._audited(mono)
+            names = sorted(news | woken | due | audited)
+            self.dirty = set()
         else:
-            names = sorted(self.dirty)
-            self.dirty.clear()
+            names = sorted(news)
+            self.dirty = set()
         moves = core.plan_preferred(now, self.inputs)
         for move in moves:
             log.info(
@@ -695,8 +720,9 @@ class Reconciler:
                 leaderEpoch=move.leader_epoch,
                 preferred=move.target,
             )
+        moved = {m.name for m in moves}
         if moves:
-            names = sorted({*names, *(m.name for m in moves)})
+            names = sorted({*names, *moved})
         started = time.perf_counter()
         # Assignment reads every other Partition's replicas; it must also see the
         # assignments decided but not yet written, or Partitions created together
@@ -714,7 +740,7 @@ class Reconciler:
             p = entry.input
             assigning = _needs_assignment(p)
             decision = core.decide(name, p, now, others if assigning else None)
-            self.metrics.decisions.inc()
+            self.metrics.decisions.inc(cause=_cause(name, full, news, woken, moved, audited))
             at = core.next_look_ms(name, p, decision, now, self.settings.status_refresh_interval_ms)
             if at is None:
                 self.watched.pop(name, None)
@@ -808,7 +834,7 @@ class Reconciler:
         assert p is not None
         others = ChainMap(self._planned, self.inputs) if _needs_assignment(p) else None
         decision = core.decide(name, p, self.now_ms(), others)
-        self.metrics.decisions.inc()
+        self.metrics.decisions.inc(cause="refresh")
         if decision.status is None:
             return None
         return entry, decision
@@ -926,7 +952,7 @@ class Reconciler:
                     continue
                 others = ChainMap(self._planned, self.inputs) if _needs_assignment(p) else None
                 decision = core.decide(name, p, self.now_ms(), others)
-                self.metrics.decisions.inc()
+                self.metrics.decisions.inc(cause="conflict")
                 if decision.status is not None and not decision.material:
                     # Someone else just wrote: a refresh can wait for the next sweep.
                     return
@@ -1107,3 +1133,18 @@ class Reconciler:
             retryAfterSeconds=exc.retry_after,
             message=exc.message,
         )
+
+
+def _cause(
+    name: str, full: bool, news: set[str], woken: set[str], moved: set[str], audited: set[str]
+) -> str:
+    """Why a pass decides `name` (the decisions metric's label)."""
+    if full:
+        return "full"
+    if name in news:
+        return "news"
+    if name in moved:
+        return "preferred"
+    if name in woken:
+        return "wake"
+    return "full" if name in audited else "refresh-due"

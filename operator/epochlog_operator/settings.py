@@ -11,6 +11,7 @@ else from the default below. The table is the documentation (`epochlog operator
 | --status-refresh-interval-ms  | EPOCHLOG_STATUS_REFRESH_INTERVAL_MS  | 5000     |
 | --reconcile-interval-ms       | EPOCHLOG_RECONCILE_INTERVAL_MS       | 500      |
 | --full-reconcile-interval-ms  | EPOCHLOG_FULL_RECONCILE_INTERVAL_MS  | 10000    |
+| --full-reconcile-rate         | EPOCHLOG_FULL_RECONCILE_RATE         | 50       |
 | --leader-imbalance-check-interval-ms | EPOCHLOG_LEADER_IMBALANCE_CHECK_INTERVAL_MS | 300000 |
 | --leader-imbalance-per-broker-percentage | EPOCHLOG_LEADER_IMBALANCE_PER_BROKER_PERCENTAGE | 10 |
 | --namespace NS (repeatable)   | EPOCHLOG_NAMESPACES (comma list)     | all      |
@@ -102,6 +103,7 @@ from epochlog_operator.preferred import (
 DEFAULT_STATUS_REFRESH_INTERVAL_MS: Final = 5000
 DEFAULT_RECONCILE_INTERVAL_MS: Final = 500
 DEFAULT_FULL_RECONCILE_INTERVAL_MS: Final = 10_000
+DEFAULT_FULL_RECONCILE_RATE: Final = 50
 DEFAULT_LISTEN_PORT: Final = 8081
 DEFAULT_PEERING_LIFETIME_S: Final = 15
 DEFAULT_WRITE_CONCURRENCY: Final = 8
@@ -145,6 +147,10 @@ class OperatorSettings:
     """How often Partitions with news or running lag clocks are decided again."""
     full_reconcile_interval_ms: int = DEFAULT_FULL_RECONCILE_INTERVAL_MS
     """How often every Partition is decided again, quiet ones included."""
+    full_reconcile_rate: int = DEFAULT_FULL_RECONCILE_RATE
+    """At most this many quiet Partitions a second are decided again by the full pass,
+    which takes longer than its interval over more than rate x interval Partitions: a
+    safety net whose cost must not grow with the Partition count of an idle cluster."""
     leader_imbalance_check_interval_ms: int = DEFAULT_LEADER_IMBALANCE_CHECK_INTERVAL_MS
     """How often each broker's leader imbalance is measured (Kafka's
     leader.imbalance.check.interval.seconds), the first time one interval after start."""
@@ -213,6 +219,7 @@ class OperatorSettings:
             "status_refresh_interval_ms",
             "reconcile_interval_ms",
             "full_reconcile_interval_ms",
+            "full_reconcile_rate",
             "leader_imbalance_check_interval_ms",
             "peering_lifetime_s",
             "write_concurrency",
@@ -340,6 +347,7 @@ _ENV: Final[dict[str, tuple[str, str]]] = {
     "status_refresh_interval_ms": ("EPOCHLOG_STATUS_REFRESH_INTERVAL_MS", "int"),
     "reconcile_interval_ms": ("EPOCHLOG_RECONCILE_INTERVAL_MS", "int"),
     "full_reconcile_interval_ms": ("EPOCHLOG_FULL_RECONCILE_INTERVAL_MS", "int"),
+    "full_reconcile_rate": ("EPOCHLOG_FULL_RECONCILE_RATE", "int"),
     "leader_imbalance_check_interval_ms": ("EPOCHLOG_LEADER_IMBALANCE_CHECK_INTERVAL_MS", "int"),
     "leader_imbalance_per_broker_percentage": (
         "EPOCHLOG_LEADER_IMBALANCE_PER_BROKER_PERCENTAGE",
@@ -456,6 +464,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "full_reconcile_interval_ms",
         f"decide every Partition again this often, quiet ones too, in ms "
         f"(default {DEFAULT_FULL_RECONCILE_INTERVAL_MS})",
+        type=int,
+    )
+    add(
+        "full_reconcile_rate",
+        f"at most this many Partitions a second in the full pass; over more than rate x "
+        f"interval of them a pass takes longer (default {DEFAULT_FULL_RECONCILE_RATE})",
         type=int,
     )
     add(
