@@ -964,7 +964,10 @@ class BrokerCore:
     def heartbeat(self, now_ms: int) -> BrokerHeartbeat:
         """The next heartbeat: every report the controller does not hold as it is now."""
         facts = {n: self._report_facts(h, now_ms) for n, h in self.partitions.items()}
-        plan = self.report_session.prepare(facts)
+        # A follower whose fetches fail may have lost its leader: the log end it reports
+        # is what an unclean election or recovery would choose by, so it goes at once.
+        urgent = {n for s in self.fetch_sessions.values() if s.failures for n in s.wanted}
+        plan = self.report_session.prepare(facts, urgent)
         return BrokerHeartbeat(
             broker_id=self.broker_id,
             broker_epoch=self.broker_epoch,

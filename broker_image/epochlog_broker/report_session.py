@@ -19,14 +19,16 @@ sends no report at all, and keeps the controller's copy exact:
   write) is what the controller holds waits for the next heartbeat that carries
   progress, one in `progress_every`: under writes to every partition nearly every
   report changes in every heartbeat, and the offsets alone change no decision (the
-  operator shows them at its status refresh pace).
+  operator shows them at its status refresh pace). Reports named `urgent` go at
+  once all the same: a follower that lost its leader holds the log end an unclean
+  election would choose by.
 
 Pure: no clock, no I/O; the broker's heartbeat loop calls it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Collection, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -77,8 +79,9 @@ class ReportSession:
     """A report's fingerprint without its offsets; None: every change is sent at once."""
     since_progress: int = 0
 
-    def prepare(self, keys: Mapping[str, Hashable]) -> ReportPlan:
-        """The next heartbeat, given the fingerprint of every hosted partition's report."""
+    def prepare(self, keys: Mapping[str, Hashable], urgent: Collection[str] = ()) -> ReportPlan:
+        """The next heartbeat, given the fingerprint of every hosted partition's report;
+        the reports of `urgent` ones are not held back for progress."""
         self.seq += 1
         self.since_full += 1
         full = self.full_needed or self.session_id == 0 or self.since_full >= self.full_every
@@ -96,7 +99,11 @@ class ReportSession:
             if progress:
                 self.since_progress = 0
             names = tuple(
-                sorted(n for n, k in keys.items() if n in unsure or self._due(n, k, progress))
+                sorted(
+                    n
+                    for n, k in keys.items()
+                    if n in unsure or self._due(n, k, progress or n in urgent)
+                )
             )
             removed = tuple(sorted(n for n in self.acked.keys() | unsure if n not in keys))
         self.in_flight[self.seq] = _Sent(full, {n: keys[n] for n in names}, removed)

@@ -163,3 +163,10 @@ def test_a_held_back_report_is_not_lost_when_a_heartbeat_fails() -> None:
 def test_without_a_steady_part_every_change_travels_at_once() -> None:
     s = started({"a": ("leader", 0)})
     assert s.prepare({"a": ("leader", 1)}).names == ("a",)
+
+
+def test_an_urgent_report_is_not_held_back_for_progress() -> None:
+    # A follower that lost its leader: its log end is what an unclean election chooses by.
+    s = progressing({"a": ("follower", 0), "b": ("follower", 0)}, every=100)
+    plan = s.prepare({"a": ("follower", 3), "b": ("follower", 3)}, urgent={"a"})
+    assert plan.names == ("a",)
