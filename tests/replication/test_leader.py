@@ -444,12 +444,14 @@ def test_heartbeat_reports_followers_and_own_state():
     append(leader, 4)
     leader.on_flushed(4)
     fetch(leader, 2, 4, now_ms=200)
-    hb = leader.heartbeat()
-    assert (hb.leader_epoch, hb.persisted_log_end_offset, hb.high_watermark) == (5, 4, 0)
-    assert [(f.broker_id, f.last_caught_up_time_ms, f.log_end_offset) for f in hb.followers] == [
-        (2, 200, 4),
-        (3, 100, None),
-    ]
+    assert (leader.leader_epoch, leader.persisted_log_end_offset, leader.high_watermark) == (
+        5,
+        4,
+        0,
+    )
+    # Replica 3 has not fetched: nothing to report. Replica 2 caught up at 200.
+    assert leader.reported_followers(now_ms=200, window_ms=0) == ((2, 4, True, None),)
+    assert leader.reported_followers(now_ms=201, window_ms=0) == ((2, 4, False, 200),)
 
 
 # -- acks ---------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ Protocol with the shell:
   `epoch_end_for_reader(epoch)` the same question from a client (KIP-320).
 - Controller: send every `ProposeIsr` action; feed recorded ISR changes to
   `on_isr_update`, and `on_isr_proposal_rejected` when the controller refused
-  the proposal. `heartbeat()` is the per-partition part of the heartbeat.
+  the proposal. `reported_followers()` is the per-partition part of the heartbeat.
 - Clients: `latest_offset()` / `client_high_watermark()` raise the retriable
   OffsetNotAvailableError until the HW reaches the log end at election.
 - DeleteRecords: once the log start has moved (durably) to `log_start_offset`,
@@ -157,23 +157,6 @@ LeaderAction = (
 class FetchDecision:
     answer: ReadRange | DivergingEpoch
     actions: tuple[LeaderAction, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class FollowerStatus:
-    broker_id: int
-    last_caught_up_time_ms: int | None
-    log_end_offset: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class LeaderHeartbeat:
-    leader_epoch: int
-    partition_epoch: int
-    persisted_log_end_offset: int
-    high_watermark: int
-    isr: frozenset[int]
-    followers: tuple[FollowerStatus, ...]
 
 
 # -- internal state --------------------------------------------------------------------
@@ -752,19 +735,6 @@ class Leader:
             return []
         self._proposed = None
         return self._maybe_advance_high_watermark() + self._complete_deletes()
-
-    def heartbeat(self) -> LeaderHeartbeat:
-        return LeaderHeartbeat(
-            self.leader_epoch,
-            self.partition_epoch,
-            self._persisted_log_end_offset,
-            self._high_watermark,
-            self._isr,
-            tuple(
-                FollowerStatus(r, f.last_caught_up_time_ms, f.log_end_offset)
-                for r, f in sorted(self._followers.items())
-            ),
-        )
 
     def reported_followers(
         self, now_ms: int, window_ms: int
