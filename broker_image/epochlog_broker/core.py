@@ -118,10 +118,10 @@ from epochlog.protocol.heartbeat import (
     PartitionRole,
 )
 from epochlog_broker.held_assignment import read_held, write_held
-from epochlog_broker.log.batch_sync import sync_files
+from epochlog_broker.log.batch_sync import sync_created, sync_files
 from epochlog_broker.log.checkpoints import HighWatermarkCheckpoint, LogStartCheckpoint
 from epochlog_broker.log.config import LogConfig
-from epochlog_broker.log.fs import FileSystem, ensure_dir
+from epochlog_broker.log.fs import File, FileSystem, ensure_dir
 from epochlog_broker.log.partition_log import PartitionLog, RecoveryReport
 from epochlog_broker.log.repair import RepairPlan, apply_repair, plan_repair, probe_space
 from epochlog_broker.log.retention import RetentionLimits, decide_retention
@@ -617,6 +617,9 @@ class BrokerCore:
         """Follower side: the fetch session with each leader broker."""
         self.leader_sessions = LeaderSessions(id_base=self.broker_epoch * 1_000_000)
         """Leader side: the fetch sessions this broker serves."""
+        self._created: dict[str, list[File]] | None = None
+        """While a heartbeat answer is applied: the partitions it created and their files to
+        sync, made durable together before the answer's effects run (`_sync_created`)."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -694,13 +697,21 @@ class BrokerCore:
         return host
 
     def _open_host(self, name: str, replica: Replica) -> Hosted:
-        """The partition's log opened; a log that fails to open is hosted offline."""
+        """The partition's log opened; a log that fails to open is hosted offline. Within a
+        heartbeat answer a log without a directory is created, its syncs left to the end
+        of the answer."""
         directory = posixpath.join(self.data_dir, name)
         try:
             start = self._start_of(name)
-            plog = PartitionLog.open(
-                self.fs, directory, self.log_config, name=name, log_start_offset=start
-            )
+            if self._created is not None and not self.fs.exists(directory):
+                plog = PartitionLog.create(
+                    self.fs, directory, self.log_config, name=name, log_start_offset=start
+                )
+                self._created[name] = [plog.active.file]
+            else:
+                plog = PartitionLog.open(
+                    self.fs, directory, self.log_config, name=name, log_start_offset=start
+                )
         except (StorageError, CorruptRecordError) as exc:
             return self._offline_at_open(name, replica, exc)
         host = Hosted(plog, replica, recovery=plog.recovery)
@@ -950,8 +961,13 @@ class BrokerCore:
         held = _held(assignment)
         if held is None or held == host.held:
             return
+        created = None if self._created is None else self._created.get(name)
         try:
-            write_held(self.fs, posixpath.join(self.data_dir, name), held)
+            written = write_held(
+                self.fs, posixpath.join(self.data_dir, name), held, durable=created is None
+            )
+            if created is not None and written is not None:
+                created.append(written)
         except _DISK_ERRORS as exc:
             # A record for a controller that lost its status, not state this broker
             # needs: the log's own storage errors take the replica offline.
@@ -1071,9 +1087,13 @@ class BrokerCore:
         if self.controlled_shutdown and response.controlled_shutdown is not None:
             self.shutdown_progress = response.controlled_shutdown
         effects: list[Effect] = []
-        for pa in response.assignments:
-            if pa.name in self.partitions or self.broker_id in pa.replicas:
-                effects += self._apply(pa, now_ms)
+        self._created = {}
+        try:
+            for pa in response.assignments:
+                if pa.name in self.partitions or self.broker_id in pa.replicas:
+                    effects += self._apply(pa, now_ms)
+        finally:
+            effects += self._sync_created()
         for pa in response.stop_replicas:
             effects += self._stop_replica(pa, now_ms)
         for rej in response.rejected_isr_proposals:
@@ -1096,6 +1116,29 @@ class BrokerCore:
                     reason=rej.reason,
                 )
                 effects += self._leader_effects(role.on_isr_proposal_rejected(rej.proposal_id))
+        return effects
+
+    def _sync_created(self) -> list[Effect]:
+        """Make the logs created in this answer durable: their directories, what was written
+        in them, and the data directory that names them. One syncfs on the real disk where
+        opening each took nine syncs; a partition whose directory does not sync goes
+        offline, as after any storage error."""
+        created, self._created = self._created or {}, None
+        hosts = [
+            (host, files)
+            for name, files in sorted(created.items())
+            if (host := self.partitions.get(name)) is not None and host.fault is None
+        ]
+        errors = sync_created(
+            self.fs, [(host.log.directory, files) for host, files in hosts], self.data_dir
+        )
+        for files in created.values():
+            for f in files[1:]:  # the checkpoints; the segment stays open in its log
+                f.close()
+        effects: list[Effect] = []
+        for (host, _files), error in zip(hosts, errors, strict=True):
+            if error is not None:
+                effects += self._take_offline(host, error)
         return effects
 
     def _apply(self, pa: PartitionAssignment, now_ms: int) -> list[Effect]:

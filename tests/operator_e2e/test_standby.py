@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
+import aiohttp
 import pytest
 from kmock import Request
 
@@ -112,11 +113,15 @@ async def test_a_standby_replica_answers_heartbeats_with_not_controller_and_writ
 
 
 async def until_role(env: Env, op: Operator, prefix: str) -> None:
-    """Until `op` answers /readyz 200 with a body starting with `prefix`."""
+    """Until `op` answers /readyz 200 with a body starting with `prefix` (a process that
+    does not listen yet has not answered)."""
 
     async def check() -> bool:
         assert op.running, op.log.read_text()
-        status, body = await role(env, op)
+        try:
+            status, body = await role(env, op)
+        except aiohttp.ClientConnectionError:
+            return False
         return status == 200 and body.startswith(prefix)
 
     await waiting.until(check, f"operator /readyz: {prefix}", 10)

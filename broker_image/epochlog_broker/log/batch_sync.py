@@ -29,7 +29,7 @@ import functools
 import platform
 from collections.abc import Callable, Sequence
 
-from epochlog_broker.log.fs import File, OsFile
+from epochlog_broker.log.fs import File, FileSystem, OsFile
 
 _MIN_KERNEL = (5, 8)
 """syncfs(2) reports writeback errors since this Linux release."""
@@ -94,4 +94,34 @@ def sync_files(files: Sequence[File]) -> list[OSError | None]:
         singles += members
     for i in singles:
         out[i] = sync_one(files[i])
+    return out
+
+
+def sync_created(
+    fs: FileSystem, created: Sequence[tuple[str, Sequence[File]]], parent: str
+) -> list[OSError | None]:
+    """Make directories just created in `parent` durable with what was written in them:
+    `created` holds each directory and its files that need syncing. On the real disk one
+    syncfs does it all (it commits the directory entries too); if that fails, or where
+    there is none, each file, then its directory, then `parent`, one by one, which finds
+    the directory whose sync failed. The error of each directory, in order."""
+    out: list[OSError | None] = [None] * len(created)
+    if not created:
+        return out
+    fn = _syncfs()
+    probe = next((f for _d, files in created for f in files if isinstance(f, OsFile)), None)
+    if fn is not None and probe is not None and fn(probe.fileno()) == 0:
+        return out
+    for i, (directory, files) in enumerate(created):
+        try:
+            for f in files:
+                f.sync()
+            fs.sync_dir(directory)
+        except OSError as exc:
+            out[i] = exc
+    if any(e is None for e in out):
+        try:
+            fs.sync_dir(parent)
+        except OSError as exc:
+            out = [e or exc for e in out]
     return out
