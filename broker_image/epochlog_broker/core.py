@@ -117,11 +117,12 @@ from epochlog.protocol.heartbeat import (
     PartitionReport,
     PartitionRole,
 )
+from epochlog_broker.answer_writes import AnswerWrites
 from epochlog_broker.held_assignment import read_held, write_held
-from epochlog_broker.log.batch_sync import sync_created, sync_files
+from epochlog_broker.log.batch_sync import sync_files
 from epochlog_broker.log.checkpoints import HighWatermarkCheckpoint, LogStartCheckpoint
 from epochlog_broker.log.config import LogConfig
-from epochlog_broker.log.fs import File, FileSystem, ensure_dir
+from epochlog_broker.log.fs import FileSystem, ensure_dir
 from epochlog_broker.log.partition_log import PartitionLog, RecoveryReport
 from epochlog_broker.log.repair import RepairPlan, apply_repair, plan_repair, probe_space
 from epochlog_broker.log.retention import RetentionLimits, decide_retention
@@ -617,9 +618,9 @@ class BrokerCore:
         """Follower side: the fetch session with each leader broker."""
         self.leader_sessions = LeaderSessions(id_base=self.broker_epoch * 1_000_000)
         """Leader side: the fetch sessions this broker serves."""
-        self._created: dict[str, list[File]] | None = None
-        """While a heartbeat answer is applied: the partitions it created and their files to
-        sync, made durable together before the answer's effects run (`_sync_created`)."""
+        self._answer: AnswerWrites | None = None
+        """While a heartbeat answer is applied: the logs it creates and the checkpoints it
+        rewrites, made durable together before its effects run (`answer_writes`)."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -703,11 +704,11 @@ class BrokerCore:
         directory = posixpath.join(self.data_dir, name)
         try:
             start = self._start_of(name)
-            if self._created is not None and not self.fs.exists(directory):
+            if self._answer is not None and not self.fs.exists(directory):
                 plog = PartitionLog.create(
                     self.fs, directory, self.log_config, name=name, log_start_offset=start
                 )
-                self._created[name] = [plog.active.file]
+                self._answer.create(name, directory, plog.active.file)
             else:
                 plog = PartitionLog.open(
                     self.fs, directory, self.log_config, name=name, log_start_offset=start
@@ -961,13 +962,12 @@ class BrokerCore:
         held = _held(assignment)
         if held is None or held == host.held:
             return
-        created = None if self._created is None else self._created.get(name)
+        directory = posixpath.join(self.data_dir, name)
         try:
-            written = write_held(
-                self.fs, posixpath.join(self.data_dir, name), held, durable=created is None
-            )
-            if created is not None and written is not None:
-                created.append(written)
+            if self._answer is None:
+                write_held(self.fs, directory, held)
+            elif not self._answer.keep_held(self.fs, name, directory, held):
+                return  # written with the answer's other writes (`_commit_answer`)
         except _DISK_ERRORS as exc:
             # A record for a controller that lost its status, not state this broker
             # needs: the log's own storage errors take the replica offline.
@@ -1087,13 +1087,15 @@ class BrokerCore:
         if self.controlled_shutdown and response.controlled_shutdown is not None:
             self.shutdown_progress = response.controlled_shutdown
         effects: list[Effect] = []
-        self._created = {}
+        self._answer = AnswerWrites()
         try:
             for pa in response.assignments:
                 if pa.name in self.partitions or self.broker_id in pa.replicas:
                     effects += self._apply(pa, now_ms)
-        finally:
-            effects += self._sync_created()
+        except BaseException:
+            self._answer = None
+            raise
+        effects += self._commit_answer()
         for pa in response.stop_replicas:
             effects += self._stop_replica(pa, now_ms)
         for rej in response.rejected_isr_proposals:
@@ -1118,27 +1120,22 @@ class BrokerCore:
                 effects += self._leader_effects(role.on_isr_proposal_rejected(rej.proposal_id))
         return effects
 
-    def _sync_created(self) -> list[Effect]:
-        """Make the logs created in this answer durable: their directories, what was written
-        in them, and the data directory that names them. One syncfs on the real disk where
-        opening each took nine syncs; a partition whose directory does not sync goes
-        offline, as after any storage error."""
-        created, self._created = self._created or {}, None
-        hosts = [
-            (host, files)
-            for name, files in sorted(created.items())
-            if (host := self.partitions.get(name)) is not None and host.fault is None
-        ]
-        errors = sync_created(
-            self.fs, [(host.log.directory, files) for host, files in hosts], self.data_dir
-        )
-        for files in created.values():
-            for f in files[1:]:  # the checkpoints; the segment stays open in its log
-                f.close()
+    def _commit_answer(self) -> list[Effect]:
+        """Make the logs this answer created and the checkpoints it rewrote durable, all at
+        once (`answer_writes`); a new log that did not sync goes offline."""
+        answer, self._answer = self._answer, None
+        if answer is None or not (answer.created or answer.held):
+            return []
+        done = answer.commit(self.fs, self.data_dir)
+        for name, held in done.held.items():
+            if (host := self.partitions.get(name)) is not None:
+                host.held = held
+        for name, exc in done.not_written.items():
+            log.warning("assignment_checkpoint_not_written", partition=name, error=str(exc))
         effects: list[Effect] = []
-        for (host, _files), error in zip(hosts, errors, strict=True):
-            if error is not None:
-                effects += self._take_offline(host, error)
+        for name, exc in sorted(done.offline.items()):
+            if (host := self.partitions.get(name)) is not None:
+                effects += self._take_offline(host, exc)
         return effects
 
     def _apply(self, pa: PartitionAssignment, now_ms: int) -> list[Effect]:

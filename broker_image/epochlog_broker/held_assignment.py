@@ -37,7 +37,7 @@ import structlog
 
 from epochlog.protocol.heartbeat import HeldAssignment
 from epochlog_broker.log.checkpoints import CheckpointError, _parse, _render, atomic_write
-from epochlog_broker.log.fs import File, FileSystem, read_all
+from epochlog_broker.log.fs import FileSystem, read_all
 
 ASSIGNMENT_CHECKPOINT: Final = "assignment-checkpoint"
 _KIND: Final = "assignment-checkpoint"
@@ -45,25 +45,19 @@ _KIND: Final = "assignment-checkpoint"
 log = structlog.get_logger("epochlog.broker")
 
 
-def write_held(
-    fs: FileSystem, partition_dir: str, held: HeldAssignment, *, durable: bool = True
-) -> File | None:
-    """Replace the partition's checkpoint, atomically and durably. With `durable=False`, in
-    a directory just created and not yet synced, the file is written in place and left
-    open: the caller syncs it with the directory, then closes it (a crash before then
-    loses the directory or leaves a damaged file, which reads as absent)."""
-    data = _render(_KIND, _lines(held))
-    path = posixpath.join(partition_dir, ASSIGNMENT_CHECKPOINT)
-    if durable:
-        atomic_write(fs, path, data)
-        return None
-    f = fs.open(path, create=True, truncate=True)
-    try:
-        f.append(data)
-    except BaseException:
-        f.close()
-        raise
-    return f
+def write_held(fs: FileSystem, partition_dir: str, held: HeldAssignment) -> None:
+    """Replace the partition's checkpoint, atomically and durably."""
+    atomic_write(fs, held_path(partition_dir), render_held(held))
+
+
+def held_path(partition_dir: str) -> str:
+    return posixpath.join(partition_dir, ASSIGNMENT_CHECKPOINT)
+
+
+def render_held(held: HeldAssignment) -> bytes:
+    """The checkpoint's content; a caller that writes many at once (`BrokerCore`'s answers)
+    writes, syncs and renames them itself, in the order `atomic_write` does."""
+    return _render(_KIND, _lines(held))
 
 
 def _lines(held: HeldAssignment) -> list[str]:

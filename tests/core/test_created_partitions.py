@@ -1,15 +1,22 @@
-"""Partitions created by a heartbeat answer, on the crash-simulating disk: durable together
-when the answer's effects run, a crash at any step before that leaves logs that open empty,
-and a directory that does not sync takes only its partition offline."""
+"""The writes of a heartbeat answer (`answer_writes`), mostly on the crash-simulating disk:
+the partitions it creates are durable together when its effects run, a crash at any step
+before that leaves logs that open empty, a directory that does not sync takes only its
+partition offline; the assignment checkpoints of many leaders that move are rewritten
+with two syncfs on the real disk, and a crash leaves each old or new."""
 
 from __future__ import annotations
 
+import functools
+import os
 import random
+from pathlib import Path
 
 import pytest
 
 from epochlog.protocol.heartbeat import HeartbeatResponse, PartitionAssignment
 from epochlog_broker.core import BrokerCore
+from epochlog_broker.log import batch_sync
+from epochlog_broker.log.fs import OsFileSystem
 from epochlog_broker.log.simfs import CrashFileSystem, ProcessStopped
 from epochlog_broker.replication.follower import Follower
 from epochlog_broker.replication.leader import Leader
@@ -106,3 +113,70 @@ def test_a_directory_that_does_not_sync_takes_only_its_partition_offline() -> No
     fs.crash()
     again = core(fs, epoch=2)
     assert set(others) <= set(again.partitions)
+
+
+def moved(count: int = COUNT) -> HeartbeatResponse:
+    """Every partition of `answer()` led by broker 1 in leaderEpoch 2."""
+    return HeartbeatResponse(
+        assignments=tuple(
+            a.model_copy(update={"leader": 1, "leader_epoch": 2, "partition_epoch": 2})
+            for a in answer(count).assignments
+        )
+    )
+
+
+def test_an_answer_that_moves_many_leaders_rewrites_their_checkpoints_at_once_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c = BrokerCore(broker_id=1, broker_epoch=1, fs=OsFileSystem(), data_dir=str(tmp_path))
+    c.open()
+    c.on_heartbeat_response(answer(200), 0)
+    calls: list[str] = []
+    real = batch_sync._syncfs()
+    assert real is not None
+
+    def syncfs(fd: int) -> int:
+        calls.append("syncfs")
+        return real(fd)
+
+    monkeypatch.setattr(batch_sync, "_syncfs", lambda: syncfs)
+    for name in ("fsync", "fdatasync"):
+        monkeypatch.setattr(os, name, functools.partial(lambda n, fd: calls.append(n), name))
+    c.on_heartbeat_response(moved(200), 1)
+    # The temporary files' data, then the renames: a syncfs each, where one partition after
+    # another took two syncs each.
+    assert calls == ["syncfs", "syncfs"]
+    monkeypatch.undo()
+    again = BrokerCore(broker_id=1, broker_epoch=2, fs=OsFileSystem(), data_dir=str(tmp_path))
+    again.open()
+    helds = {name: host.held for name, host in again.partitions.items()}
+    assert {(h.leader, h.leader_epoch) for h in helds.values() if h} == {(1, 2)}
+    assert len(helds) == 200
+    assert not list(tmp_path.glob("*/*.tmp"))
+
+
+def test_a_crash_while_leaders_move_leaves_each_checkpoint_old_or_new() -> None:
+    probe = CrashFileSystem()
+    c = core(probe)
+    c.on_heartbeat_response(answer(), 0)
+    probe.stop_after(1_000_000)
+    c.on_heartbeat_response(moved(), 1)
+    steps = 1_000_000 - (probe._stop_countdown or 0)
+    assert steps > 2 * COUNT
+
+    for step in range(steps):
+        fs = CrashFileSystem()
+        c = core(fs)
+        c.on_heartbeat_response(answer(), 0)
+        before = {name: host.held for name, host in c.partitions.items()}
+        fs.stop_after(step)
+        with pytest.raises(ProcessStopped):
+            c.on_heartbeat_response(moved(), 1)
+        fs.stop_after(None)
+        fs.crash(random.Random(step))
+        again = core(fs, epoch=2)
+        assert sorted(again.partitions) == names()
+        for name, host in again.partitions.items():
+            held = host.held
+            assert held is not None, (step, name, "the checkpoint was damaged or lost")
+            assert held == before[name] or (held.leader, held.leader_epoch) == (1, 2), step

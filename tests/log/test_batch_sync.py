@@ -13,7 +13,7 @@ import pytest
 from epochlog.protocol.batch import Record
 from epochlog.protocol.errors import StorageError
 from epochlog_broker.log import batch_sync
-from epochlog_broker.log.batch_sync import sync_created, sync_files, syncfs_available
+from epochlog_broker.log.batch_sync import sync_dirs, sync_files, syncfs_available
 from epochlog_broker.log.config import LogConfig
 from epochlog_broker.log.fs import File, OsFile, OsFileSystem
 from epochlog_broker.log.partition_log import PartitionLog
@@ -99,15 +99,7 @@ def test_a_failed_sync_takes_the_log_offline_and_keeps_its_persisted_end(
         plog.sync_target()
 
 
-def created(root: Path, n: int) -> list[tuple[str, list[File]]]:
-    out: list[tuple[str, list[File]]] = []
-    for i in range(n):
-        (root / f"p{i}").mkdir()
-        out.append((str(root / f"p{i}"), list(files(root / f"p{i}", 2))))
-    return out
-
-
-def test_new_directories_sync_with_one_call_on_the_real_disk(
+def test_directories_sync_with_one_call_on_the_real_disk(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[int] = []
@@ -119,34 +111,41 @@ def test_new_directories_sync_with_one_call_on_the_real_disk(
         return real(fd)
 
     monkeypatch.setattr(batch_sync, "_syncfs", lambda: counting)
-    dirs: list[str] = []
+    synced: list[str] = []
     fs = OsFileSystem()
-    monkeypatch.setattr(fs, "sync_dir", dirs.append)
-    groups = created(tmp_path, 4)
-    assert sync_created(fs, groups, str(tmp_path)) == [None] * 4
+    monkeypatch.setattr(fs, "sync_dir", synced.append)
+    dirs = [str(tmp_path / f"p{i}") for i in range(4)]
+    for d in dirs:
+        os.mkdir(d)
+    [probe] = files(tmp_path, 1)
+    assert sync_dirs(fs, [*dirs, str(tmp_path)], probe) == [None] * 5
     assert len(calls) == 1
-    assert dirs == [], "syncfs committed the directories too"
+    assert synced == [], "syncfs committed the directories' entries"
+    probe.close()
 
 
-def test_a_failed_syncfs_syncs_each_new_directory_and_finds_the_one_that_fails(
+def test_a_failed_syncfs_syncs_each_directory_in_order_and_finds_the_one_that_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(batch_sync, "_syncfs", lambda: lambda fd: -1)
-    groups = created(tmp_path, 3)
-    groups[1][1].append(FailingFile())  # type: ignore[arg-type]
+    dirs = [str(tmp_path / f"p{i}") for i in range(3)]
+    for d in dirs:
+        os.mkdir(d)
     synced: list[str] = []
     fs = OsFileSystem()
     real_sync_dir = fs.sync_dir
 
     def sync_dir(path: str) -> None:
         synced.append(path)
+        if path == dirs[1]:
+            raise OSError(errno.EIO, "Input/output error")
         real_sync_dir(path)
 
     monkeypatch.setattr(fs, "sync_dir", sync_dir)
-    errors = sync_created(fs, groups, str(tmp_path))
-    assert errors[0] is None
-    assert errors[2] is None
+    [probe] = files(tmp_path, 1)
+    errors = sync_dirs(fs, [*dirs, str(tmp_path)], probe)
+    assert [e is None for e in errors] == [True, False, True, True]
     assert isinstance(errors[1], OSError)
     assert errors[1].errno == errno.EIO
-    # Each directory that synced, then the parent that names them, last.
-    assert synced == [groups[0][0], groups[2][0], str(tmp_path)]
+    assert synced == [*dirs, str(tmp_path)], "each, in order: the parent last"
+    probe.close()

@@ -97,31 +97,21 @@ def sync_files(files: Sequence[File]) -> list[OSError | None]:
     return out
 
 
-def sync_created(
-    fs: FileSystem, created: Sequence[tuple[str, Sequence[File]]], parent: str
-) -> list[OSError | None]:
-    """Make directories just created in `parent` durable with what was written in them:
-    `created` holds each directory and its files that need syncing. On the real disk one
-    syncfs does it all (it commits the directory entries too); if that fails, or where
-    there is none, each file, then its directory, then `parent`, one by one, which finds
-    the directory whose sync failed. The error of each directory, in order."""
-    out: list[OSError | None] = [None] * len(created)
-    if not created:
+def sync_dirs(fs: FileSystem, dirs: Sequence[str], probe: File | None) -> list[OSError | None]:
+    """Make the entries of `dirs` durable (creates, renames): one syncfs of the filesystem
+    the open file `probe` is on (it commits every directory's entries too) where that is
+    how batches are synced; if that fails, or where it is not, each directory in the
+    order given (a parent after the directories it names), which finds the one whose
+    sync failed. The error of each, in order."""
+    out: list[OSError | None] = [None] * len(dirs)
+    if not dirs:
         return out
     fn = _syncfs()
-    probe = next((f for _d, files in created for f in files if isinstance(f, OsFile)), None)
-    if fn is not None and probe is not None and fn(probe.fileno()) == 0:
+    if fn is not None and isinstance(probe, OsFile) and fn(probe.fileno()) == 0:
         return out
-    for i, (directory, files) in enumerate(created):
+    for i, directory in enumerate(dirs):
         try:
-            for f in files:
-                f.sync()
             fs.sync_dir(directory)
         except OSError as exc:
             out[i] = exc
-    if any(e is None for e in out):
-        try:
-            fs.sync_dir(parent)
-        except OSError as exc:
-            out = [e or exc for e in out]
     return out
