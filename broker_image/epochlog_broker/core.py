@@ -119,10 +119,10 @@ from epochlog.protocol.heartbeat import (
 )
 from epochlog_broker.answer_writes import AnswerWrites
 from epochlog_broker.held_assignment import read_held, write_held
-from epochlog_broker.log.batch_sync import sync_files
+from epochlog_broker.log.batch_sync import sync_dirs, sync_files
 from epochlog_broker.log.checkpoints import HighWatermarkCheckpoint, LogStartCheckpoint
 from epochlog_broker.log.config import LogConfig
-from epochlog_broker.log.fs import FileSystem, ensure_dir
+from epochlog_broker.log.fs import File, FileSystem, ensure_dir
 from epochlog_broker.log.partition_log import PartitionLog, RecoveryReport
 from epochlog_broker.log.repair import RepairPlan, apply_repair, plan_repair, probe_space
 from epochlog_broker.log.retention import RetentionLimits, decide_retention
@@ -1461,10 +1461,40 @@ class BrokerCore:
                 out.append((name, plog.persisted_log_end_offset))
             else:
                 batch.append((name, plog, target))
-        errors = sync_files([plog.active.file for _n, plog, _t in batch])
-        for (name, plog, target), error in zip(batch, errors, strict=True):
+        # A log that started an epoch since its last sync has its leader-epoch-checkpoint
+        # synced with it (`PartitionLog.sync_epochs`): in the same syncfs on the real disk,
+        # the checkpoint's rename with a second one.
+        epochs: list[tuple[int, File, int]] = []
+        failed: dict[int, OSError] = {}
+        for i, (_n, plog, _t) in enumerate(batch):
             try:
-                out.append((name, plog.synced(target, error)))
+                opened = plog.open_epochs_for_sync()
+            except OSError as exc:
+                failed[i] = exc
+                continue
+            if opened is not None:
+                epochs.append((i, *opened))
+        try:
+            files = [plog.active.file for _n, plog, _t in batch]
+            errors = sync_files(files + [f for _i, f, _v in epochs])
+            for (i, _f, _v), error in zip(epochs, errors[len(batch) :], strict=True):
+                if error is not None:
+                    failed.setdefault(i, error)
+            renamed = [(i, v) for i, _f, v in epochs if i not in failed and errors[i] is None]
+            dirs = sync_dirs(
+                self.fs, [batch[i][1].directory for i, _v in renamed], files[0] if files else None
+            )
+            for (i, version), error in zip(renamed, dirs, strict=True):
+                if error is None:
+                    batch[i][1].epochs_synced_to(version)
+                else:
+                    failed.setdefault(i, error)
+        finally:
+            for _i, f, _v in epochs:
+                f.close()
+        for i, (name, plog, target) in enumerate(batch):
+            try:
+                out.append((name, plog.synced(target, errors[i] or failed.get(i))))
             except EpochlogError as exc:
                 out.append((name, exc))
         return out

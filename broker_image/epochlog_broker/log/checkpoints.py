@@ -40,16 +40,21 @@ class CheckpointError(StorageError):
     """A checkpoint file exists but cannot be trusted."""
 
 
-def atomic_write(fs: FileSystem, path: str, data: bytes) -> None:
+def atomic_write(fs: FileSystem, path: str, data: bytes, *, durable: bool = True) -> None:
+    """Replace `path` with `data`: a reader finds the old or the new version. Without
+    `durable` nothing is synced: after a crash the file may be old, new, or torn (which
+    its CRC line tells), and the caller makes it durable later (`sync_checkpoint`)."""
     tmp = path + TMP_SUFFIX
     f = fs.open(tmp, create=True, truncate=True)
     try:
         f.append(data)
-        f.sync()
+        if durable:
+            f.sync()
     finally:
         f.close()
     fs.rename(tmp, path)
-    fs.sync_dir(posixpath.dirname(path) or ".")
+    if durable:
+        fs.sync_dir(posixpath.dirname(path) or ".")
 
 
 def _render(kind: str, lines: list[str]) -> bytes:
@@ -119,9 +124,11 @@ def read_leader_epochs(fs: FileSystem, path: str) -> list[EpochEntry] | None:
     return entries
 
 
-def write_leader_epochs(fs: FileSystem, path: str, entries: Iterable[EpochEntry]) -> None:
+def write_leader_epochs(
+    fs: FileSystem, path: str, entries: Iterable[EpochEntry], *, durable: bool = True
+) -> None:
     lines = [f"{e.epoch} {e.start_offset}" for e in entries]
-    atomic_write(fs, path, _render("leader-epoch-checkpoint", lines))
+    atomic_write(fs, path, _render("leader-epoch-checkpoint", lines), durable=durable)
 
 
 def _read_offsets(kind: str, what: str, fs: FileSystem, path: str) -> dict[str, int] | None:

@@ -65,7 +65,7 @@ from epochlog_broker.log.checkpoints import (
 )
 from epochlog_broker.log.config import LogConfig
 from epochlog_broker.log.epochs import EpochHistory
-from epochlog_broker.log.fs import FileSystem, ensure_dir
+from epochlog_broker.log.fs import File, FileSystem, ensure_dir
 from epochlog_broker.log.retention import SegmentFacts
 from epochlog_broker.log.segment import (
     INDEX_SUFFIX,
@@ -131,6 +131,10 @@ class PartitionLog:
         self.recovery = RecoveryReport(partition=name)
         self._failed: str | None = None
         self._closed = False
+        self.epochs_written = 0
+        """Versions of the leader-epoch-checkpoint written by this process (renamed in)."""
+        self.epochs_synced = 0
+        """The newest of them known durable (`sync_epochs`)."""
         self.rewrites = 0
         """Times records this log held above its start were dropped (a truncation, or
         starting over): while it is unchanged, a copy of offsets below the log end is still
@@ -410,6 +414,14 @@ class PartitionLog:
             report.epoch_checkpoint += ", rebuilt from the log"
         if entries is None or report.epoch_entries_dropped or "rebuilt" in report.epoch_checkpoint:
             self._write_epochs()
+        elif not report.clean_shutdown:
+            # Written on the append path without a sync, a checkpoint that survived a
+            # process crash may still sit only in the page cache, as the log's tail may.
+            f = self.fs.open(self.epochs_path)
+            try:
+                f.sync()
+            finally:
+                f.close()
 
     def _epochs_cover_log(self) -> bool:
         """Check the history against the batches of the last segment (the only ones a
@@ -439,10 +451,49 @@ class PartitionLog:
                     raise seg.corrupt(item[0], "leader epoch goes backwards", h.base_offset)
         return history
 
-    def _write_epochs(self) -> None:
-        write_leader_epochs(
-            self.fs, posixpath.join(self.directory, LEADER_EPOCH_CHECKPOINT), self.epochs.entries
-        )
+    @property
+    def epochs_path(self) -> str:
+        return posixpath.join(self.directory, LEADER_EPOCH_CHECKPOINT)
+
+    def _write_epochs(self, *, durable: bool = True) -> None:
+        write_leader_epochs(self.fs, self.epochs_path, self.epochs.entries, durable=durable)
+        # Counted once renamed in: a sync that reads the count and then opens the file
+        # syncs that version or a newer one.
+        self.epochs_written += 1
+        if durable:
+            self.epochs_synced = self.epochs_written
+
+    @property
+    def epochs_unsynced(self) -> bool:
+        """The checkpoint on disk may lack an epoch the log's batches hold."""
+        return self.epochs_synced < self.epochs_written
+
+    def open_epochs_for_sync(self) -> tuple[File, int] | None:
+        """The checkpoint, opened to be synced with the log's data, and the version it is at
+        least; None when it is durable. Safe in a worker thread while appends go on; the
+        caller syncs the file, then the directory (its rename), then `epochs_synced_to`."""
+        version = self.epochs_written
+        if self.epochs_synced >= version:
+            return None
+        return self.fs.open(self.epochs_path), version
+
+    def epochs_synced_to(self, version: int) -> None:
+        self.epochs_synced = max(self.epochs_synced, version)
+
+    def sync_epochs(self) -> None:
+        """Make the checkpoint durable if it may not be: before the log's end counts as
+        persisted past a batch of a new epoch, and before a roll leaves such a batch
+        outside the segment recovery checks against the checkpoint."""
+        opened = self.open_epochs_for_sync()
+        if opened is None:
+            return
+        f, version = opened
+        try:
+            f.sync()
+        finally:
+            f.close()
+        self.fs.sync_dir(self.directory)
+        self.epochs_synced_to(version)
 
     def _create_segment(self, base_offset: int) -> Segment:
         path = posixpath.join(self.directory, segment_name(base_offset))
@@ -562,9 +613,15 @@ class PartitionLog:
             )
         try:
             if h.leader_epoch > self.epochs.latest_epoch:
-                # Checkpoint the new epoch before its first batch can reach the disk.
+                # The checkpoint names the new epoch before its first batch is written, and
+                # is synced with the log (`sync_epochs`), not here: a failover's new leader
+                # and followers start an epoch on hundreds of partitions at once, and two
+                # syncs each on the event loop held their first writes back for seconds.
+                # Until then the log is the truth: recovery checks the checkpoint against
+                # the batches of the last segment (a roll syncs it first) and rebuilds a
+                # stale or torn one from the batches, as Kafka does since KAFKA-15046.
                 self.epochs.assign(h.leader_epoch, h.base_offset)
-                self._write_epochs()
+                self._write_epochs(durable=False)
             if self._should_roll(h, len(raw)):
                 self._roll()
             self.active.append(raw, h, self.config.index_interval_bytes)
@@ -590,6 +647,7 @@ class PartitionLog:
     def _roll(self) -> None:
         old = self.active
         old.file.sync()
+        self.sync_epochs()
         self.persisted_log_end_offset = old.next_offset
         old.write_index()
         old.drop_cache()
@@ -605,7 +663,13 @@ class PartitionLog:
         """fsync the log; returns the persisted log end offset."""
         target = self.sync_target()
         if target is not None:
-            self.synced(target, sync_one(self.active.file))
+            error = sync_one(self.active.file)
+            if error is None:
+                try:
+                    self.sync_epochs()
+                except OSError as exc:
+                    error = exc
+            self.synced(target, error)
         return self.persisted_log_end_offset
 
     def sync_target(self) -> int | None:
@@ -850,6 +914,7 @@ class PartitionLog:
             if self._failed is None:
                 self.flush()
                 try:
+                    self.sync_epochs()
                     self.active.write_index()
                     atomic_write(self.fs, posixpath.join(self.directory, CLEAN_SHUTDOWN), b"")
                 except OSError as exc:
