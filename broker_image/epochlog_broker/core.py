@@ -1461,9 +1461,10 @@ class BrokerCore:
                 out.append((name, plog.persisted_log_end_offset))
             else:
                 batch.append((name, plog, target))
-        # A log that started an epoch since its last sync has its leader-epoch-checkpoint
-        # synced with it (`PartitionLog.sync_epochs`): in the same syncfs on the real disk,
-        # the checkpoint's rename with a second one.
+        # A log that started an epoch since its last sync has its new leader-epoch-checkpoint
+        # installed with it (`PartitionLog.sync_epochs`): the temporary file in the same
+        # syncfs as the logs on the real disk, renamed in, the directory synced with a
+        # second one.
         epochs: list[tuple[int, File, int]] = []
         failed: dict[int, OSError] = {}
         for i, (_n, plog, _t) in enumerate(batch):
@@ -1477,17 +1478,22 @@ class BrokerCore:
         try:
             files = [plog.active.file for _n, plog, _t in batch]
             errors = sync_files(files + [f for _i, f, _v in epochs])
-            for (i, _f, _v), error in zip(epochs, errors[len(batch) :], strict=True):
-                if error is not None:
+            renamed: list[int] = []
+            for (i, _f, version), error in zip(epochs, errors[len(batch) :], strict=True):
+                if error is None and errors[i] is None:
+                    try:
+                        batch[i][1].install_epochs(version)
+                    except OSError as exc:
+                        failed.setdefault(i, exc)
+                        continue
+                    renamed.append(i)
+                elif error is not None:
                     failed.setdefault(i, error)
-            renamed = [(i, v) for i, _f, v in epochs if i not in failed and errors[i] is None]
             dirs = sync_dirs(
-                self.fs, [batch[i][1].directory for i, _v in renamed], files[0] if files else None
+                self.fs, [batch[i][1].directory for i in renamed], files[0] if files else None
             )
-            for (i, version), error in zip(renamed, dirs, strict=True):
-                if error is None:
-                    batch[i][1].epochs_synced_to(version)
-                else:
+            for i, error in zip(renamed, dirs, strict=True):
+                if error is not None:
                     failed.setdefault(i, error)
         finally:
             for _i, f, _v in epochs:

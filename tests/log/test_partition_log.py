@@ -18,6 +18,7 @@ from epochlog.protocol.errors import (
 from epochlog_broker.log import LogConfig, LogRecord, PartitionLog, Record
 from epochlog_broker.log.checkpoints import read_leader_epochs
 from epochlog_broker.log.epochs import EpochEntry
+from epochlog_broker.log.simfs import ProcessStopped
 
 from .helpers import (
     PDIR,
@@ -170,7 +171,7 @@ def test_stale_leader_epoch_append_is_fenced_and_writes_nothing(fs: FaultyFileSy
     _assert_nothing_written(fs, plog, before)
 
 
-def test_a_new_epoch_is_named_before_its_first_batch_and_durable_with_the_log(
+def test_a_new_epoch_is_written_before_its_first_batch_and_installed_with_the_log(
     fs: FaultyFileSystem,
 ) -> None:
     plog = open_log(fs)
@@ -180,12 +181,17 @@ def test_a_new_epoch_is_named_before_its_first_batch_and_durable_with_the_log(
     plog.append_records(records(1), leader_epoch=4, timestamp=TS)
     expected = [EpochEntry(1, 0), EpochEntry(4, 2)]
     assert list(plog.epochs.entries) == expected
-    assert read_leader_epochs(fs, EPOCHS) == expected, "written before the batch"
-    assert fs.syncs == syncs, "and not synced on the append path"
+    assert fs.syncs == syncs, "nothing synced on the append path"
     assert plog.epochs_unsynced
-    # The log counts as persisted past the batch only with the checkpoint durable.
+    # Written to a temporary file of its own before the batch; the checkpoint is replaced
+    # (synced, renamed, directory synced) only when the log is synced, before the log's
+    # end counts as persisted past the batch.
+    assert read_leader_epochs(fs, EPOCHS) == expected[:1]
+    [pending] = [n for n in fs.listdir(PDIR) if n.endswith(".tmp")]
+    assert pending.startswith("leader-epoch-checkpoint.")
     assert plog.flush() == 3
     assert not plog.epochs_unsynced
+    assert not [n for n in fs.listdir(PDIR) if n.endswith(".tmp")]
     fs.crash()
     assert read_leader_epochs(fs, EPOCHS) == expected
 
@@ -206,6 +212,32 @@ def test_a_crash_before_the_sync_leaves_a_history_recovery_rebuilds_from_the_bat
     assert implied[0] == EpochEntry(1, 0)
     assert list(again.epochs.entries) == implied
     assert read_leader_epochs(fs, EPOCHS) == implied
+
+
+def test_a_crash_at_any_step_of_installing_a_new_epoch_leaves_the_old_or_the_new_one() -> None:
+    def prepared() -> tuple[FaultyFileSystem, PartitionLog]:
+        fs = FaultyFileSystem()
+        plog = open_log(fs)
+        plog.append_records(records(2), leader_epoch=1, timestamp=TS)
+        plog.flush()
+        plog.append_records(records(1), leader_epoch=4, timestamp=TS)
+        return fs, plog
+
+    fs, plog = prepared()
+    fs.stop_after(1_000_000)
+    plog.flush()
+    steps = 1_000_000 - (fs._stop_countdown or 0)
+    assert steps >= 4  # the log's sync, the checkpoint's, its rename, the directory's
+    versions = ([EpochEntry(1, 0)], [EpochEntry(1, 0), EpochEntry(4, 2)])
+    for step in range(steps):
+        fs, plog = prepared()
+        fs.stop_after(step)
+        with pytest.raises(ProcessStopped):
+            plog.flush()
+        fs.stop_after(None)
+        fs.crash(random.Random(step))
+        # Never torn: the temporary file is synced before it is renamed in.
+        assert read_leader_epochs(fs, EPOCHS) in versions, step
 
 
 def test_a_roll_syncs_a_new_epoch_before_its_batches_leave_the_last_segment(

@@ -40,21 +40,16 @@ class CheckpointError(StorageError):
     """A checkpoint file exists but cannot be trusted."""
 
 
-def atomic_write(fs: FileSystem, path: str, data: bytes, *, durable: bool = True) -> None:
-    """Replace `path` with `data`: a reader finds the old or the new version. Without
-    `durable` nothing is synced: after a crash the file may be old, new, or torn (which
-    its CRC line tells), and the caller makes it durable later (`sync_checkpoint`)."""
+def atomic_write(fs: FileSystem, path: str, data: bytes) -> None:
     tmp = path + TMP_SUFFIX
     f = fs.open(tmp, create=True, truncate=True)
     try:
         f.append(data)
-        if durable:
-            f.sync()
+        f.sync()
     finally:
         f.close()
     fs.rename(tmp, path)
-    if durable:
-        fs.sync_dir(posixpath.dirname(path) or ".")
+    fs.sync_dir(posixpath.dirname(path) or ".")
 
 
 def _render(kind: str, lines: list[str]) -> bytes:
@@ -124,11 +119,14 @@ def read_leader_epochs(fs: FileSystem, path: str) -> list[EpochEntry] | None:
     return entries
 
 
-def write_leader_epochs(
-    fs: FileSystem, path: str, entries: Iterable[EpochEntry], *, durable: bool = True
-) -> None:
-    lines = [f"{e.epoch} {e.start_offset}" for e in entries]
-    atomic_write(fs, path, _render("leader-epoch-checkpoint", lines), durable=durable)
+def write_leader_epochs(fs: FileSystem, path: str, entries: Iterable[EpochEntry]) -> None:
+    atomic_write(fs, path, render_leader_epochs(entries))
+
+
+def render_leader_epochs(entries: Iterable[EpochEntry]) -> bytes:
+    """The checkpoint's content (`PartitionLog` writes a new epoch's to a temporary file
+    of its own, synced and renamed in with the log)."""
+    return _render("leader-epoch-checkpoint", [f"{e.epoch} {e.start_offset}" for e in entries])
 
 
 def _read_offsets(kind: str, what: str, fs: FileSystem, path: str) -> dict[str, int] | None:

@@ -61,6 +61,7 @@ from epochlog_broker.log.checkpoints import (
     CheckpointError,
     atomic_write,
     read_leader_epochs,
+    render_leader_epochs,
     write_leader_epochs,
 )
 from epochlog_broker.log.config import LogConfig
@@ -131,10 +132,11 @@ class PartitionLog:
         self.recovery = RecoveryReport(partition=name)
         self._failed: str | None = None
         self._closed = False
-        self.epochs_written = 0
-        """Versions of the leader-epoch-checkpoint written by this process (renamed in)."""
-        self.epochs_synced = 0
-        """The newest of them known durable (`sync_epochs`)."""
+        self._epochs_version = 0
+        """Versions of the leader-epoch-checkpoint written to temporary files so far."""
+        self._epochs_pending = 0
+        """The newest version not installed yet (0: none)."""
+        self._epochs_installed = 0
         self.rewrites = 0
         """Times records this log held above its start were dropped (a truncation, or
         starting over): while it is unchanged, a copy of offsets below the log end is still
@@ -414,14 +416,6 @@ class PartitionLog:
             report.epoch_checkpoint += ", rebuilt from the log"
         if entries is None or report.epoch_entries_dropped or "rebuilt" in report.epoch_checkpoint:
             self._write_epochs()
-        elif not report.clean_shutdown:
-            # Written on the append path without a sync, a checkpoint that survived a
-            # process crash may still sit only in the page cache, as the log's tail may.
-            f = self.fs.open(self.epochs_path)
-            try:
-                f.sync()
-            finally:
-                f.close()
 
     def _epochs_cover_log(self) -> bool:
         """Check the history against the batches of the last segment (the only ones a
@@ -456,34 +450,65 @@ class PartitionLog:
         return posixpath.join(self.directory, LEADER_EPOCH_CHECKPOINT)
 
     def _write_epochs(self, *, durable: bool = True) -> None:
-        write_leader_epochs(self.fs, self.epochs_path, self.epochs.entries, durable=durable)
-        # Counted once renamed in: a sync that reads the count and then opens the file
-        # syncs that version or a newer one.
-        self.epochs_written += 1
+        """Replace the checkpoint with the history now, atomically and durably; without
+        `durable`, write it to a temporary file of its own, installed by `sync_epochs`
+        (or `install_epochs`) with the log's next sync."""
         if durable:
-            self.epochs_synced = self.epochs_written
+            write_leader_epochs(self.fs, self.epochs_path, self.epochs.entries)
+            self._drop_pending_epochs(self._epochs_version)
+            self._epochs_pending = 0
+            return
+        self._epochs_version += 1
+        version = self._epochs_version
+        f = self.fs.open(self._pending_path(version), create=True, truncate=True)
+        try:
+            f.append(render_leader_epochs(self.epochs.entries))
+        finally:
+            f.close()
+        self._epochs_pending = version
+
+    def _pending_path(self, version: int) -> str:
+        return f"{self.epochs_path}.{version}{TMP_SUFFIX}"
+
+    def _drop_pending_epochs(self, upto: int) -> None:
+        """Remove the temporary files of versions up to `upto` never installed."""
+        for version in range(self._epochs_installed + 1, upto + 1):
+            path = self._pending_path(version)
+            if self.fs.exists(path):
+                self.fs.remove(path)
+        self._epochs_installed = max(self._epochs_installed, upto)
 
     @property
     def epochs_unsynced(self) -> bool:
-        """The checkpoint on disk may lack an epoch the log's batches hold."""
-        return self.epochs_synced < self.epochs_written
+        """The history names an epoch the checkpoint on disk does not: its batches may be
+        written, but the log's end does not count as persisted past them yet."""
+        return self._epochs_pending != 0
 
     def open_epochs_for_sync(self) -> tuple[File, int] | None:
-        """The checkpoint, opened to be synced with the log's data, and the version it is at
-        least; None when it is durable. Safe in a worker thread while appends go on; the
-        caller syncs the file, then the directory (its rename), then `epochs_synced_to`."""
-        version = self.epochs_written
-        if self.epochs_synced >= version:
+        """The temporary file of the newest checkpoint not installed, opened to be synced
+        with the log's data, and its version; None when there is none. Read after the
+        sync's target: a batch below the target had its epoch written before it. Safe in a
+        worker thread while appends go on (each version has a file of its own)."""
+        version = self._epochs_pending
+        if not version:
             return None
-        return self.fs.open(self.epochs_path), version
+        return self.fs.open(self._pending_path(version)), version
 
-    def epochs_synced_to(self, version: int) -> None:
-        self.epochs_synced = max(self.epochs_synced, version)
+    def install_epochs(self, version: int) -> None:
+        """Rename the synced temporary file of `version` over the checkpoint (as
+        `atomic_write` does: its data is durable first); the caller syncs the directory
+        before the log's end counts as persisted past the epoch."""
+        self.fs.rename(self._pending_path(version), self.epochs_path)
+        self._drop_pending_epochs(version - 1)
+        self._epochs_installed = max(self._epochs_installed, version)
+        if self._epochs_pending == version:  # not when a newer one was written meanwhile
+            self._epochs_pending = 0
 
     def sync_epochs(self) -> None:
-        """Make the checkpoint durable if it may not be: before the log's end counts as
-        persisted past a batch of a new epoch, and before a roll leaves such a batch
-        outside the segment recovery checks against the checkpoint."""
+        """Install the newest checkpoint durably (temporary file synced, renamed, the
+        directory synced): before the log's end counts as persisted past a batch of a new
+        epoch, and before a roll takes such a batch out of the last segment, the one
+        recovery checks the checkpoint against."""
         opened = self.open_epochs_for_sync()
         if opened is None:
             return
@@ -492,8 +517,8 @@ class PartitionLog:
             f.sync()
         finally:
             f.close()
+        self.install_epochs(version)
         self.fs.sync_dir(self.directory)
-        self.epochs_synced_to(version)
 
     def _create_segment(self, base_offset: int) -> Segment:
         path = posixpath.join(self.directory, segment_name(base_offset))
@@ -613,13 +638,14 @@ class PartitionLog:
             )
         try:
             if h.leader_epoch > self.epochs.latest_epoch:
-                # The checkpoint names the new epoch before its first batch is written, and
-                # is synced with the log (`sync_epochs`), not here: a failover's new leader
-                # and followers start an epoch on hundreds of partitions at once, and two
-                # syncs each on the event loop held their first writes back for seconds.
-                # Until then the log is the truth: recovery checks the checkpoint against
-                # the batches of the last segment (a roll syncs it first) and rebuilds a
-                # stale or torn one from the batches, as Kafka does since KAFKA-15046.
+                # The new checkpoint is written to a temporary file of its own before the
+                # first batch, and synced and renamed in with the log (`sync_epochs`), not
+                # here: a failover's new leader and followers start an epoch on hundreds of
+                # partitions at once, and two syncs each on the event loop held their first
+                # writes back for seconds. Until then the log is the truth: recovery checks
+                # the checkpoint against the batches of the last segment (a roll installs it
+                # first) and rebuilds an older one from the batches (Kafka, since
+                # KAFKA-15046, does not sync it on appends either).
                 self.epochs.assign(h.leader_epoch, h.base_offset)
                 self._write_epochs(durable=False)
             if self._should_roll(h, len(raw)):
