@@ -28,6 +28,7 @@ from epochlog.security.tls import PeerIdentities, TlsFiles, ca_name, server_cont
 from epochlog_operator.controller import ControllerCore
 from epochlog_operator.decide import PartitionInput
 from epochlog_operator.events import Event
+from epochlog_operator.liveness import STALL_CHECK_INTERVAL_MS, stall_threshold_ms
 from epochlog_operator.preferred import RebalanceSettings
 from epochlog_operator.server import check_sender
 from epochlog_operator.settings import DEFAULT_FULL_RECONCILE_INTERVAL_MS
@@ -120,6 +121,10 @@ class Controller:
         self.status_refresh_ms = status_refresh_ms
         self.port = port
         self.core = ControllerCore.start(wall_ms(), session_timeout_ms, rebalance)
+        self._running_at: float | None = None
+        self.stalls = 0
+        """Stalls of this process (it runs in the test's own process) that brokers' silence
+        was forgiven for, as the operator does (`Reconciler.observe_clock`)."""
         self.events: list[tuple[str, Event]] = []
         """(partition, Event) of every status written, in order: what the operator posts."""
         self.heartbeats: dict[int, int] = {}
@@ -140,6 +145,7 @@ class Controller:
         replaces a spec or creates a Partition has it decided in the next pass."""
         self._runner: web.AppRunner | None = None
         self._task: asyncio.Task[None] | None = None
+        self._clock: asyncio.Task[None] | None = None
         self._peers: PeerIdentities | None = None
 
     @property
@@ -162,13 +168,15 @@ class Controller:
         await site.start()
         self.port = self._runner.addresses[0][1]
         self._task = asyncio.create_task(self._reconcile_loop())
+        self._clock = asyncio.create_task(self._watch_clock())
         return self
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, self._clock):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -194,13 +202,36 @@ class Controller:
             seen = (hb.broker_id, p.name, p.storage_error or "")
             if p.storage_error and seen not in self.storage_errors:
                 self.storage_errors.append(seen)
+        self.observe_clock()
         response, _ = self.core.on_heartbeat(hb, wall_ms(), self.store.inputs())
         return web.json_response(response.model_dump(mode="json", by_alias=True))
 
     async def _reconcile_loop(self) -> None:
         while True:
             await asyncio.sleep(self.reconcile_interval_ms / 1000)
+            self.observe_clock()
             self.reconcile()
+
+    async def _watch_clock(self) -> None:
+        while True:
+            self.observe_clock()
+            await asyncio.sleep(STALL_CHECK_INTERVAL_MS / 1000)
+
+    def observe_clock(self) -> None:
+        """As the operator's: a gap in this process's running longer than the stall
+        threshold is not counted against the brokers whose heartbeats waited for it. This
+        controller shares the test's process, which a busy machine starves longer than a
+        session timeout now and then."""
+        mono = time.monotonic()
+        seen, self._running_at = self._running_at, mono
+        if seen is None:
+            return
+        gap_ms = int((mono - seen) * 1000)
+        if gap_ms <= stall_threshold_ms(self.core.liveness.session_timeout_ms):
+            return
+        now = wall_ms()
+        self.core.liveness = self.core.liveness.paused(now - gap_ms, now)
+        self.stalls += 1
 
     def reconcile(self) -> None:
         """One pass, choosing what to decide as the operator does (`Reconciler._tick`):
