@@ -1558,6 +1558,16 @@ class BrokerCore:
         host.announced_high_watermark = high_watermark
         return True
 
+    def _lower_high_watermark_first(self, name: str, log_end: int) -> None:
+        """Before a follower's log is cut to `log_end` below the HW it has on disk (only
+        after an unclean election): the checkpoint comes down first, durably. A crash
+        between the two would otherwise bring the old HW back over the records fetched
+        next, which are not the ones that were committed. The follower's own HW is
+        already down (`Follower._truncate`, `Follower._start_at`)."""
+        on_disk = self.high_watermark_checkpoint.on_disk or {}
+        if on_disk.get(name, 0) > log_end:
+            self.checkpoint_high_watermarks()
+
     def checkpoint_high_watermarks(self) -> dict[str, int]:
         cp = self.high_watermark_checkpoint
         for name, host in self.partitions.items():
@@ -2165,6 +2175,7 @@ class BrokerCore:
         for a in actions:
             if isinstance(a, Truncate):
                 self._retention.touch(host.log.name)
+                self._lower_high_watermark_first(host.log.name, a.offset)
                 start = host.log.log_start_offset
                 if host.log.truncate_to(a.offset):
                     host.rebuild_producers()
@@ -2172,6 +2183,7 @@ class BrokerCore:
                     self._write_log_starts()
             elif isinstance(a, StartAt):
                 self._retention.touch(host.log.name)
+                self._lower_high_watermark_first(host.log.name, a.offset)
                 # The new start is durable first: a crash in the middle of dropping the
                 # segments reopens the log there (`PartitionLog.open`).
                 self._write_log_starts({host.log.name: a.offset})

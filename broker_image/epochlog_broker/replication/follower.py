@@ -207,8 +207,9 @@ class Follower:
         self._log_end_offset = self._persisted_log_end_offset = offset
         self._epochs = EpochHistory()
         # The leader's log start is at most its high watermark: everything below it is
-        # committed (a high watermark above this empty log claims nothing it holds).
-        self._high_watermark = max(self._high_watermark, offset)
+        # committed. A high watermark kept above it would cover the records fetched next,
+        # which the leader may not have committed (an unclean election's history).
+        self._high_watermark = offset
         return [StartAt(offset)]
 
     def _require(self, *states: FollowerState) -> None:

@@ -112,9 +112,13 @@ class Replica:
 
     @property
     def high_watermark(self) -> int:
-        """The HW to checkpoint, whatever the role."""
+        """The HW to checkpoint, whatever the role: the role's while it has one. A role
+        starts from the HW this replica knew and only a truncation lowers it (a follower
+        that diverged after an unclean election): records above it are no longer the ones
+        that were committed, and a HW kept above them would let this replica, elected
+        next, acknowledge records no other ISR member holds (simulator seed 2300203)."""
         if isinstance(self.role, Leader | Follower):
-            self._high_watermark = max(self._high_watermark, self.role.high_watermark)
+            self._high_watermark = self.role.high_watermark
         return self._high_watermark
 
     def client_high_watermark(self) -> int:
