@@ -84,7 +84,13 @@ A Partition deleted and created again is one history: its statuses, epochs,
 leader writes and client observations are judged by name across the delete,
 so a re-created resource must go on from the epochs, offsets and records of
 the old one. A re-create disturbs the controller's record as a controller
-restart does, for the ISR checks. A wiped disk needs no exception: what the
+restart does, for the ISR checks. One exception: a Partition created again when
+no broker remembers it any more (every disk that received an assignment of it
+was lost since, `History.started_over`) starts a new history from offset 0, as a
+new Partition would. What was acknowledged, read or deleted before went with the
+disks, clients' offsets may start again there, and two processes appending as
+leader in one leaderEpoch are two leaders only within one history. A wiped disk
+otherwise needs no exception: what the
 rules require to hold acknowledged records is the leader (or, without one, the
 replica holding most), and after healing every replica, the wiped one once it
 caught up; a replica that lost its disk may lead only after refetching.
@@ -163,6 +169,7 @@ class Checker:
         self._restored_at: dict[tuple[str, int], int] = {}
         self.removed_by_retention: dict[str, int] = {}
         """Acknowledged or read records found below the final log start, per partition."""
+        self._started_over: dict[str, list[int]] = {}
 
     def _flag(self, check: str, time: int, partition: str, message: str) -> None:
         self.violations.append(Violation(check, time, partition, message))
@@ -195,7 +202,13 @@ class Checker:
         for partition, status in statuses.items():
             if status is None or status.leader is None:
                 continue
-            deleted = [d for d in self.h.deletions if d.partition == partition and d.time <= now]
+            deleted = [
+                d
+                for d in self.h.deletions
+                if d.partition == partition
+                and d.time <= now
+                and not self._started_over_between(partition, d.time, now)
+            ]
             replica = logs.get(partition, {}).get(status.leader)
             if not deleted or replica is None:
                 continue
@@ -523,11 +536,18 @@ class Checker:
                     f"to broker {s.leader}",
                 )
         for (partition, epoch), writers in self.h.leader_writes.items():
-            if len(writers) > 1:
-                who = ", ".join(f"broker {b} (brokerEpoch {e})" for b, e in sorted(writers))
+            # Each history of a Partition that started over has its own leaderEpoch 1...
+            lives: dict[int, dict[tuple[int, int], int]] = {}
+            for writer, first in writers.items():
+                life = sum(t <= first for t in self.h.started_over(partition))
+                lives.setdefault(life, {})[writer] = first
+            for same in lives.values():
+                if len(same) < 2:
+                    continue
+                who = ", ".join(f"broker {b} (brokerEpoch {e})" for b, e in sorted(same))
                 self._flag(
                     "two-leaders",
-                    0,
+                    max(same.values()),
                     partition,
                     f"{who} all appended as leader in leaderEpoch {epoch}",
                 )
@@ -579,6 +599,16 @@ class Checker:
             u.partition == partition and since <= u.time <= until for u in self.h.unclean_elections
         )
 
+    def _started_over_between(self, partition: str, since: int, until: int | None = None) -> bool:
+        """`partition` began a new history after `since` (up to `until`): created again
+        after every disk that remembered it was lost (`History.started_over`). What was
+        acknowledged, read or deleted before went with the disks, and offsets and
+        epochs start again."""
+        times = self._started_over.get(partition)
+        if times is None:
+            times = self._started_over[partition] = self.h.started_over(partition)
+        return any(since <= t and (until is None or t <= until) for t in times)
+
     def _reported(self, client: str, partition: str, offset: int, since: int) -> bool:
         """`client` reported a truncation of `partition` at or below `offset` after `since`."""
         return any(
@@ -627,6 +657,8 @@ class Checker:
 
         for a in self.h.acks:
             got = reference.get(a.partition, {}).get(a.offset)
+            if got != a.value and self._started_over_between(a.partition, a.time):
+                continue
             if got != a.value and self._unclean_since(
                 a.partition, a.offset, a.time, epoch=a.leader_epoch, value=a.value
             ):
@@ -642,7 +674,9 @@ class Checker:
                 )
         for r in self.h.reads:
             got = reference.get(r.partition, {}).get(r.offset)
-            if got == r.value or removed(r.partition, r.offset):
+            if got == r.value or self._started_over_between(r.partition, r.time):
+                continue
+            if removed(r.partition, r.offset):
                 continue
             if self._unclean_since(
                 r.partition, r.offset, r.time, epoch=r.leader_epoch, value=r.value
@@ -678,6 +712,8 @@ class Checker:
             ]
             if not read or self._unclean_between(t.partition, min(read), t.time):
                 continue
+            if self._started_over_between(t.partition, min(read), t.time):
+                continue
             self._flag(
                 "committed-truncated",
                 t.time,
@@ -689,6 +725,7 @@ class Checker:
 
     def _check_client_offsets(self) -> None:
         last_read: dict[tuple[str, str], int] = {}
+        last_read_at: dict[tuple[str, str], int] = {}
         truncations = sorted(self.h.truncations, key=lambda t: t.reads_before)
         for i, r in enumerate(self.h.reads):
             while truncations and truncations[0].reads_before <= i:
@@ -697,6 +734,9 @@ class Checker:
                 read_up_to = last_read.get((t.client, t.partition), -1)
                 last_read[(t.client, t.partition)] = min(read_up_to, t.offset - 1)
             key = (r.client, r.partition)
+            if self._started_over_between(r.partition, last_read_at.get(key, r.time), r.time):
+                last_read[key] = -1
+            last_read_at[key] = r.time
             if r.offset <= last_read.get(key, -1):
                 self._flag(
                     "consumer-offsets",
@@ -710,7 +750,9 @@ class Checker:
             key = (a.producer, a.partition)
             last, at = last_ack.get(key, (-1, 0))
             # An unclean election in between may hand the same offsets out again.
-            again = self._unclean_between(a.partition, at, a.time)
+            again = self._unclean_between(a.partition, at, a.time) or self._started_over_between(
+                a.partition, at, a.time
+            )
             if a.offset <= last and not again:
                 self._flag(
                     "producer-offsets",
@@ -726,7 +768,9 @@ class Checker:
             before = seen.get(key)
             back = before is not None and o.offset < before[0]
             if before is not None and back:
-                if self._unclean_between(o.partition, before[2], o.time):
+                if self._unclean_between(
+                    o.partition, before[2], o.time
+                ) or self._started_over_between(o.partition, before[2], o.time):
                     back = False  # an unclean election lost what was committed
                 else:
                     self._flag(
@@ -916,6 +960,8 @@ class Checker:
     ) -> None:
         acked: dict[str, dict[int, str]] = {}
         for a in self.h.acks:
+            if self._started_over_between(a.partition, a.time):
+                continue
             if not self._unclean_since(
                 a.partition, a.offset, a.time, epoch=a.leader_epoch, value=a.value
             ):

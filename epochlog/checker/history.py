@@ -153,9 +153,9 @@ class History:
     deletions: list[Deleted] = field(default_factory=list)
     truncations: list[TruncationSeen] = field(default_factory=list)
     status_writes: list[StatusWrite] = field(default_factory=list)
-    leader_writes: dict[tuple[str, int], set[tuple[int, int]]] = field(default_factory=dict)
+    leader_writes: dict[tuple[str, int], dict[tuple[int, int], int]] = field(default_factory=dict)
     """(partition, leaderEpoch) -> (broker, brokerEpoch) of every process that appended as
-    leader in that epoch."""
+    leader in that epoch -> when it first did."""
     fetches: dict[tuple[str, int, int], FollowerFetches] = field(default_factory=dict)
     """(partition, leaderEpoch, follower) -> its fetches in that epoch."""
     broker_starts: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
@@ -196,6 +196,31 @@ class History:
             for d in self.delivered.get(partition, [])
             if d[0] <= time and not any(d[0] <= w <= time for w in self.wiped.get(d[4], []))
         ]
+
+    def started_over(self, partition: str) -> list[int]:
+        """Times `partition` was created again with nothing of it left anywhere: when the
+        controller first elected a leader after that, no broker still remembered an
+        assignment of it from before (every disk that held one was lost). It begins a
+        new history there from offset 0, as a new Partition would: the old history's
+        records went with the disks. Its leaderEpochs go on from those the controller
+        still remembers, or start again at 1 when it remembers none."""
+        out = []
+        for created in self.recreated.get(partition, []):
+            elected = next(
+                (
+                    w
+                    for w in self.status_writes
+                    if w.partition == partition
+                    and w.time >= created
+                    and w.status.leader is not None
+                ),
+                None,
+            )
+            if elected is None:
+                continue
+            if not any(d[0] < created for d in self.kept(partition, elected.time)):
+                out.append(created)
+        return out
 
     def delivered_by(self, partition: str, time: int) -> tuple[int, int]:
         """Highest (leaderEpoch, partitionEpoch) a broker received up to `time` and can

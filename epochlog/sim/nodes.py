@@ -623,9 +623,8 @@ class SimBroker(Process):
             return
         role = core.partitions[partition].replica.role
         assert isinstance(role, Leader)
-        self.history.leader_writes.setdefault((partition, role.leader_epoch), set()).add(
-            (self.broker_id, self.broker_epoch)
-        )
+        writers = self.history.leader_writes.setdefault((partition, role.leader_epoch), {})
+        writers.setdefault((self.broker_id, self.broker_epoch), self.world.now)
         self.run(effects)
 
     def handle_produce_many(

@@ -10,14 +10,16 @@ produces in flight and the controller's refusals.
 
 from __future__ import annotations
 
-from epochlog.checker.history import Refusal, StatusWrite
+from epochlog.checker.checks import Checker, Timing
+from epochlog.checker.history import Ack, History, Refusal, StatusWrite
+from epochlog.resources import PartitionStatus
 from epochlog.sim.nodes import ProduceRequest
 from epochlog.sim.scenario import SCENARIO_CLIENT, Sim, spec
 from epochlog.sim.world import CONTROLLER
 from epochlog_broker.core import ReadResult
 from epochlog_broker.replication.messages import Acks
 from epochlog_operator.election import OfflineReason
-from tests.sim.helpers import follower_role, holds_all_acked, leader_role, leads, status
+from tests.sim.helpers import checks, follower_role, holds_all_acked, leader_role, leads, status
 
 A, B, C = 1, 2, 3
 P = "t-0"
@@ -261,6 +263,63 @@ def test_recreated_partition_waits_for_a_replica_the_controller_never_heard() ->
     assert sim.wait_for(lambda: settled(sim), 20_000), sim.report(sim.check())
     assert sim.log(P, sim.leader(P) or 0) == ["m1", "x1"]
     sim.assert_ok()
+
+
+def test_a_partition_recreated_after_every_disk_was_lost_starts_over() -> None:
+    """Every replica's disk is lost, then the Partition is deleted and created again:
+    nothing anywhere remembers it, so it starts over from offset 0 in leaderEpoch 1, as
+    a new Partition would. The first life's records went with the disks. The checker
+    judges the second life on its own: before, it took the first life's records for
+    acknowledged records lost and the two lives' leaders of leaderEpoch 1 for two
+    leaders (simulator seeds 6447 and 2402064)."""
+    sim = three_brokers(6447)
+    first = sim.produce(P, ["m1", "m2"])
+    assert first.acked
+    assert sim.wait_for(lambda: settled(sim), 5000)
+    sim.kill_controller()
+    for b in (A, B, C):
+        sim.kill(b)
+        sim.wipe(b)
+    sim.restart_controller()
+    sim.recreate(P)
+    for b in (A, B, C):
+        sim.restart(b)
+    assert sim.wait_for(lambda: settled(sim), 15_000), sim.report(sim.check())
+    assert status(sim, P).leader_epoch == 1
+    again = sim.produce(P, ["n1"])
+    assert (again.base_offset, again.leader_epoch) == (0, 1)
+    assert sim.wait_for(lambda: settled(sim), 15_000), sim.report(sim.check())
+    assert sim.log(P, sim.leader(P) or 0) == ["n1"]
+    sim.assert_ok()
+
+
+def test_the_checker_starts_a_new_history_only_when_no_disk_remembered_the_partition() -> None:
+    """m0 was acknowledged in the first history, the Partition was created again at 100,
+    and n0 is at offset 0 of the log at the end. If broker C still remembered an
+    assignment from before when the controller elected at 150, the re-created Partition
+    had to go on from what C held: m0 is lost. If every broker that received one had
+    lost its disk since, nothing remembered m0 and the Partition started over."""
+    history = History()
+    history.sent.update({"m0": P, "n0": P})
+    history.acks.append(Ack("p", P, "m0", 0, 1, 10))
+    history.leader_writes[(P, 1)] = {(A, 1): 10, (A, 2): 160}
+    history.delivered[P] = [(5, 1, A, 1, b) for b in (A, B, C)]
+    history.recreated[P] = [100]
+    led = PartitionStatus(leader=A, leader_epoch=1, partition_epoch=1, isr=(A,), replicas=(A, B))
+    history.status_writes.append(StatusWrite(P, led, 150))
+    final = {P: {A: ([(0, 1, "n0")], 1)}}
+
+    def judged() -> set[str]:
+        return checks(
+            Checker(history, Timing(), {}).final(
+                end=200, logs=final, statuses={P: led}, healed_at=None, liveness_bound_ms=1
+            )
+        )
+
+    history.wiped = {A: [50], B: [50]}
+    assert judged() == {"acked-lost", "two-leaders"}
+    history.wiped[C] = [50]
+    assert judged() == set()
 
 
 # -- the verbs ---------------------------------------------------------------------------

@@ -203,13 +203,15 @@ class Follower:
         self._high_watermark = min(self._high_watermark, offset)
         return [Truncate(offset)]
 
-    def _start_at(self, offset: int) -> list[FollowerAction]:
+    def _start_at(self, offset: int, *, high_watermark: int | None = None) -> list[FollowerAction]:
+        """Start over with an empty log at `offset`: the leader's log start, unless
+        `high_watermark` says where that is (a batch that holds it starts the log)."""
         self._log_end_offset = self._persisted_log_end_offset = offset
         self._epochs = EpochHistory()
         # The leader's log start is at most its high watermark: everything below it is
         # committed. A high watermark kept above it would cover the records fetched next,
         # which the leader may not have committed (an unclean election's history).
-        self._high_watermark = offset
+        self._high_watermark = offset if high_watermark is None else high_watermark
         return [StartAt(offset)]
 
     def _require(self, *states: FollowerState) -> None:
@@ -275,7 +277,7 @@ class Follower:
             # An empty log (it started over at the leader's log start) and a log start
             # inside this batch (DeleteRecords): the log starts over at the batch's base
             # offset instead, as Kafka's follower does on an UnexpectedAppendOffsetException.
-            actions = self._start_at(first.base_offset)
+            actions = self._start_at(first.base_offset, high_watermark=self._log_end_offset)
         expected = self._log_end_offset
         for b in answer.batches:
             if b.base_offset != expected:
