@@ -867,7 +867,9 @@ class SimController(Process):
             hb = legacy_mod.rank_by_known_epoch(hb)
         response, _ = self.core.on_heartbeat(hb, self.world.now, self.store.inputs())
         if legacy_mod.RANK_BY_KNOWN_EPOCH in self.legacy:
-            self.core.handed.clear()  # nor does it remember what it handed out
+            # nor does it remember what it handed out, or the statuses it read
+            self.core.handed.clear()
+            self.core.recorded.clear()
         if legacy_mod.REFUSE_ONCE in self.legacy:
             self.core.rejected.pop(hb.broker_id, None)  # handed out once, then forgotten
         reply(response)
@@ -912,6 +914,8 @@ class SimController(Process):
             self._note_unclean(name, decision, status)
             self._note_recovery(name, decision, status)
             self._count_election(core, now, p.status, status)
+        if legacy_mod.RANK_BY_KNOWN_EPOCH in self.legacy:
+            core.recorded.clear()
         self.after(self.config.reconcile_interval_ms, self._reconcile)
 
     def _due(

@@ -94,6 +94,12 @@ class ControllerCore:
     """The newest assignment this controller handed to any broker, per partition name.
     Brokers report what they hold one heartbeat later; a status restored in between
     must not go by their older reports."""
+    recorded: dict[str, HeldAssignment] = field(default_factory=dict)
+    """The assignment the newest status with an ISR that this controller read or wrote
+    stands for, per partition name. A resource deleted and created again is restored
+    from it when it is newer than what any broker holds: the brokers that held its ISR
+    may all have lost their disks, and an older assignment a broker still holds names an
+    ISR that may lack what was committed since (simulator seed 3325)."""
     published: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Highest (leaderEpoch, partitionEpoch) decided per partition name: a resource
     deleted and created again goes on above them (the brokers' reports cover what was
@@ -422,21 +428,17 @@ class ControllerCore:
         return assignment
 
     def _handed(self, a: PartitionAssignment) -> None:
-        known = self.handed.get(a.name)
-        if known is None or (a.partition_epoch, a.leader_epoch) > (
+        _keep_newest(self.handed, a)
+
+    def _recorded(self, name: str, p: PartitionInput, status: PartitionStatus | None) -> None:
+        if status is None or not status.isr:
+            return
+        known = self.recorded.get(name)
+        if known is None or (status.partition_epoch, status.leader_epoch) > (
             known.partition_epoch,
             known.leader_epoch,
         ):
-            self.handed[a.name] = HeldAssignment(
-                leader=a.leader,
-                leader_epoch=a.leader_epoch,
-                partition_epoch=a.partition_epoch,
-                isr=a.isr,
-                replicas=a.replicas,
-                isr_storage_ids=a.isr_storage_ids,
-                eligible_leader_replicas=a.eligible_leader_replicas,
-                eligible_leader_replica_storage_ids=a.eligible_leader_replica_storage_ids,
-            )
+            _keep_newest(self.recorded, PartitionAssignment.from_status(name, status, p.spec))
 
     def decide(
         self,
@@ -454,6 +456,7 @@ class ControllerCore:
         floor = self.published.get(name, (0, 0))
         if partition.status is not None:
             floor = _higher(floor, partition.status)
+            self._recorded(name, partition, partition.status)
         decision = decide(
             partition,
             self.liveness,
@@ -463,10 +466,12 @@ class ControllerCore:
             floor,
             self.handed.get(name),
             prefer=self.preferred.target(name),
+            recorded=self.recorded.get(name),
         )
         self.preferred.decided(name, decision.status or partition.status)
         if decision.status is not None:
             self.published[name] = _higher(floor, decision.status)
+            self._recorded(name, partition, decision.status)
         if decision.kept_while_stopping:
             self.kept_while_stopping[name] = decision.kept_while_stopping
         else:
@@ -551,6 +556,25 @@ class ControllerCore:
             reports[name] = report.model_copy(update={"isr_proposals": keep})
             out[broker] = ReceivedHeartbeat(hb, got.received_ms, reports)
         return out
+
+
+def _keep_newest(known: dict[str, HeldAssignment], a: PartitionAssignment) -> None:
+    """Keep `a` in `known` as the assignment of its name if it is newer than the one kept."""
+    kept = known.get(a.name)
+    if kept is None or (a.partition_epoch, a.leader_epoch) > (
+        kept.partition_epoch,
+        kept.leader_epoch,
+    ):
+        known[a.name] = HeldAssignment(
+            leader=a.leader,
+            leader_epoch=a.leader_epoch,
+            partition_epoch=a.partition_epoch,
+            isr=a.isr,
+            replicas=a.replicas,
+            isr_storage_ids=a.isr_storage_ids,
+            eligible_leader_replicas=a.eligible_leader_replicas,
+            eligible_leader_replica_storage_ids=a.eligible_leader_replica_storage_ids,
+        )
 
 
 def _higher(floor: tuple[int, int], status: PartitionStatus) -> tuple[int, int]:

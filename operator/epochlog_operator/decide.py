@@ -193,6 +193,7 @@ def decide(
     floor: tuple[int, int] = (0, 0),
     handed: HeldAssignment | None = None,
     prefer: int | None = None,
+    recorded: HeldAssignment | None = None,
 ) -> Decision:
     """Decide the next status of one Partition.
 
@@ -202,11 +203,12 @@ def decide(
     status restored after a re-create must not undercut; `handed` the newest assignment
     this controller handed to brokers for it, which counts as one they hold; `prefer` the
     preferred replica a preferred leader election moves leadership to (`preferred`), if it
-    may take over in this decision.
+    may take over in this decision; `recorded` the assignment the newest status with an
+    ISR this controller read or wrote stands for, which also counts as one held.
     """
     view = liveness.view(now_ms)
     spec = partition.spec
-    obs = observe(spec.name, heartbeats, view, floor, handed)
+    obs = observe(spec.name, heartbeats, view, floor, handed, recorded)
     old, restored, waiting = restore(partition.status or PartitionStatus(), obs, view)
     d = _Draft.of(old)
     if restored is not None:

@@ -118,16 +118,21 @@ def observe(
     liveness: LivenessView,
     floor: tuple[int, int] = (0, 0),
     handed: HeldAssignment | None = None,
+    recorded: HeldAssignment | None = None,
 ) -> PartitionObservation:
     """`floor`: (leaderEpoch, partitionEpoch) this controller already published for the
     name, counted like a report: a re-created resource goes on above it. `handed`: the
     newest assignment this controller handed out for it, counted as held (brokers
-    report it a heartbeat later)."""
+    report it a heartbeat later). `recorded`: the assignment of the newest status with an
+    ISR this controller read or wrote for it, counted as held too: the brokers that held
+    it may have lost their disks."""
     reports: dict[int, PartitionReport] = {}
     received: dict[int, ReceivedHeartbeat] = {}
     storage_ids: dict[int, str] = {}
     max_leader_epoch, max_partition_epoch = floor
     held: HeldAssignment | None = handed
+    if recorded is not None and recorded.isr and (held is None or _newer(recorded, held)):
+        held = recorded
     for got in heartbeats.values():
         hb = got.heartbeat
         current = liveness.broker_epoch(hb.broker_id) == hb.broker_epoch

@@ -10,6 +10,14 @@ restored, the status was wiped), that assignment is the truth: the controller
 handed it out, so its ISR held everything committed up to then, and nothing
 was committed since except through it.
 
+The controller's own memory counts as a held assignment too: what it handed out,
+and the newest status with an ISR it read or wrote (`ControllerCore.recorded`). A
+broker may still hold an older assignment whose ISR names it after every member
+of a newer ISR lost its disk; restored, that ISR would elect it cleanly without
+what was committed since. The newer record names the ISR and eligible leader
+replicas that are gone, and the decision recovers uncleanly instead, saying what
+may be lost (simulator seed 3325).
+
 `restore` puts that assignment back into the status. The decision then goes on
 as usual: a live leader that still leads that epoch keeps leading it (nothing
 changes on the brokers), a leader that is gone or no longer leads that epoch

@@ -293,6 +293,43 @@ def test_a_partition_recreated_after_every_disk_was_lost_starts_over() -> None:
     sim.assert_ok()
 
 
+def test_a_recreated_partition_whose_isr_lost_its_disks_is_recovered_not_restored() -> None:
+    """C dies in the ISR [A, B, C]; x1 is acknowledged with ISR [A, B]; B dies and the ISR
+    is [A], the eligible leader replicas [B]. A dies; the controller restarts and reads that
+    status with no broker alive to hand an assignment to, the disks of A and B are lost
+    and the Partition is created again.
+    C comes back holding the oldest assignment, whose ISR names it. A controller that
+    restored that ISR elected C cleanly although it lacks x1; this controller read the
+    newer ISR and ELR, whose members all lost their disks, so it recovers uncleanly,
+    electing the most up-to-date replica and saying x1 may be lost (seed 3325)."""
+    sim = Sim(3325, partitions=[spec("t", 0, replicas=(A, B, C), min_insync_replicas=2)])
+    sim.start()
+    assert sim.produce(P, ["m1"]).acked
+    assert sim.wait_for(lambda: settled(sim), 5000)
+    sim.kill(C)
+    assert sim.wait_for(lambda: sim.isr(P) == (A, B), 10_000)
+    assert sim.produce(P, ["x1"]).acked
+    sim.kill(B)
+    assert sim.wait_for(lambda: sim.isr(P) == (A,), 10_000)
+    assert status(sim, P).eligible_leader_replicas == (B,)
+    sim.kill_controller()
+    sim.kill(A)
+    sim.restart_controller()
+    sim.advance(1000)  # it reads the status, and has nobody to hand an assignment to
+    sim.wipe(A)
+    sim.wipe(B)
+    sim.recreate(P)
+    for b in (A, B, C):
+        sim.restart(b)
+    assert sim.wait_for(lambda: leads(sim, P, C), 20_000), sim.report(sim.check())
+    assert [u.leader for u in sim.history.unclean_elections] == [C], (
+        "C was elected from an ISR older than the one published"
+    )
+    sim.heal_all()
+    assert sim.wait_for(lambda: settled(sim), 20_000), sim.report(sim.check())
+    sim.assert_ok()
+
+
 def test_the_checker_starts_a_new_history_only_when_no_disk_remembered_the_partition() -> None:
     """m0 was acknowledged in the first history, the Partition was created again at 100,
     and n0 is at offset 0 of the log at the end. If broker C still remembered an
