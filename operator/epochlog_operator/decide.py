@@ -390,7 +390,14 @@ def _judge(
     if leader is not None and report is not None:
         reported = obs.caught_up_times(leader, report)
         d.last_caught_up = merge_caught_up_times(d.last_caught_up, reported, d.replicas)
-        if report.high_watermark > d.high_watermark or (
+        if report.log_end_offset < d.high_watermark:
+            # The leader holds less than the HW shown, which a leader's log never does
+            # unless an election went by a stale report of its log (an unclean leader
+            # whose replica a reassignment had deleted; simulator seed 2401672). Shown
+            # as it was, the HW would refuse every follower's proposal for good.
+            d.high_watermark = report.high_watermark
+            d.high_watermark_time = rfc3339(obs.received[leader].received_ms)
+        elif report.high_watermark > d.high_watermark or (
             report.high_watermark == d.high_watermark and d.high_watermark_time is None
         ):
             # When the shown high watermark was reported. It stays while the HW does not

@@ -455,6 +455,27 @@ def test_the_leaders_reported_epoch_start_counts_over_the_one_recorded_at_electi
     assert 1 in c.current.isr
 
 
+def test_a_leader_holding_less_than_the_shown_high_watermark_brings_it_down() -> None:
+    """Simulator seed 2401672: an unclean election went by a stale report of the new
+    leader's log end (191); the broker had deleted its replica when a reassignment
+    removed it and led from an empty log. Its next election kept the shown HW of 191,
+    and every follower's proposal was refused for a log end "below the high watermark
+    191" for good. A leader's log holds everything committed: one that ends below the
+    HW shown makes its own HW the measurement."""
+    c = broker_1_lost_to_2_at_42()
+    c.status = c.current.model_copy(update={"high_watermark": 191})
+    c.beat(1, 5_000, epoch=2, partitions=[follower_report(1, log_end_offset=3)])
+    caught_up = IsrProposal(replica=1, broker_epoch=2, log_end_offset=3)
+    report = leader_report(
+        c.current, log_end_offset=3, high_watermark=0, epoch_start_offset=0, proposals=[caught_up]
+    )
+    c.beat(2, 5_000, partitions=[report])
+    d = c.decide(5_000)
+    assert d.rejected_proposals == ()
+    assert 1 in c.current.isr
+    assert c.current.high_watermark == 0
+
+
 def test_a_report_for_an_old_leader_epoch_does_not_speak_for_followers() -> None:
     c = started()
     steady(c, 500, 1_000)
