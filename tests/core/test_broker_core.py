@@ -25,7 +25,11 @@ NAME = "orders-0"
 
 
 def assign(
-    leader: int, epoch: int, isr: tuple[int, ...], pe: int | None = None
+    leader: int,
+    epoch: int,
+    isr: tuple[int, ...],
+    pe: int | None = None,
+    replicas: tuple[int, ...] = (1, 2),
 ) -> HeartbeatResponse:
     return HeartbeatResponse(
         assignments=(
@@ -35,7 +39,7 @@ def assign(
                 leader_epoch=epoch,
                 partition_epoch=pe if pe is not None else epoch,
                 isr=isr,
-                replicas=(1, 2),
+                replicas=replicas,
                 min_insync_replicas=1,
             ),
         )

@@ -14,43 +14,21 @@ from pathlib import Path
 import pytest
 
 from epochlog.protocol.batch import Record
-from epochlog.protocol.heartbeat import HeartbeatResponse, PartitionAssignment
+from epochlog.protocol.heartbeat import HeartbeatResponse
 from epochlog_broker.core import BrokerCore
 from epochlog_broker.log.checkpoints import HighWatermarkCheckpoint
 from epochlog_broker.log.fs import OsFileSystem
 from epochlog_broker.replication.messages import Acks
+from tests.core import test_broker_core as broker_core
+from tests.core.test_broker_core import NAME, core
 
-NAME = "orders-0"
 REPLICAS = (3, 1, 2)
 
 
 def assign(
     leader: int, epoch: int, isr: tuple[int, ...], pe: int | None = None
 ) -> HeartbeatResponse:
-    return HeartbeatResponse(
-        assignments=(
-            PartitionAssignment(
-                name=NAME,
-                leader=leader,
-                leader_epoch=epoch,
-                partition_epoch=pe if pe is not None else epoch,
-                isr=isr,
-                replicas=REPLICAS,
-                min_insync_replicas=1,
-            ),
-        )
-    )
-
-
-def core(tmp_path: Path, broker_id: int) -> BrokerCore:
-    c = BrokerCore(
-        broker_id=broker_id,
-        broker_epoch=1,
-        fs=OsFileSystem(),
-        data_dir=str(tmp_path / f"b{broker_id}"),
-    )
-    c.open()
-    return c
+    return broker_core.assign(leader, epoch, isr, pe, replicas=REPLICAS)
 
 
 def produce(leader: BrokerCore, *values: str, request_id: int) -> None:
