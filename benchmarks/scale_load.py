@@ -32,10 +32,12 @@ READERS = 8
 """Partitions read back at once."""
 
 
-def producer(client: Client, delivery_timeout_ms: int) -> Producer:
-    """acks=all without lingering: a record goes out as soon as its partition's sender is
-    free, so that latency is the brokers' and not a batching delay."""
-    return Producer(client, acks="all", linger_ms=0, delivery_timeout_ms=delivery_timeout_ms)
+def producer(client: Client, delivery_timeout_ms: int, linger_ms: float = 0) -> Producer:
+    """acks=all, by default without lingering: a record goes out as soon as its broker's
+    sender is free, so that latency is the brokers' and not a batching delay."""
+    return Producer(
+        client, acks="all", linger_ms=linger_ms, delivery_timeout_ms=delivery_timeout_ms
+    )
 
 
 @dataclass
