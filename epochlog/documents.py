@@ -1,7 +1,9 @@
-"""Copies of JSON documents: the objects the emulator stores, reads back and patches.
+"""Copies of JSON documents: the objects the API emulator stores, reads back and patches,
+and the Partitions the operator keeps as it read them.
 
-Every read and write copies an object (a caller must never hold the stored one),
-several times per write. `copy.deepcopy` walks them in Python and was a sizeable
+Every read and write of the emulator copies an object (a caller must never hold
+the stored one), several times per write, and the operator copies every watch
+event's object. `copy.deepcopy` walks them in Python and was a sizeable
 part of a status write's cost; an orjson round trip copies a JSON document in C.
 Values orjson does not take (integers beyond 64 bits, which a request body can
 carry before validation refuses it) are copied the slow way.

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from epochlog.kubeapi.documents import json_copy
+from epochlog.documents import json_copy
 
 FieldPath = tuple[str, ...]
 

@@ -32,9 +32,9 @@ from kmock import KubernetesEmulator, Request, ResourceInfo, resource
 from kmock._internal import dsl, enums, parsing, rendering
 from typing_extensions import override
 
+from epochlog.documents import json_copy
 from epochlog.kubeapi import errors, objects
 from epochlog.kubeapi.apply import ApplyConflicts, apply
-from epochlog.kubeapi.documents import json_copy
 from epochlog.kubeapi.errors import ApiError, ErrorKind, FieldError
 from epochlog.kubeapi.openapi import openapi_group_version, openapi_index
 from epochlog.kubeapi.patches import (

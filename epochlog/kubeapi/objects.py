@@ -28,8 +28,8 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from epochlog.documents import json_copy
 from epochlog.kubeapi import errors
-from epochlog.kubeapi.documents import json_copy
 from epochlog.kubeapi.errors import ErrorKind, FieldError
 from epochlog.kubeapi.registry import SECRETS, ResourceType
 

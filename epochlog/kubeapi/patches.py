@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from epochlog.kubeapi.documents import json_copy
+from epochlog.documents import json_copy
 from epochlog.kubeapi.errors import (
     bad_request,
     unprocessable,

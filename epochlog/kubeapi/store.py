@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from kmock import ObjectsArray, resource
 
-from epochlog.kubeapi.documents import json_copy
+from epochlog.documents import json_copy
 from epochlog.kubeapi.errors import expired
 from epochlog.kubeapi.registry import ResourceType
 

@@ -58,7 +58,6 @@ too, once; it takes over the name when the one served is deleted.
 from __future__ import annotations
 
 import asyncio
-import copy
 import math
 import time
 from collections import ChainMap, deque
@@ -70,6 +69,7 @@ import aiohttp
 import structlog
 from pydantic import ValidationError
 
+from epochlog.documents import json_copy
 from epochlog.objects import ObjectMeta, metadata_of
 from epochlog.protocol.errors import InvalidRequestError, NotControllerError
 from epochlog.protocol.heartbeat import BrokerHeartbeat, HeartbeatResponse
@@ -462,7 +462,7 @@ class Reconciler:
             log.error(
                 "cannot decide partition", partition=name, namespace=namespace, problem=problem
             )
-        entry = Entry(namespace, name, uid, rv, copy.deepcopy(dict(body)), decided, problem)
+        entry = Entry(namespace, name, uid, rv, json_copy(dict(body)), decided, problem)
         if old is not None and old.uid == uid:
             entry.last_write = old.last_write
             if meta.generation != metadata_of(old.body).generation:
@@ -511,7 +511,7 @@ class Reconciler:
             rv, held_rv = meta.resource_version or "", was.resource_version or ""
             if was.uid == meta.uid and (rv == held_rv or _older(rv, held_rv)):
                 return
-        self.unserved[key] = copy.deepcopy(dict(body))
+        self.unserved[key] = json_copy(dict(body))
         if check and key not in self._unserved_queued:
             self._unserved_queued.add(key)
             self._unserved_queue.put_nowait(key)
