@@ -612,8 +612,14 @@ class BrokerCore:
         """Partitions retention passes have looked at so far."""
         self.throttled_bytes: dict[int, int] = {}
         """Leader side: bytes served under the reassignment throttle, by follower broker."""
-        self._maybe_dirty = False
-        """Something was appended since `dirty` last answered False."""
+        self._dirty_logs: dict[str, None] = {}
+        """The logs appended to since the last flush began (in order; a set would make
+        the simulator's runs depend on string hashing)."""
+        self._log_starts_moved: set[str] = set()
+        """Followed partitions whose log start moved since the last fetch request was
+        built (`_want_moved_log_starts`)."""
+        self._faulted: set[str] = set()
+        """Partitions a storage fault took offline (some may have recovered since)."""
         self.fetch_sessions: dict[int, FollowerSession[_WantedFetch]] = {}
         """Follower side: the fetch session with each leader broker."""
         self.leader_sessions = LeaderSessions(id_base=self.broker_epoch * 1_000_000)
@@ -694,6 +700,8 @@ class BrokerCore:
         except _DISK_ERRORS as exc:
             log.warning("assignment_checkpoint_unreadable", partition=name, error=str(exc))
         self.partitions[name] = host
+        if host.fault is not None:
+            self._faulted.add(name)
         self._retention.hosted(name)
         return host
 
@@ -767,12 +775,16 @@ class BrokerCore:
         return None if host is None or host.fault is None else host.fault.describe()
 
     def offline_replicas(self) -> dict[str, str]:
-        """Every replica offline after a storage error, with the reason."""
-        return {
-            name: host.fault.describe()
-            for name, host in sorted(self.partitions.items())
-            if host.fault is not None
-        }
+        """Every replica offline after a storage error, with the reason. Looks only at
+        replicas a fault hit, so that the shell's recovery loop costs nothing per hosted
+        partition."""
+        out = {}
+        for name in sorted(self._faulted):
+            host = self.partitions.get(name)
+            if host is not None and host.fault is not None:
+                out[name] = host.fault.describe()
+        self._faulted.intersection_update(out)
+        return out
 
     def take_deferred(self) -> list[Effect]:
         """Effects of faults found by calls that raised (a resigned leader's produces)."""
@@ -818,6 +830,7 @@ class BrokerCore:
         host.dirty = False
         fault.durable_end = host.log.persisted_log_end_offset
         host.fault = fault
+        self._faulted.add(host.log.name)
         self.storage_faults += 1
         host.log.mark_failed(fault.reason)
         log.error(
@@ -1376,7 +1389,7 @@ class BrokerCore:
     def _after_append(self, host: Hosted) -> list[Effect]:
         """Appended data waits for the next `flush` before anything counts it."""
         host.dirty = True
-        self._maybe_dirty = True
+        self._dirty_logs[host.log.name] = None
         if len(host.log.segments) > 1:
             # A roll, or more bytes for retention.bytes: retention may have work.
             self._retention.touch(host.log.name)
@@ -1415,33 +1428,41 @@ class BrokerCore:
     @property
     def dirty(self) -> bool:
         """Whether a log holds appends not yet fsynced. Asked after every call that
-        returned effects: with nothing appended since it last answered False it answers
-        without looking at the partitions, so an idle broker's cost does not grow with
-        how many it hosts."""
-        if self._maybe_dirty:
-            self._maybe_dirty = any(h.dirty for h in self.partitions.values())
-        return self._maybe_dirty
+        returned effects; it looks only at the logs appended to since the last flush
+        began, so that its cost does not grow with how many partitions are hosted."""
+        for name in list(self._dirty_logs):
+            host = self.partitions.get(name)
+            if host is not None and host.dirty:
+                return True
+            del self._dirty_logs[name]  # gone, taken offline, or replaced since
+        return False
+
+    def _take_dirty(self) -> list[tuple[str, Hosted]]:
+        """The logs appended to since the last flush began, marked clean from now."""
+        out = []
+        for name in self._dirty_logs:
+            host = self.partitions.get(name)
+            if host is not None and host.dirty:
+                host.dirty = False
+                out.append((name, host))
+        self._dirty_logs.clear()
+        return out
 
     def flush(self) -> list[Effect]:
         """fsync every log appended to since the last flush and report the persisted ends."""
         effects: list[Effect] = []
-        for host in self.partitions.values():
-            if host.dirty:
-                host.dirty = False
-                try:
-                    persisted = host.log.flush()
-                except _DISK_ERRORS as exc:
-                    effects += self._take_offline(host, exc)
-                    continue
-                effects += self._report_persisted(host, persisted)
+        for _name, host in self._take_dirty():
+            try:
+                persisted = host.log.flush()
+            except _DISK_ERRORS as exc:
+                effects += self._take_offline(host, exc)
+                continue
+            effects += self._report_persisted(host, persisted)
         return effects
 
     def begin_flush(self) -> list[str]:
         """Step 1 of a flush off the event loop: the logs to sync, marked clean from now."""
-        names = [name for name, host in self.partitions.items() if host.dirty]
-        for name in names:
-            self.partitions[name].dirty = False
-        return names
+        return [name for name, _host in self._take_dirty()]
 
     def sync_logs(self, names: Sequence[str]) -> list[tuple[str, int | EpochlogError]]:
         """Step 2, safe in a worker thread while appends go on: fsync the logs, all at
@@ -1658,7 +1679,8 @@ class BrokerCore:
             now_ms=now_ms,
         )
         if decision.segments:
-            plog.advance_log_start(decision.log_start_offset)
+            if plog.advance_log_start(decision.log_start_offset):
+                self._log_starts_moved.add(name)
             self._retention.touch(name)  # what else may go is decided next pass
             return True
         if facts[-2].next_offset > high_watermark:
@@ -1941,11 +1963,7 @@ class BrokerCore:
         s = self.fetch_sessions.get(leader_id)
         if s is None:
             return None
-        for name, w in list(s.wanted.items()):
-            host = self.partitions.get(name)
-            moved = w if host is None else self._with_log_start(host, w)
-            if moved is not w:
-                s.want(name, moved)
+        self._want_moved_log_starts()
         return s.build(
             max_wait_ms=self.replica_fetch_max_wait_ms,
             max_bytes=self.replica_fetch_response_max_bytes,
@@ -2008,6 +2026,23 @@ class BrokerCore:
         assert isinstance(e.request, FetchRequest)
         s.want(host.log.name, self._with_log_start(host, _WantedFetch(e, e.request, e.session)))
         host.fetching_from = e.leader_id
+
+    def _want_moved_log_starts(self) -> None:
+        """Fetches wanted before their log start moved (retention, or the leader's start
+        taken from the answer that wanted them) ask again with the new start. Only those:
+        a request's cost does not grow with the partitions its session holds. A fetch
+        wanted later, or in flight now, takes the start it has when wanted."""
+        for name in self._log_starts_moved:
+            host = self.partitions.get(name)
+            if host is None or host.fetching_from is None:
+                continue
+            s = self.fetch_sessions.get(host.fetching_from)
+            w = None if s is None else s.wanted.get(name)
+            if s is not None and w is not None:
+                moved = self._with_log_start(host, w)
+                if moved is not w:
+                    s.want(name, moved)
+        self._log_starts_moved.clear()
 
     @staticmethod
     def _with_log_start(host: Hosted, w: _WantedFetch) -> _WantedFetch:
@@ -2108,6 +2143,7 @@ class BrokerCore:
             host.log.advance_log_start(target)
             self._retention.touch(host.log.name)
             self._log_starts_taken.add(host.log.name)
+            self._log_starts_moved.add(host.log.name)
             self._log_starts_dirty = True
 
     def _checkpoint_taken_log_starts(self) -> list[Effect]:

@@ -168,10 +168,8 @@ class LegacyBrokerCore(BrokerCore):
     def flush(self) -> list[Effect]:
         if ACK_BEFORE_FSYNC not in self.legacy:
             return super().flush()
-        for host in self.partitions.values():
-            if host.dirty:
-                host.dirty = False
-                host.log.flush()
+        for _name, host in self._take_dirty():
+            host.log.flush()
         return []
 
     def _checkpoint_taken_log_starts(self) -> list[Effect]:

@@ -142,6 +142,32 @@ def test_delete_records_is_answered_once_the_follower_reports_the_new_log_start(
     assert leader.next_deadline_ms() is None
 
 
+def test_a_followers_own_retention_moves_the_log_start_its_next_fetch_reports() -> None:
+    """The log start a follower's fetch carries counts toward the leader's low watermark.
+    A request lists again only partitions whose start moved since they were wanted (it
+    looked at every partition of the session, a cost that grew with the partitions an
+    idle broker follows)."""
+    fs = CrashFileSystem()
+    leader, follower = core(fs, 1), core(fs, 2)
+    for c in (leader, follower):
+        c.on_heartbeat_response(assign((1, 2), retention_ms=-1, retention_bytes=2048), T0)
+    fill(leader, 30)
+    for i in range(3):
+        round_trip(leader, follower, 1, T0 + i)
+    assert follower.partitions[NAME].replica.high_watermark == 30
+    assert follower.enforce_retention(T0 + 10) == [NAME]
+    start = follower.partitions[NAME].log.log_start_offset
+    assert start > 0
+    assert 1 in [d.leader_id for d in follower.session_requests()]
+    request = follower.session_request(1)
+    assert request is not None
+    assert [(n, f.log_start_offset) for n, f in request.partitions] == [(NAME, start)]
+    follower.on_session_answer(1, request, leader.handle_session_fetch(request, T0 + 11).answer)
+    again = follower.session_request(1)
+    assert again is not None
+    assert again.partitions == (), "listed once: the leader holds the new start"
+
+
 def test_delete_records_times_out_while_the_follower_does_not_fetch() -> None:
     fs = CrashFileSystem()
     leader, follower = core(fs, 1), core(fs, 2)

@@ -80,8 +80,11 @@ class EpochHistory:
         return UNDEFINED_OFFSET
 
     def epoch_for_offset(self, offset: int) -> int:
+        entries = self._entries
+        if entries and entries[-1].start_offset <= offset:
+            return entries[-1].epoch  # the latest epoch: what a heartbeat's reports ask
         found = NO_EPOCH
-        for e in self._entries:
+        for e in entries:
             if e.start_offset > offset:
                 break
             found = e.epoch
