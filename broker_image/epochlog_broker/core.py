@@ -84,6 +84,7 @@ Protocol with the shell:
 from __future__ import annotations
 
 import functools
+import heapq
 import ipaddress
 import posixpath
 from collections.abc import Callable, Hashable, Sequence
@@ -194,6 +195,9 @@ DEFAULT_CAUGHT_UP_WINDOW_MS = 1_000
 """Twice the broker's default replica fetch wait: an idle follower fetches again sooner."""
 RECOVERY_INTERVAL_MS = 500
 """How often the shell calls `begin_recovery` while a replica is offline."""
+FACTS_SWEEP_HEARTBEATS = 20
+"""Every partition's report is fingerprinted anew at least once in this many heartbeats
+(10 s at the default interval), touched or not."""
 _DISK_ERRORS = (StorageError, CorruptRecordError, OSError)
 
 
@@ -618,6 +622,18 @@ class BrokerCore:
         self._log_starts_moved: set[str] = set()
         """Followed partitions whose log start moved since the last fetch request was
         built (`_want_moved_log_starts`)."""
+        self._facts: dict[str, _ReportFacts] = {}
+        """Each hosted partition's report fingerprint as the last heartbeat took it."""
+        self._facts_stale: set[str] = set()
+        """Partitions touched since the last heartbeat (`_touch`)."""
+        self._facts_due: dict[str, int] = {}
+        """Leaders whose report may change with time alone, and from when."""
+        self._facts_due_at: list[tuple[int, str]] = []
+        """`_facts_due` as a heap (entries it no longer holds are skipped)."""
+        self._sweep: list[str] = []
+        """Partitions the slice of the next heartbeats fingerprints anew, last first."""
+        self.report_fingerprints = 0
+        """Partition reports heartbeats have fingerprinted so far."""
         self._faulted: set[str] = set()
         """Partitions a storage fault took offline (some may have recovered since)."""
         self.fetch_sessions: dict[int, FollowerSession[_WantedFetch]] = {}
@@ -816,6 +832,7 @@ class BrokerCore:
         """Only this partition's replica goes offline, on this broker; a leader resigns."""
         if host.fault is not None:
             return []
+        self._touch(host.log.name)
         fault = StorageFault.of(exc)
         replica = host.replica
         high_watermark = replica.high_watermark
@@ -901,6 +918,7 @@ class BrokerCore:
     ) -> list[Effect]:
         """Step 3 (event loop): the replica is back (and follows its last assignment), or
         the next attempt is scheduled."""
+        self._touch(attempt.partition)
         host = self.partitions.get(attempt.partition)
         if host is None or host.fault is not attempt.fault:
             if isinstance(outcome, Recovered):
@@ -972,6 +990,7 @@ class BrokerCore:
 
     def _keep_held(self, name: str, host: Hosted, assignment: Assignment) -> None:
         """Write the assignment just taken to disk, so that it outlives this process."""
+        self._touch(name)
         held = _held(assignment)
         if held is None or held == host.held:
             return
@@ -992,11 +1011,20 @@ class BrokerCore:
 
     def heartbeat(self, now_ms: int) -> BrokerHeartbeat:
         """The next heartbeat: every report the controller does not hold as it is now."""
-        facts = {n: self._report_facts(h, now_ms) for n, h in self.partitions.items()}
         # A follower whose fetches fail may have lost its leader: the log end it reports
         # is what an unclean election or recovery would choose by, so it goes at once.
         urgent = {n for s in self.fetch_sessions.values() if s.failures for n in s.wanted}
-        plan = self.report_session.prepare(facts, urgent)
+        facts = self._facts
+        if self.report_session.next_full:
+            changed: set[str] | None = None
+            facts.clear()
+            self._facts_due.clear()
+            self._facts_stale.clear()
+            for n, h in self.partitions.items():
+                self._refresh_facts(n, h, now_ms)
+        else:
+            changed = self._refresh_changed_facts(now_ms, urgent)
+        plan = self.report_session.prepare(facts, urgent, changed)
         return BrokerHeartbeat(
             broker_id=self.broker_id,
             broker_epoch=self.broker_epoch,
@@ -1013,6 +1041,56 @@ class BrokerCore:
             controlled_shutdown=self.controlled_shutdown,
             rack=self.rack,
         )
+
+    def _refresh_changed_facts(self, now_ms: int, urgent: set[str]) -> set[str]:
+        """Fingerprint anew the partitions whose report may have changed since the last
+        heartbeat: those a call touched (`_facts_stale`), leaders whose followers' state
+        moves with time alone (`Leader.report_changes_at`), the urgent ones, and a slice
+        of the rest in turn, so that every report is looked at within
+        `FACTS_SWEEP_HEARTBEATS` heartbeats whatever a call forgot to mark."""
+        hosted = self.partitions
+        for gone in self._facts.keys() - hosted.keys():
+            del self._facts[gone]
+            self._facts_due.pop(gone, None)
+        names = self._facts_stale | urgent
+        names.update(hosted.keys() - self._facts.keys())
+        self._facts_stale = set()
+        due = self._facts_due_at
+        while due and due[0][0] <= now_ms:
+            at, name = heapq.heappop(due)
+            if self._facts_due.get(name) == at:
+                names.add(name)
+        if not self._sweep:
+            self._sweep = sorted(hosted)
+        for _ in range(-(-len(hosted) // FACTS_SWEEP_HEARTBEATS)):
+            if not self._sweep:
+                break
+            names.add(self._sweep.pop())
+        for n in names:
+            host = hosted.get(n)
+            if host is not None:
+                self._refresh_facts(n, host, now_ms)
+        return names
+
+    def _refresh_facts(self, name: str, host: Hosted, now_ms: int) -> None:
+        self._facts[name] = self._report_facts(host, now_ms)
+        self.report_fingerprints += 1
+        role = host.replica.role
+        at = None
+        if isinstance(role, Leader):
+            window = max(self.caught_up_window_ms, role.replica_lag_time_max_ms // 2)
+            at = role.report_changes_at(now_ms, window)
+        if at is None:
+            self._facts_due.pop(name, None)
+            return
+        at = max(at, now_ms + 1)  # at the next heartbeat at the earliest
+        if self._facts_due.get(name) != at:
+            self._facts_due[name] = at
+            heapq.heappush(self._facts_due_at, (at, name))
+
+    def _touch(self, name: str) -> None:
+        """`name`'s report may have changed: the next heartbeat fingerprints it anew."""
+        self._facts_stale.add(name)
 
     def begin_controlled_shutdown(self) -> None:
         """From the next heartbeat on, ask the controller to move leaderships and ISR places
@@ -1112,6 +1190,7 @@ class BrokerCore:
         for pa in response.stop_replicas:
             effects += self._stop_replica(pa, now_ms)
         for rej in response.rejected_isr_proposals:
+            self._touch(rej.name)
             host = self.partitions.get(rej.name)
             role = host.replica.role if host else None
             if (
@@ -1152,6 +1231,7 @@ class BrokerCore:
         return effects
 
     def _apply(self, pa: PartitionAssignment, now_ms: int) -> list[Effect]:
+        self._touch(pa.name)
         host = self._host(pa.name)
         if not self._may_apply(host, pa):
             return []
@@ -1201,6 +1281,7 @@ class BrokerCore:
 
     def _stop_replica(self, pa: PartitionAssignment, now_ms: int) -> list[Effect]:
         """`pa` left this broker out of the replicas: stop the replica, delete its data."""
+        self._touch(pa.name)
         host = self.partitions.get(pa.name)
         if host is None or self.broker_id in pa.replicas:
             return []
@@ -1390,6 +1471,7 @@ class BrokerCore:
         """Appended data waits for the next `flush` before anything counts it."""
         host.dirty = True
         self._dirty_logs[host.log.name] = None
+        self._touch(host.log.name)
         if len(host.log.segments) > 1:
             # A roll, or more bytes for retention.bytes: retention may have work.
             self._retention.touch(host.log.name)
@@ -1536,6 +1618,7 @@ class BrokerCore:
         return self._report_persisted(host, min(persisted, host.log.persisted_log_end_offset))
 
     def _report_persisted(self, host: Hosted, persisted: int) -> list[Effect]:
+        self._touch(host.log.name)
         role = host.replica.role
         if isinstance(role, Leader):
             effects = self._leader_effects(role.on_flushed(persisted))
@@ -1681,6 +1764,7 @@ class BrokerCore:
         if decision.segments:
             if plog.advance_log_start(decision.log_start_offset):
                 self._log_starts_moved.add(name)
+                self._touch(name)
             self._retention.touch(name)  # what else may go is decided next pass
             return True
         if facts[-2].next_offset > high_watermark:
@@ -1732,6 +1816,7 @@ class BrokerCore:
                 highWatermark=high_watermark,
                 leaderEpoch=role.leader_epoch,
             )
+        self._touch(name)
         try:
             if plog.advance_log_start(target):
                 self._retention.touch(name)
@@ -1848,6 +1933,7 @@ class BrokerCore:
                     raise UnknownPartitionError(f"{name} is not hosted on broker {self.broker_id}")
                 role = self._leader(host, fetch.leader_epoch)
                 decision = role.on_fetch(fetch, now_ms)
+                self._touch(name)
             except EpochlogError as exc:
                 entries.append((name, exc))
                 self.leader_sessions.forget(s, name)
@@ -2067,6 +2153,7 @@ class BrokerCore:
         """The replica's role was replaced: answers to the old one are dropped, its
         fetches leave their session, and sessions holding it here hear of it."""
         host.session += 1
+        self._touch(host.log.name)
         self._drop_fetch(host)
         self.leader_sessions.changed(host.log.name)
 
@@ -2108,6 +2195,7 @@ class BrokerCore:
         A log start taken from the answer is checkpointed before this returns, unless
         `checkpoint` is False: then the caller does it once for a whole session answer
         (`_checkpoint_taken_log_starts`), still before the next fetch goes out."""
+        self._touch(sent.partition)
         host = self.partitions.get(sent.partition)
         if host is None:
             return LeaderAnswerApplied([], "stale")  # deleted since: reassigned away
@@ -2144,6 +2232,7 @@ class BrokerCore:
             self._retention.touch(host.log.name)
             self._log_starts_taken.add(host.log.name)
             self._log_starts_moved.add(host.log.name)
+            self._touch(host.log.name)
             self._log_starts_dirty = True
 
     def _checkpoint_taken_log_starts(self) -> list[Effect]:
@@ -2201,6 +2290,7 @@ class BrokerCore:
         return self._follower_effects(host, follower.on_error(error))
 
     def _follower_effects(self, host: Hosted, actions: Sequence[FollowerAction]) -> list[Effect]:
+        self._touch(host.log.name)
         try:
             return self._carry_out(host, actions)
         except _DISK_ERRORS as exc:

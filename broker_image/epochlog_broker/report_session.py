@@ -23,6 +23,11 @@ sends no report at all, and keeps the controller's copy exact:
   once all the same: a follower that lost its leader holds the log end an unclean
   election would choose by.
 
+A broker that knows which fingerprints may have changed since the last heartbeat
+says so (`changed`), and the session looks only at those, at the ones it held
+back or lost on the way, and at the ones in flight: an idle broker's heartbeat
+then costs nothing per hosted partition.
+
 Pure: no clock, no I/O; the broker's heartbeat loop calls it.
 """
 
@@ -78,18 +83,37 @@ class ReportSession:
     steady: Callable[[Hashable], Hashable] | None = None
     """A report's fingerprint without its offsets; None: every change is sent at once."""
     since_progress: int = 0
+    held_back: set[str] = field(default_factory=set)
+    """Partitions whose report may differ from what the controller holds and that no
+    heartbeat in flight carries: held back for progress, or in a heartbeat that went
+    unanswered. Only `prepare` with `changed` reads it."""
 
-    def prepare(self, keys: Mapping[str, Hashable], urgent: Collection[str] = ()) -> ReportPlan:
+    @property
+    def next_full(self) -> bool:
+        """Whether the next heartbeat carries every report (the caller then fingerprints
+        every partition anew)."""
+        return self.full_needed or self.session_id == 0 or self.since_full + 1 >= self.full_every
+
+    def prepare(
+        self,
+        keys: Mapping[str, Hashable],
+        urgent: Collection[str] = (),
+        changed: Collection[str] | None = None,
+    ) -> ReportPlan:
         """The next heartbeat, given the fingerprint of every hosted partition's report;
-        the reports of `urgent` ones are not held back for progress."""
+        the reports of `urgent` ones are not held back for progress. With `changed`, only
+        those fingerprints may differ from the ones given to the previous `prepare`."""
+        full = self.next_full
         self.seq += 1
         self.since_full += 1
-        full = self.full_needed or self.session_id == 0 or self.since_full >= self.full_every
         if full:
             names = tuple(sorted(keys))
             removed: tuple[str, ...] = ()
             self.since_full = 0
             self.since_progress = 0
+            self.held_back.clear()
+        elif changed is not None:
+            names, removed = self._changed_only(keys, urgent, changed)
         else:
             # A report in a heartbeat not answered yet may or may not be the controller's:
             # sending it again keeps the copy exact whichever way that heartbeat goes.
@@ -115,6 +139,30 @@ class ReportSession:
             names=names,
             removed=removed,
         )
+
+    def _changed_only(
+        self, keys: Mapping[str, Hashable], urgent: Collection[str], changed: Collection[str]
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """`prepare`'s choice, looking at the partitions that may need a report alone."""
+        unsure = {n for sent in self.in_flight.values() for n in sent.keys}
+        self.since_progress += 1
+        progress = self.steady is None or self.since_progress >= self.progress_every
+        if progress:
+            self.since_progress = 0
+        candidates = self.held_back.union(changed, unsure, urgent)
+        names = []
+        held_back = set()
+        for n in sorted(candidates):
+            k = keys.get(n, _NONE)
+            if k is _NONE:
+                continue
+            if n in unsure or self._due(n, k, progress or n in urgent):
+                names.append(n)
+            elif self.acked.get(n, _NONE) != k:
+                held_back.add(n)
+        self.held_back = held_back
+        removed = tuple(sorted((self.acked.keys() | unsure) - keys.keys()))
+        return tuple(names), removed
 
     def _due(self, name: str, key: Hashable, progress: bool) -> bool:
         acked = self.acked.get(name, _NONE)
@@ -145,6 +193,7 @@ class ReportSession:
             self.acked.update(sent.keys)
             for name in sent.removed:
                 self.acked.pop(name, None)
+                self.held_back.add(name)  # hosted again since, its report goes anew
         self.answered = seq
 
     def on_failure(self, seq: int) -> None:
@@ -157,6 +206,7 @@ class ReportSession:
             return
         for name in sent.keys:
             self.acked.pop(name, None)
+        self.held_back.update(sent.keys)
 
     def _start_over(self) -> None:
         self.full_needed = True

@@ -753,6 +753,23 @@ class Leader:
             out.append((r, end, caught_up, None if caught_up else t))
         return tuple(out)
 
+    def report_changes_at(self, now_ms: int, window_ms: int) -> int | None:
+        """The earliest time at which what `reported_followers` and `pending_proposal` say
+        may change without a call to this leader other than `on_unchanged_fetch`: when the
+        first follower caught up now would no longer be, or `now_ms` while a follower is
+        not caught up or outside the ISR (a fetch that changes nothing moves its
+        caught-up time, and may propose it); None when no time does."""
+        soonest: int | None = None
+        for r, f in self._followers.items():
+            if f.log_end_offset is None:
+                continue
+            t = f.last_caught_up_time_ms
+            if t is None or now_ms - t > window_ms or r not in self.maximal_isr:
+                return now_ms
+            if soonest is None or t + window_ms + 1 < soonest:
+                soonest = t + window_ms + 1
+        return soonest
+
     # -- clients -------------------------------------------------------------------------
 
     def client_high_watermark(self) -> int:
