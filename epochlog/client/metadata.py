@@ -31,7 +31,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 
@@ -92,6 +92,15 @@ class _Seen:
     """The partition's topic and its index there, when the broker has heard them."""
 
 
+class _Probed(NamedTuple):
+    """One probe of every known broker: the reports, the brokers that did not answer
+    (URL -> why), and the reports by partition name."""
+
+    seen: list[_Seen]
+    failures: dict[str, str]
+    by_name: dict[str, list[_Seen]]
+
+
 class Metadata:
     def __init__(
         self,
@@ -112,7 +121,7 @@ class Metadata:
         self._reached: set[int] = set()
         self._leaders: dict[str, PartitionLeader] = {}
         self._lookups: dict[str, asyncio.Task[PartitionLeader]] = {}
-        self._probing: asyncio.Task[tuple[list[_Seen], dict[str, str]]] | None = None
+        self._probing: asyncio.Task[_Probed] | None = None
         self._unhosted_since: dict[str, float] = {}
         self._probe_timeout_s = probe_timeout_s
         self._metadata_max_wait_s = metadata_max_wait_s
@@ -231,11 +240,13 @@ class Metadata:
         )
         return decode_answer(PartitionsListing, body, url + PARTITIONS_PATH)
 
-    async def _probe(self) -> tuple[list[_Seen], dict[str, str]]:
+    async def _probe(self) -> _Probed:
         """Every known broker's reports, and the failure of each broker that did not answer.
 
         Lookups that start while a probe is out share it: a client writing to a thousand
-        partitions at once asks each broker for its listing once, not once per partition."""
+        partitions at once asks each broker for its listing once, not once per partition,
+        and each lookup finds its partition's reports by name, not by going through every
+        report of the listing (a failover of thousands of partitions took minutes so)."""
         task = self._probing
         if task is None or task.done():
             task = asyncio.get_running_loop().create_task(self._probe_once())
@@ -243,7 +254,7 @@ class Metadata:
             self._probing = task
         return await asyncio.shield(task)
 
-    async def _probe_once(self) -> tuple[list[_Seen], dict[str, str]]:
+    async def _probe_once(self) -> _Probed:
         urls = list(self._urls)
         answers = await asyncio.gather(*(self.describe(u) for u in urls), return_exceptions=True)
         refused = [
@@ -281,13 +292,17 @@ class Metadata:
             )
             if broker_id is not None and answer.address:
                 self._broker_urls.setdefault(broker_id, answer.address.rstrip("/"))
-        return seen, failures
+        by_name: dict[str, list[_Seen]] = {}
+        for s in seen:
+            by_name.setdefault(s.name, []).append(s)
+        self._learn_leaders(seen)
+        return _Probed(seen, failures, by_name)
 
     async def topic_partitions(self) -> tuple[list[TopicPartition], dict[str, str]]:
         """Every partition a reachable broker lists with its topic and index, by name, and
         the failure of each broker that did not answer. Replicas whose broker has not heard
         their topic yet are left out (another replica of the same partition usually says)."""
-        seen, failures = await self._probe()
+        seen, failures, _by_name = await self._probe()
         found = {
             s.name: TopicPartition(s.topic, s.index, s.name)
             for s in seen
@@ -296,9 +311,8 @@ class Metadata:
         return sorted(found.values()), failures
 
     async def _lookup(self, partition: str) -> PartitionLeader:
-        seen, failures = await self._probe()
-        self._learn_leaders(seen)
-        mine = [s for s in seen if s.name == partition]
+        seen, failures, by_name = await self._probe()
+        mine = by_name.get(partition, [])
         if not seen and failures and len(failures) == len(self._urls):
             detail = "; ".join(f"{u}: {e}" for u, e in failures.items())
             raise BrokerUnreachableError(f"no bootstrap broker answered: {detail}")
