@@ -55,6 +55,7 @@ from typing import Final
 import structlog
 from aiohttp import web
 
+from epochlog import collector
 from epochlog.http_limits import LimitedSite, read_body
 from epochlog.protocol.batch import Record, RecordBatch
 from epochlog.protocol.bodies import (
@@ -824,6 +825,7 @@ async def _reload_loop(config: BrokerConfig, certs: CertReloader | None, gate: G
 
 
 def run_broker(config: BrokerConfig) -> int:
+    collector.tune()
     try:
         return asyncio.run(serve(config))
     except StorageIdError as exc:

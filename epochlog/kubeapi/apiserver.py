@@ -34,6 +34,7 @@ import yaml
 from aiohttp.test_utils import RawTestServer
 from kmock import Server
 
+from epochlog import collector
 from epochlog.kubeapi.emulator import KubernetesApi
 from epochlog.kubeapi.errors import ApiError
 from epochlog.kubeapi.registry import CRDS
@@ -237,6 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if bool(args.tls_cert) != bool(args.tls_key) or (args.tls_cert and not args.tls_ca):
         parser.error("--tls-cert, --tls-key and --tls-ca go together")
+    collector.tune()
     try:
         asyncio.run(_serve(args))
     except CrdLoadError as exc:

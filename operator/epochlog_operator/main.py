@@ -22,6 +22,7 @@ import kopf
 import structlog
 from aiohttp import web
 
+from epochlog import collector
 from epochlog.http_limits import LimitedSite
 from epochlog.logs import configure
 from epochlog.security.tls import CertReloader, PeerIdentities, ca_name, server_context
@@ -236,6 +237,7 @@ def run(
     settings: OperatorSettings, log_level: str | None = None, log_format: str | None = None
 ) -> int:
     configure_logging(log_level, log_format)
+    collector.tune()
     try:
         asyncio.run(serve(settings))
     except SettingsError:
