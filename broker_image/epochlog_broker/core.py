@@ -195,9 +195,9 @@ DEFAULT_CAUGHT_UP_WINDOW_MS = 1_000
 """Twice the broker's default replica fetch wait: an idle follower fetches again sooner."""
 RECOVERY_INTERVAL_MS = 500
 """How often the shell calls `begin_recovery` while a replica is offline."""
-FACTS_SWEEP_HEARTBEATS = 20
+FACTS_SWEEP_HEARTBEATS = 60
 """Every partition's report is fingerprinted anew at least once in this many heartbeats
-(10 s at the default interval), touched or not."""
+(30 s at the default interval), touched or not."""
 _DISK_ERRORS = (StorageError, CorruptRecordError, OSError)
 
 
@@ -1047,13 +1047,11 @@ class BrokerCore:
         heartbeat: those a call touched (`_facts_stale`), leaders whose followers' state
         moves with time alone (`Leader.report_changes_at`), the urgent ones, and a slice
         of the rest in turn, so that every report is looked at within
-        `FACTS_SWEEP_HEARTBEATS` heartbeats whatever a call forgot to mark."""
+        `FACTS_SWEEP_HEARTBEATS` heartbeats whatever a call forgot to mark. The names
+        returned are the ones `ReportSession.prepare` looks at: every partition that came
+        or went is among them (a call marks it)."""
         hosted = self.partitions
-        for gone in self._facts.keys() - hosted.keys():
-            del self._facts[gone]
-            self._facts_due.pop(gone, None)
         names = self._facts_stale | urgent
-        names.update(hosted.keys() - self._facts.keys())
         self._facts_stale = set()
         due = self._facts_due_at
         while due and due[0][0] <= now_ms:
@@ -1061,6 +1059,8 @@ class BrokerCore:
             if self._facts_due.get(name) == at:
                 names.add(name)
         if not self._sweep:
+            # Once a round, the partitions that came or went unmarked too.
+            names.update(self._facts.keys() ^ hosted.keys())
             self._sweep = sorted(hosted)
         for _ in range(-(-len(hosted) // FACTS_SWEEP_HEARTBEATS)):
             if not self._sweep:
@@ -1070,6 +1070,9 @@ class BrokerCore:
             host = hosted.get(n)
             if host is not None:
                 self._refresh_facts(n, host, now_ms)
+            else:
+                self._facts.pop(n, None)
+                self._facts_due.pop(n, None)
         return names
 
     def _refresh_facts(self, name: str, host: Hosted, now_ms: int) -> None:

@@ -102,7 +102,8 @@ class ReportSession:
     ) -> ReportPlan:
         """The next heartbeat, given the fingerprint of every hosted partition's report;
         the reports of `urgent` ones are not held back for progress. With `changed`, only
-        those fingerprints may differ from the ones given to the previous `prepare`."""
+        those fingerprints may differ from the ones given to the previous `prepare`, and
+        only those partitions may have come or gone since."""
         full = self.next_full
         self.seq += 1
         self.since_full += 1
@@ -111,7 +112,9 @@ class ReportSession:
             removed: tuple[str, ...] = ()
             self.since_full = 0
             self.since_progress = 0
-            self.held_back.clear()
+            # Until its answer the controller holds the reports acknowledged before:
+            # what changed or was held back is looked at again.
+            self.held_back.update(changed or ())
         elif changed is not None:
             names, removed = self._changed_only(keys, urgent, changed)
         else:
@@ -145,24 +148,26 @@ class ReportSession:
     ) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """`prepare`'s choice, looking at the partitions that may need a report alone."""
         unsure = {n for sent in self.in_flight.values() for n in sent.keys}
+        removing = {n for sent in self.in_flight.values() for n in sent.removed}
         self.since_progress += 1
         progress = self.steady is None or self.since_progress >= self.progress_every
         if progress:
             self.since_progress = 0
-        candidates = self.held_back.union(changed, unsure, urgent)
+        candidates = self.held_back.union(changed, unsure, urgent, removing)
         names = []
+        removed = []
         held_back = set()
         for n in sorted(candidates):
             k = keys.get(n, _NONE)
             if k is _NONE:
-                continue
-            if n in unsure or self._due(n, k, progress or n in urgent):
+                if n in self.acked or n in unsure:
+                    removed.append(n)
+            elif n in unsure or self._due(n, k, progress or n in urgent):
                 names.append(n)
             elif self.acked.get(n, _NONE) != k:
                 held_back.add(n)
         self.held_back = held_back
-        removed = tuple(sorted((self.acked.keys() | unsure) - keys.keys()))
-        return tuple(names), removed
+        return tuple(names), tuple(removed)
 
     def _due(self, name: str, key: Hashable, progress: bool) -> bool:
         acked = self.acked.get(name, _NONE)
@@ -183,6 +188,10 @@ class ReportSession:
             self._start_over()
             return
         if sent.full:
+            # What changed after this heartbeat was prepared may have been named to a
+            # later full one, which looks at no names, and the controller's copy is now
+            # this one: every report it held before or holds now is looked at once more.
+            self.held_back.update(self.acked.keys(), sent.keys)
             self.acked = dict(sent.keys)
             self.session_id = session_id
             self.full_needed = False
@@ -207,6 +216,7 @@ class ReportSession:
         for name in sent.keys:
             self.acked.pop(name, None)
         self.held_back.update(sent.keys)
+        self.held_back.update(sent.removed)
 
     def _start_over(self) -> None:
         self.full_needed = True

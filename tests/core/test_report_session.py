@@ -201,6 +201,31 @@ _heartbeat = st.tuples(
     every=1,
     full_every=4,
 )
+# A full heartbeat answered after a later one was prepared: its answer replaces the
+# controller's copy, which no longer holds a partition hosted again meanwhile.
+@example(
+    heartbeats=[
+        ([], set(), "answer"),
+        ([], set(), "keep"),
+        ([("c", "leader", 0)], set(), "answer"),
+        ([("c", None, 0)], set(), "answer"),
+        ([("c", "leader", 0)], set(), "answer"),
+        ([], set(), "answer"),
+    ],
+    every=1,
+    full_every=3,
+)
+# A removal that went unanswered, then a full heartbeat before the next incremental one.
+@example(
+    heartbeats=[
+        *[([], set(), "answer")] * 9,
+        ([("a", None, 0)], set(), "fail"),
+        ([], set(), "keep"),
+        ([], set(), "answer"),
+    ],
+    every=1,
+    full_every=2,
+)
 def test_naming_the_changed_reports_sends_what_looking_at_every_report_sends(
     heartbeats: list[tuple[list[tuple[str, str | None, int]], set[str], str]],
     every: int,
@@ -220,7 +245,7 @@ def test_naming_the_changed_reports_sends_what_looking_at_every_report_sends(
                 keys.pop(name, None)
             else:
                 keys[name] = (role, offset)
-                changed.add(name)
+            changed.add(name)
         a = whole.prepare(dict(keys), urgent)
         b = told.prepare(dict(keys), urgent, changed)
         changed = set()
