@@ -1066,7 +1066,7 @@ class BrokerCore:
             if not self._sweep:
                 break
             names.add(self._sweep.pop())
-        for n in names:
+        for n in sorted(names):  # in order: a leader's fetches noted may propose
             host = hosted.get(n)
             if host is not None:
                 self._refresh_facts(n, host, now_ms)
