@@ -62,7 +62,8 @@ Unclean leader elections (`History.unclean_elections`) lose what the new leader
 did not hold: records at or past the offset its epoch begins at, acknowledged
 or read before, are excused from acked-lost and not-replicated, offsets there
 from diverged while the replicas that held them catch up, the high watermark
-and latest offset from offset-went-back, and deleted records from
+and latest offset from offset-went-back (also what a deposed leader showed in an
+earlier epoch after the election, before it heard of it), and deleted records from
 deleted-records-resurfaced. A consumer must not be excused so: every record it
 read that is not in the final log must be covered by a truncation it reported
 since (the divergence offset at or below it, KIP-320), else:
@@ -599,6 +600,15 @@ class Checker:
             u.partition == partition and since <= u.time <= until for u in self.h.unclean_elections
         )
 
+    def _unclean_after_epoch(self, partition: str, after: int, up_to: int) -> bool:
+        """An unclean election of `partition` began an epoch after leaderEpoch `after`, at
+        or before `up_to`. A deposed leader that has not heard of it yet still answers in
+        its old epoch, after the election in time: what it showed may be gone."""
+        return any(
+            u.partition == partition and after < u.leader_epoch <= up_to
+            for u in self.h.unclean_elections
+        )
+
     def _started_over_between(self, partition: str, since: int, until: int | None = None) -> bool:
         """`partition` began a new history after `since` (up to `until`): created again
         after every disk that remembered it was lost (`History.started_over`). What was
@@ -745,13 +755,15 @@ class Checker:
                     f"{r.client} read offset {r.offset} after offset {last_read[key]}",
                 )
             last_read[key] = max(last_read.get(key, -1), r.offset)
-        last_ack: dict[tuple[str, str], tuple[int, int]] = {}
+        last_ack: dict[tuple[str, str], tuple[int, int, int]] = {}
         for a in self.h.acks:
             key = (a.producer, a.partition)
-            last, at = last_ack.get(key, (-1, 0))
+            last, at, epoch = last_ack.get(key, (-1, 0, 0))
             # An unclean election in between may hand the same offsets out again.
-            again = self._unclean_between(a.partition, at, a.time) or self._started_over_between(
-                a.partition, at, a.time
+            again = (
+                self._unclean_between(a.partition, at, a.time)
+                or self._unclean_after_epoch(a.partition, epoch, a.leader_epoch)
+                or self._started_over_between(a.partition, at, a.time)
             )
             if a.offset <= last and not again:
                 self._flag(
@@ -761,16 +773,18 @@ class Checker:
                     f"{a.producer} was acknowledged offset {a.offset} after {last}",
                 )
             if a.offset > last or again:
-                last_ack[key] = (a.offset, a.time)
-        seen: dict[tuple[str, str], tuple[int, str, int]] = {}
+                last_ack[key] = (a.offset, a.time, a.leader_epoch)
+        seen: dict[tuple[str, str], tuple[int, str, int, int]] = {}
         for o in self.h.offsets:
             key = (o.client, o.partition)
             before = seen.get(key)
             back = before is not None and o.offset < before[0]
             if before is not None and back:
-                if self._unclean_between(
-                    o.partition, before[2], o.time
-                ) or self._started_over_between(o.partition, before[2], o.time):
+                if (
+                    self._unclean_between(o.partition, before[2], o.time)
+                    or self._unclean_after_epoch(o.partition, before[3], o.leader_epoch)
+                    or self._started_over_between(o.partition, before[2], o.time)
+                ):
                     back = False  # an unclean election lost what was committed
                 else:
                     self._flag(
@@ -785,6 +799,7 @@ class Checker:
                     o.offset,
                     f"{o.kind} {o.offset} from broker {o.broker} (leaderEpoch {o.leader_epoch})",
                     o.time,
+                    o.leader_epoch,
                 )
 
     def _check_isr_removals(self) -> None:

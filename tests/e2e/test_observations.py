@@ -7,7 +7,14 @@ checked from client observations, status versions and final replica logs alone.
 from __future__ import annotations
 
 from epochlog.checker.checks import ReplicaLog, check_observations
-from epochlog.checker.history import Ack, History, OffsetSeen, Read, StatusWrite
+from epochlog.checker.history import (
+    Ack,
+    History,
+    OffsetSeen,
+    Read,
+    StatusWrite,
+    UncleanElection,
+)
 from epochlog.resources import PartitionStatus
 
 P = "t-0"
@@ -76,3 +83,21 @@ def test_epochs_from_status_versions_are_checked() -> None:
         StatusWrite(P, status(2, 1), 3),
     ]
     assert set(checks(h, {})) == {"epoch-reused", "epoch-went-back"}
+
+
+def test_a_deposed_leaders_offset_after_an_unclean_election_it_missed_is_not_a_step_back() -> None:
+    """Broker 1 is elected uncleanly in leaderEpoch 4 at offset 59 (time 10); broker 3,
+    deposed from epoch 3 and not told yet, still answers latest 72 at time 15. The new
+    leader's 59 at time 20 is what the unclean election lost, not a step back; the same
+    answers without that election are one."""
+    h = history([])
+    h.offsets += [
+        OffsetSeen("o", P, "latest", 72, 3, 3, 15),
+        OffsetSeen("o", P, "latest", 59, 4, 1, 20),
+    ]
+    assert "offset-went-back" in checks(h, {})
+    h.unclean_elections.append(UncleanElection(10, P, 4, 1, 59))
+    assert "offset-went-back" not in checks(h, {})
+    # A deposed leader answering after a newer leader is still a step back.
+    h.offsets.append(OffsetSeen("o", P, "latest", 58, 3, 3, 25))
+    assert "offset-went-back" in checks(h, {})

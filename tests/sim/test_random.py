@@ -64,6 +64,11 @@ SOAK_FINDINGS = {
     "the controller held followers to the epoch start it had recorded (206) over the one the "
     "leader reported (203) and refused every proposal, so t-1 (minInsyncReplicas 2) stayed "
     "at ISR [2] with its high watermark stuck (found by isr-not-restored)",
+    4008169: "an unclean election made broker 1 leader of t-1 at offset 59; broker 3, "
+    "deposed and not yet told, still answered ListOffsets with latest 72 from its own "
+    "earlier epoch after the election, and the checker, which excused offsets going back "
+    "only across an unclean election between the two answers in time, flagged the new "
+    "leader's 59 (a fresh-seed run, not the soak)",
     19984: "broker 2 started its t-0 log over at the leader's log start (265) on an "
     "OFFSET_OUT_OF_RANGE answer; a second one, for its older fetch at 0, stopped the follower "
     "for good, and it never fetched again",
