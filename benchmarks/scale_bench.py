@@ -32,8 +32,11 @@ directory) with the dev default timings, and measures, in order:
 - failover: SIGKILL of the broker leading the most partitions; the time until
   every partition it led has a new leader in its status (goal: session timeout
   + 1.5 s), and until one acks=all record sent to each of them right after the
-  kill is acknowledged (goal: session timeout + 2 s); then every partition is
-  read back: no acknowledged record may be missing or doubled.
+  kill is acknowledged (goal: session timeout + 2 s); for the partitions it
+  followed, the time until no ISR names it and until one acks=all record sent
+  to each right after the kill is acknowledged (their leaders wait for every
+  ISR member: no goal is set); then every partition is read back: no
+  acknowledged record may be missing or doubled.
 
 Under the table each count gets notes that help to read its figures: the
 load average when it began; the operator's API writes, by kind, and their
@@ -283,7 +286,14 @@ def api_writes(before: Scrape, after: Scrape) -> str:
     )
     kinds = ", ".join(f"{k} {v:.0f}" for k, v in sorted(writes.items()))
     mean = waited / sum(writes.values())
-    return f"operator API writes {kinds}; mean wait for the write budget {mean:.2f} s"
+    b = before.by_label("epochlog_operator_decisions_total", "cause")
+    a = after.by_label("epochlog_operator_decisions_total", "cause")
+    causes = {k: v - b.get(k, 0.0) for k, v in a.items() if v > b.get(k, 0.0)}
+    decided = ", ".join(f"{k} {v:.0f}" for k, v in sorted(causes.items())) or "none"
+    return (
+        f"operator API writes {kinds}; mean wait for the write budget {mean:.2f} s; "
+        f"decisions {decided}"
+    )
 
 
 async def idle(
@@ -504,15 +514,27 @@ async def failover(
         )
     if not victims:
         return
+    # The partitions it only followed keep their leader, but an acks=all write waits for
+    # every ISR member until the controller has written the ISR without the dead one.
+    followed = [
+        name
+        for name, s in watch.status.items()
+        if s.leader not in (None, victim) and victim in s.isr
+    ]
     epochs = {name: watch.status[name].leader_epoch for name in victims}
     writer = producer(client, DELIVERY_TIMEOUT_MS)
+    other_writer = producer(client, DELIVERY_TIMEOUT_MS)
     before = await scrape(http, cluster.probe_url("operator"))
     say(f"failover: SIGKILL broker {victim}, leader of {len(led)} partitions")
     killed_at = time.monotonic()
     cluster.kill(f"broker-{victim}")
+    others: asyncio.Task[tuple[dict[str, WorkloadAck], dict[str, BaseException]]] | None = None
     try:
         # Sent at once: each is retried by the client until a new leader takes it.
         writes = asyncio.create_task(write_each(writer, victims, f"f{len(names)}"))
+        # Their own producer: a request of many is answered when all its partitions are,
+        # and theirs must not hold back the writes to the new leaders.
+        others = asyncio.create_task(write_each(other_writer, followed, f"g{len(names)}"))
 
         def re_elected() -> bool:
             return all(
@@ -526,9 +548,29 @@ async def failover(
         after = await scrape(http, cluster.probe_url("operator"))
         row.notes.append("failover: until the last new leader, " + api_writes(before, after))
         firsts, failed = await writes
+
+        def shrunk() -> bool:
+            return all(victim not in watch.status[name].isr for name in followed)
+
+        await watch.until(shrunk, f"ISRs without broker {victim}", wait_s)
+        shrunk_s = time.monotonic() - killed_at
+        if followed:
+            later = await scrape(http, cluster.probe_url("operator"))
+            row.notes.append(
+                "failover: from then until every ISR without it, " + api_writes(after, later)
+            )
+        others_acked, others_failed = await others
     finally:
+        if others is not None and not others.done():
+            others.cancel()
         await writer.close()
+        await other_writer.close()
     acks.extend(firsts.values())
+    acks.extend(others_acked.values())
+    if followed:
+        row.notes.append(
+            _followed_note(victim, len(followed), shrunk_s, others_acked, others_failed, killed_at)
+        )
     if firsts:
         row.first_write_s = max(a.at for a in firsts.values()) - killed_at
         median = statistics.median(a.at - killed_at for a in firsts.values())
@@ -541,6 +583,27 @@ async def failover(
         row.notes.append(
             f"failover: {len(failed)} first writes failed, e.g. {next(iter(failed.values()))}"
         )
+
+
+def _followed_note(
+    victim: int,
+    count: int,
+    shrunk_s: float,
+    acked: dict[str, WorkloadAck],
+    failed: dict[str, BaseException],
+    killed_at: float,
+) -> str:
+    note = (
+        f"failover: the {count} partitions broker {victim} followed: "
+        f"every ISR without it after {shrunk_s:.2f} s"
+    )
+    if acked:
+        last = max(a.at for a in acked.values()) - killed_at
+        median = statistics.median(a.at - killed_at for a in acked.values())
+        note += f", a first write on each after {last:.2f} s (median {median:.2f} s)"
+    if failed:
+        note += f"; {len(failed)} first writes failed, e.g. {next(iter(failed.values()))}"
+    return note
 
 
 async def check_reads(
