@@ -68,6 +68,7 @@ bench: venv
 	$(BIN)/python -m benchmarks.rolling_restart_bench
 	$(BIN)/python -m benchmarks.reassign_bench
 	$(BIN)/python -m benchmarks.spark_bench
+	$(BIN)/python -m benchmarks.round_trip
 	$(BIN)/python -m benchmarks.scale_bench --partitions 10,100,300
 	$(BIN)/python -m benchmarks.side_by_side
 
