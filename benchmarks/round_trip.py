@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import ssl
 import statistics
 import struct
@@ -37,6 +36,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from epochlog.harness import free_ports
 from epochlog.security.pki import DevPki
 from epochlog.security.tls import TlsFiles, client_context, server_context
 
@@ -122,15 +122,8 @@ async def _requests(
         writer.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def measure(pki: DevPki, transport: str, count: int, size: int) -> Measured:
-    port = _free_port()
+    (port,) = free_ports(1)
     server = subprocess.Popen(
         [
             sys.executable,
