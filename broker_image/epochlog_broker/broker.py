@@ -193,6 +193,7 @@ class Broker:
         self._controller: ControllerClient | None = None
         self._answered_by: str | None = None
         self._keepalive: KeepaliveThread | None = None
+        self._fenced_tasks: set[asyncio.Task[None]] = set()
         self.client_ssl = client_context(config.tls) if config.tls else None
         """TLS with this broker's certificate for requests to peers and the controller."""
 
@@ -223,6 +224,7 @@ class Broker:
             ReplicaClient(self._session),
             self._apply_leader_answer,
             self._apply_session_answer,
+            self._session_crashed,
         )
         loop = asyncio.get_running_loop()
         self._controller = ControllerClient(
@@ -238,7 +240,7 @@ class Broker:
             timeout_s=self.config.heartbeat_timeout_s,
             header=self._keepalive_header,
             now_ms=now_ms,
-            on_fenced=lambda: loop.call_soon_threadsafe(self._fenced_by_keepalive),
+            on_fenced=lambda epoch: loop.call_soon_threadsafe(self._fenced_by_keepalive, epoch),
             ssl_context=self.client_ssl,
         )
         self._keepalive.start()
@@ -349,9 +351,13 @@ class Broker:
         # Under the state lock no loop is inside a checkpoint write or a restart, whose
         # worker threads would go on after a cancellation.
         async with self._state:
-            for task in self._loops:
+            tasks = [*self._loops, *self._fenced_tasks]
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(*self._loops, return_exceptions=True)
+        # Awaited without the lock: a loop whose cancellation was lost on its way (an HTTP
+        # client that turned it into a timeout) may need the lock once more before it
+        # sees `_stopping` and ends.
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self._cancel_fetches()
         self._fail_waiters(
             NotLeaderOrFollowerError(f"broker {self.config.broker_id} is shutting down")
@@ -377,13 +383,20 @@ class Broker:
         self._claim.release()
         log.info("broker_stopped", broker=self.config.broker_id)
 
-    async def _restart(self, reason: str) -> None:
-        """Close the core cleanly and open it again with a new brokerEpoch."""
-        log.warning("broker_restarting", broker=self.config.broker_id, reason=reason)
-        self.restarts += 1
+    async def _restart(self, core: BrokerCore, reason: str) -> None:
+        """Close `core` cleanly and open it again with a new brokerEpoch; nothing when the
+        core is another one by then (the heartbeat loop and a keepalive both heard that
+        `core` was fenced: the second must not restart the new registration)."""
         async with self._state, self._disk:
+            if core is not self.core:
+                return
+            log.warning("broker_restarting", broker=self.config.broker_id, reason=reason)
+            self.restarts += 1
             old, self.core = self.core, None
-            await self._cancel_fetches()
+            # Not waited for under these locks: a request whose cancellation was lost
+            # waits for the disk lock to apply its outcome, and finds another core there.
+            if self._fetchers is not None:
+                self._fetchers.cancel()
             self._fail_waiters(
                 NotLeaderOrFollowerError(f"broker {self.config.broker_id} is restarting")
             )
@@ -687,6 +700,14 @@ class Broker:
         self.metrics.fetch_sessions.labels(str(leader_id), "follower", applied.result).inc()
         self.run(applied.effects)
 
+    async def _session_crashed(self, core: BrokerCore, leader_id: int, failure: str) -> None:
+        async with self._disk:
+            if core is not self.core:
+                return
+            effects = core.on_session_crashed(leader_id, failure)
+        self.metrics.fetch_sessions.labels(str(leader_id), "follower", "crashed").inc()
+        self.run(effects)
+
     async def _apply_leader_answer(self, core: BrokerCore, e: SendToLeader, o: Outcome) -> None:
         async with self._disk:
             if core is not self.core:
@@ -736,7 +757,7 @@ class Broker:
 
     async def _tick_loop(self) -> None:
         interval = self.config.tick_interval_ms / 1000
-        while True:
+        while not self._stopping:
             await asyncio.sleep(interval)
             core = self.core
             if core is not None and core.next_deadline_ms() is not None:
@@ -744,7 +765,7 @@ class Broker:
 
     async def _checkpoint_loop(self) -> None:
         interval = self.config.checkpoint_interval_ms / 1000
-        while True:
+        while not self._stopping:
             await asyncio.sleep(interval)
             core = self.core
             if core is None:
@@ -759,7 +780,7 @@ class Broker:
 
     async def _retention_loop(self) -> None:
         interval = self.config.retention_check_interval_ms / 1000
-        while True:
+        while not self._stopping:
             await asyncio.sleep(interval)
             core = self.core
             if core is None:
@@ -776,7 +797,7 @@ class Broker:
 
     async def _recovery_loop(self) -> None:
         interval = RECOVERY_INTERVAL_MS / 1000
-        while True:
+        while not self._stopping:
             await asyncio.sleep(interval)
             self.run_deferred()
             core = self.core
@@ -805,7 +826,7 @@ class Broker:
     async def _heartbeat_loop(self) -> None:
         interval = self.config.heartbeat_interval_ms / 1000
         loop = asyncio.get_running_loop()
-        while True:
+        while not self._stopping:
             started = loop.time()
             again = False
             try:
@@ -834,11 +855,15 @@ class Broker:
             session_id=core.report_session.session_id,
         )
 
-    def _fenced_by_keepalive(self) -> None:
+    def _fenced_by_keepalive(self, broker_epoch: int) -> None:
+        """A keepalive of `broker_epoch` was answered `fenced`. Only a core of that epoch
+        restarts: one the loop has restarted since is a new registration."""
         core = self.core
-        if core is not None and not self._stopping:
+        if core is not None and core.broker_epoch == broker_epoch and not self._stopping:
             fenced = HeartbeatResponse(fenced=True)
-            self._loops.append(asyncio.create_task(self._apply_heartbeat_response(core, fenced, 0)))
+            task = asyncio.create_task(self._apply_heartbeat_response(core, fenced, 0))
+            self._fenced_tasks.add(task)
+            task.add_done_callback(self._fenced_tasks.discard)
 
     async def _heartbeat_once(self) -> bool:
         """One heartbeat to the current controller address; True when it went unanswered and
@@ -921,7 +946,7 @@ class Broker:
             self._learn_peer_ips(response)
         restart = next((e for e in effects if isinstance(e, Restart)), None)
         if restart is not None:
-            await self._restart(restart.reason)
+            await self._restart(core, restart.reason)
             return
         self.heartbeat_applied = True
         self.run(effects)

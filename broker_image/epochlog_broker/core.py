@@ -2098,6 +2098,25 @@ class BrokerCore:
         s.delay_ms = 0 if answer.has_data or s.awaiting_syncs else self.fetch_backoff.idle_fetch_ms
         return LeaderAnswerApplied(effects, "ok")
 
+    def on_session_crashed(self, leader_id: int, failure: str) -> list[Effect]:
+        """The shell could not finish a request of the session with `leader_id`: building,
+        sending or applying it raised where nothing should (an answer perhaps applied in
+        part). The session starts over and every partition fetching from that leader asks
+        again after a backoff, as after a lost answer; left as it was, the session would
+        stay in flight, or its partitions unwanted, and their replication stopped for good."""
+        s = self.fetch_sessions.get(leader_id)
+        if s is None:
+            return []
+        failures = s.on_failure(None)
+        s.scheduled = False
+        s.delay_ms = self.fetch_backoff.delay_ms(failures)
+        log.warning("fetch_session_started_over", leader=leader_id, error=failure)
+        effects: list[Effect] = []
+        for name, host in sorted(self.partitions.items()):
+            if host.fetching_from == leader_id:
+                effects += self.on_request_failed(name, host.session, None)
+        return effects
+
     def fetch_due(self, e: SendToLeader) -> None:
         """A fetch that waited out its backoff joins its session."""
         found = self._follower_for(e.partition, e.session)

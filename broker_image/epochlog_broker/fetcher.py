@@ -46,8 +46,19 @@ class SessionOutcome:
     failure: str = ""
 
 
+async def _logged(step: Awaitable[None]) -> None:
+    """Run the step that recovers from a crash; one that crashes too is only logged."""
+    try:
+        await step
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("replica_recovery_crashed")
+
+
 Apply = Callable[[BrokerCore, SendToLeader, Outcome], Awaitable[None]]
 ApplySession = Callable[[BrokerCore, int, SessionOutcome], Awaitable[None]]
+SessionCrashed = Callable[[BrokerCore, int, str], Awaitable[None]]
 
 
 class Fetchers:
@@ -57,11 +68,13 @@ class Fetchers:
         client: ReplicaClient,
         apply: Apply,
         apply_session: ApplySession,
+        session_crashed: SessionCrashed,
     ) -> None:
         self.config = config
         self.client = client
         self._apply = apply
         self._apply_session = apply_session
+        self._session_crashed = session_crashed
         self._tasks: set[asyncio.Task[None]] = set()
 
     def send_session(self, core: BrokerCore, leader_id: int, delay_s: float = 0.0) -> None:
@@ -81,8 +94,10 @@ class Fetchers:
             await self._apply_session(core, leader_id, outcome)
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
             log.exception("fetch_session_crashed", leader=leader_id)
+            # The session must not stay in flight (or scheduled) for good: it starts over.
+            await _logged(self._session_crashed(core, leader_id, repr(exc)))
 
     async def ask_session(self, leader_id: int, request: SessionFetchRequest) -> SessionOutcome:
         cfg = self.config
@@ -105,10 +120,19 @@ class Fetchers:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def cancel_all(self) -> None:
-        tasks = list(self._tasks)
-        for task in tasks:
+    def cancel(self) -> None:
+        """Cancel every request in flight, without waiting for them: a request whose
+        cancellation is lost on its way (an HTTP client that turns it into a timeout, say)
+        goes on to apply its outcome, which needs the broker's disk lock. Each one checks
+        that its core is still the broker's under that lock, and drops its outcome if not."""
+        for task in self._tasks:
             task.cancel()
+
+    async def cancel_all(self) -> None:
+        """Cancel every request in flight and wait until they ended (at shutdown, with no
+        lock held that they could need)."""
+        tasks = list(self._tasks)
+        self.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _request(self, core: BrokerCore, e: SendToLeader, delay_s: float) -> None:
@@ -118,8 +142,10 @@ class Fetchers:
             await self._apply(core, e, await self.ask(e, core.broker_epoch))
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
             log.exception("replica_request_crashed", partition=e.partition, leader=e.leader_id)
+            # As a lost answer: the partition asks again after a backoff rather than never.
+            await _logged(self._apply(core, e, Outcome(None, None, f"crashed: {exc!r}")))
 
     async def ask(self, e: SendToLeader, broker_epoch: int) -> Outcome:
         cfg = self.config

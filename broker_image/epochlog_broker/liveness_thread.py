@@ -58,7 +58,7 @@ class KeepaliveThread:
         timeout_s: float,
         header: Callable[[], KeepaliveHeader | None],
         now_ms: Callable[[], int],
-        on_fenced: Callable[[], object],
+        on_fenced: Callable[[int], object],
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._ssl = ssl_context
@@ -121,7 +121,9 @@ class KeepaliveThread:
             reason="event loop late with the heartbeat",
         )
         if answer.fenced:
-            self._on_fenced()
+            # The brokerEpoch it was sent for: by the time the answer is applied the loop
+            # may have restarted the core already, and the new one is not fenced.
+            self._on_fenced(header.broker_epoch)
 
 
 class _TlsConnection(http.client.HTTPSConnection):

@@ -46,6 +46,7 @@ import contextlib
 import functools
 import gc
 import json
+import posixpath
 import signal
 import sys
 import time
@@ -718,6 +719,24 @@ def build_probe_app(broker: Broker) -> web.Application:
     return app
 
 
+def _dump_tasks(broker_id: int) -> None:
+    """On SIGUSR1: every task of the event loop and where it waits, one event each (what a
+    thread dump is to a JVM), for a broker that stopped making progress."""
+    for task in sorted(asyncio.all_tasks(), key=lambda t: t.get_name()):
+        frames = []
+        awaited: object = task.get_coro()
+        while awaited is not None:
+            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+            if frame is not None:
+                code = frame.f_code
+                name = posixpath.basename(code.co_filename)
+                frames.append(f"{code.co_name} ({name}:{frame.f_lineno})")
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+        log.warning(
+            "task_dumped", broker=broker_id, task=task.get_name(), awaits=" > ".join(frames)
+        )
+
+
 async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> int:
     """Run a broker until `stop` is set or SIGTERM/SIGINT arrives; 0 after a clean stop."""
     broker = Broker(config)
@@ -784,6 +803,7 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, _dump_tasks, config.broker_id)
     try:
         await stop.wait()
         log.info("shutdown_requested", broker=config.broker_id)

@@ -293,8 +293,36 @@ class Cluster:
                 last_error = exc
             self.assert_some_broker_runs(what)
             if patience.due():
-                patience.note(f" (last error: {last_error})\n" + self.logs())
+                patience.note(
+                    f" (last error: {last_error})\n" + await self.states() + "\n" + self.logs()
+                )
             await asyncio.sleep(0.05)
+
+    async def states(self) -> str:
+        """A line per broker and per partition it hosts: health, readiness, role and offsets
+        (before the logs, whose tails a long report may cut)."""
+        lines = []
+        for b in self.brokers:
+            for path in ("/healthz", "/readyz"):
+                try:
+                    status, body, _ = await asyncio.wait_for(self.request("GET", b, path), 5)
+                    lines.append(f"broker {b} {path}: {status} {body.decode(errors='replace')}")
+                except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                    lines.append(f"broker {b} {path}: {exc!r}")
+            try:
+                hosted = await asyncio.wait_for(self.partitions(b), 5)
+            except (aiohttp.ClientError, ApiError, OSError, TimeoutError) as exc:
+                lines.append(f"broker {b} /v1/partitions: {exc!r}")
+                continue
+            lines.append(f"broker {b} hosts {len(hosted)} partitions")
+            for name, p in sorted(hosted.items()):
+                lines.append(
+                    f"  {name}: {p.get('role')} leader {p.get('leader')} leaderEpoch "
+                    f"{p.get('leaderEpoch')} partitionEpoch {p.get('partitionEpoch')} isr "
+                    f"{p.get('isr')} logStartOffset {p.get('logStartOffset')} logEndOffset "
+                    f"{p.get('logEndOffset')} highWatermark {p.get('highWatermark')}"
+                )
+        return "\n".join(lines)
 
     def assert_some_broker_runs(self, what: str) -> None:
         """With every broker process gone nothing awaited can happen any more (a broker that

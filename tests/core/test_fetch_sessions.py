@@ -10,7 +10,7 @@ from epochlog.protocol.batch import Record
 from epochlog.protocol.errors import FetchSessionIdNotFoundError
 from epochlog.protocol.heartbeat import HeartbeatResponse, PartitionAssignment
 from epochlog.resources import DEFAULT_REPLICA_LAG_TIME_MAX_MS
-from epochlog_broker.core import BrokerCore, Effect, ProduceDone
+from epochlog_broker.core import BrokerCore, Effect, ProduceDone, SendToLeader
 from epochlog_broker.replication.fetch_session import SessionFetchRequest
 from epochlog_broker.replication.messages import Acks, FetchData, FetchRequest
 from tests.core.test_broker_core import core
@@ -145,3 +145,37 @@ def test_a_follower_of_an_idle_partition_stays_caught_up_while_its_session_asks(
     [follower] = leader.heartbeat(2_500 + window + 1).partitions[0].followers
     assert not follower.caught_up
     assert follower.last_caught_up_time == 2_500
+
+
+def test_a_session_whose_request_crashed_starts_over_and_every_partition_fetches_again(
+    tmp_path: Path,
+) -> None:
+    """The shell could not finish a session request (building, sending or applying it
+    raised): left in flight, the session would never ask again and its partitions would
+    stop replicating for good. It starts over, and each partition asks again."""
+    leader, follower = core(tmp_path, 1), core(tmp_path, 2)
+    both = NAMES[:2]
+    leader.on_heartbeat_response(assign(both, 1), 0)
+    follower.on_heartbeat_response(assign(both, 1), 0)
+    round_trip(leader, follower, 1, 1)
+    for i, name in enumerate(both):
+        produce(leader, name, b"x", i, Acks.LEADER)
+    leader.flush()
+    [due] = follower.session_requests()
+    lost = follower.session_request(due.leader_id)
+    assert lost is not None, "in flight now; its answer never applied"
+    assert follower.session_requests() == [], "one request in flight per session"
+    effects = follower.on_session_crashed(1, "RuntimeError('boom')")
+    # Each partition wants its fetch again (a backoff first, as after a lost answer).
+    wanted = {e.partition for e in effects if isinstance(e, SendToLeader)}
+    for e in effects:
+        if isinstance(e, SendToLeader):
+            follower.fetch_due(e)
+    assert wanted <= set(both)
+    request = follower.session_request(1)
+    assert request is not None
+    assert request.full, "a new session"
+    assert sorted(n for n, _ in request.partitions) == list(both)
+    follower.on_session_answer(1, request, leader.handle_session_fetch(request, 2).answer)
+    follower.flush()
+    assert [follower.partitions[n].log.log_end_offset for n in both] == [1, 1]
