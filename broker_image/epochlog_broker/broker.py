@@ -68,6 +68,7 @@ from epochlog.protocol.errors import (
 )
 from epochlog.protocol.heartbeat import HeartbeatResponse
 from epochlog.security.tls import client_context
+from epochlog.tasks import cancel_and_wait
 from epochlog_broker.config import BrokerConfig
 from epochlog_broker.controller_client import ControllerClient, ControllerUnanswered
 from epochlog_broker.controller_targets import ControllerTargets, Failure
@@ -356,8 +357,8 @@ class Broker:
                 task.cancel()
         # Awaited without the lock: a loop whose cancellation was lost on its way (an HTTP
         # client that turned it into a timeout) may need the lock once more before it
-        # sees `_stopping` and ends.
-        await asyncio.gather(*tasks, return_exceptions=True)
+        # sees `_stopping` and ends; one that waits on is cancelled again.
+        await cancel_and_wait(tasks)
         await self._cancel_fetches()
         self._fail_waiters(
             NotLeaderOrFollowerError(f"broker {self.config.broker_id} is shutting down")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import structlog
 
 from epochlog.protocol.errors import EpochlogError, LeaderNotAvailableError
+from epochlog.tasks import cancel_and_wait
 from epochlog_broker.config import BrokerConfig
 from epochlog_broker.core import BrokerCore, LeaderAnswer, SendToLeader
 from epochlog_broker.replica_wire import ReplicaClient, ReplicaRequestFailed
@@ -131,9 +132,7 @@ class Fetchers:
     async def cancel_all(self) -> None:
         """Cancel every request in flight and wait until they ended (at shutdown, with no
         lock held that they could need)."""
-        tasks = list(self._tasks)
-        self.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(list(self._tasks))
 
     async def _request(self, core: BrokerCore, e: SendToLeader, delay_s: float) -> None:
         try:

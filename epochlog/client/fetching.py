@@ -24,6 +24,7 @@ from epochlog.client import many
 from epochlog.client.metadata import PartitionLeader
 from epochlog.client.records import BatchesAnswer
 from epochlog.client.transport import Transport
+from epochlog.tasks import cancel_and_wait
 
 
 @dataclass(slots=True)
@@ -114,10 +115,7 @@ class _Lane:
         self.wakeup.set()
 
     async def close(self) -> None:
-        self.task.cancel()
-        for task in list(self.in_flight):
-            task.cancel()
-        await asyncio.gather(self.task, *self.in_flight, return_exceptions=True)
+        await cancel_and_wait([self.task, *self.in_flight])
 
 
 class FetchLanes:

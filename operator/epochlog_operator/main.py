@@ -26,6 +26,7 @@ from epochlog import collector
 from epochlog.http_limits import LimitedSite
 from epochlog.logs import configure
 from epochlog.security.tls import CertReloader, PeerIdentities, ca_name, server_context
+from epochlog.tasks import cancel_and_wait
 from epochlog_operator.cert_manager import CertificateManager, private_dir
 from epochlog_operator.handlers import build_registry, kopf_settings
 from epochlog_operator.kube import KubeClient
@@ -225,9 +226,7 @@ async def serve(settings: OperatorSettings) -> None:
                 await kopf_task
         finally:
             reconciler.deactivate("operator stopped")
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await cancel_and_wait(tasks)
             await close()
     if failures:
         raise failures[0]

@@ -74,6 +74,7 @@ from epochlog.objects import ObjectMeta, metadata_of
 from epochlog.protocol.errors import InvalidRequestError, NotControllerError
 from epochlog.protocol.heartbeat import BrokerHeartbeat, HeartbeatResponse
 from epochlog.resources import ConditionType, PartitionSpec, PartitionStatus
+from epochlog.tasks import cancel_and_wait
 from epochlog_operator.admission import heartbeat_problem
 from epochlog_operator.budget import WriteBudget, WriteKind
 from epochlog_operator.conditions import (
@@ -636,9 +637,7 @@ class Reconciler:
                 if self.core is not None:
                     self._tick(self.core)
         finally:
-            for worker in self._workers:
-                worker.cancel()
-            await asyncio.gather(*self._workers, return_exceptions=True)
+            await cancel_and_wait(self._workers)
 
     def _next_wait(self) -> float:
         interval = self.settings.reconcile_interval_ms / 1000
@@ -862,9 +861,7 @@ class Reconciler:
         self.deactivate("closing")
         self._closed = True
         self._wake.set()
-        for task in self._workers:
-            task.cancel()
-        await asyncio.gather(*self._workers, return_exceptions=True)
+        await cancel_and_wait(self._workers)
 
     # -- writes -----------------------------------------------------------------------------
 
