@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from aiohttp import web
@@ -28,6 +29,7 @@ from epochlog_operator.liveness import BrokerState
 from tests.broker.controller import Controller, spec, wall_ms
 
 SESSION_MS = 1500
+NAME = "k-0"
 BLOCKED_S = 3 * SESSION_MS / 1000
 
 
@@ -88,8 +90,9 @@ class BrokerThread:
             await self.broker.close()
 
 
-async def test_a_broker_whose_event_loop_is_blocked_is_not_fenced(tmp_path: Path) -> None:
-    name = "k-0"
+@contextlib.asynccontextmanager
+async def one_broker(tmp_path: Path) -> AsyncIterator[tuple[Controller, BrokerThread]]:
+    """The controller (1.5 s session timeout) and broker 1 on its thread, leading `k-0`."""
     async with Controller(
         [spec("k", 0, replicas=(1,), min_insync_replicas=1)], session_timeout_ms=SESSION_MS
     ) as controller:
@@ -103,32 +106,37 @@ async def test_a_broker_whose_event_loop_is_blocked_is_not_fenced(tmp_path: Path
         )
         running = await asyncio.to_thread(BrokerThread(config).start)
         try:
-            await controller.wait_for(lambda: controller.leader(name) == 1, 60, "a leader")
-            epoch = controller.core.liveness.sessions[1].broker_epoch
-            led = controller.status(name)
-            assert led is not None
-
-            ended = running.block(BLOCKED_S)
-            await asyncio.to_thread(ended.wait)
-            # The loop sends its next heartbeat with reports: the session goes on.
-            seen = controller.heartbeats.get(1, 0)
-            await controller.wait_for(
-                lambda: controller.heartbeats.get(1, 0) > seen + 2, 60, "heartbeats after"
-            )
-
-            session = controller.core.liveness.sessions[1]
-            assert session.broker_epoch == epoch
-            assert not session.expired, "the controller fenced a live broker"
-            assert controller.core.liveness.state(1, wall_ms()) is BrokerState.LIVE
-            assert running.broker.restarts == 0
-            after = controller.status(name)
-            assert after is not None
-            assert (after.leader, after.leader_epoch) == (led.leader, led.leader_epoch)
-            keepalive = running.broker._keepalive
-            assert keepalive is not None
-            assert keepalive.sent > 0, "no keepalive went out while the loop was blocked"
+            await controller.wait_for(lambda: controller.leader(NAME) == 1, 60, "a leader")
+            yield controller, running
         finally:
             await asyncio.to_thread(running.stop)
+
+
+async def test_a_broker_whose_event_loop_is_blocked_is_not_fenced(tmp_path: Path) -> None:
+    async with one_broker(tmp_path) as (controller, running):
+        epoch = controller.core.liveness.sessions[1].broker_epoch
+        led = controller.status(NAME)
+        assert led is not None
+
+        ended = running.block(BLOCKED_S)
+        await asyncio.to_thread(ended.wait)
+        # The loop sends its next heartbeat with reports: the session goes on.
+        seen = controller.heartbeats.get(1, 0)
+        await controller.wait_for(
+            lambda: controller.heartbeats.get(1, 0) > seen + 2, 60, "heartbeats after"
+        )
+
+        session = controller.core.liveness.sessions[1]
+        assert session.broker_epoch == epoch
+        assert not session.expired, "the controller fenced a live broker"
+        assert controller.core.liveness.state(1, wall_ms()) is BrokerState.LIVE
+        assert running.broker.restarts == 0
+        after = controller.status(NAME)
+        assert after is not None
+        assert (after.leader, after.leader_epoch) == (led.leader, led.leader_epoch)
+        keepalive = running.broker._keepalive
+        assert keepalive is not None
+        assert keepalive.sent > 0, "no keepalive went out while the loop was blocked"
 
 
 async def test_a_fenced_answer_to_a_keepalive_of_an_earlier_epoch_restarts_nothing(
@@ -139,63 +147,47 @@ async def test_a_fenced_answer_to_a_keepalive_of_an_earlier_epoch_restarts_nothi
     once, however many answers say so; a core the loop has restarted since (a newer
     brokerEpoch, registered anew) does not: restarting it would drop a new registration
     for an old one's answer."""
-    name = "k-0"
-    async with Controller(
-        [spec("k", 0, replicas=(1,), min_insync_replicas=1)], session_timeout_ms=SESSION_MS
-    ) as controller:
-        (port,) = free_ports(1)
-        config = BrokerConfig(
-            broker_id=1,
-            data_dir=str(tmp_path / "broker-1"),
-            controller_url=controller.url,
-            port=port,
-            heartbeat_interval_ms=100,
-        )
-        running = await asyncio.to_thread(BrokerThread(config).start)
+    async with one_broker(tmp_path) as (controller, running):
         broker = running.broker
-        try:
-            await controller.wait_for(lambda: controller.leader(name) == 1, 60, "a leader")
-            core = broker.core
-            assert core is not None
-            epoch = core.broker_epoch
-            # What the keepalive thread hands the loop for an answer to an older epoch.
-            running.loop.call_soon_threadsafe(broker._fenced_by_keepalive, epoch - 1)
-            # Then two for the current epoch (the heartbeat loop and the keepalive thread
-            # both hear it) while a group commit holds the disk, so that both wait for the
-            # core's locks: the core restarts once, not a second time on top of the first.
-            held: list[asyncio.Task[None]] = []
+        core = broker.core
+        assert core is not None
+        epoch = core.broker_epoch
+        # What the keepalive thread hands the loop for an answer to an older epoch.
+        running.loop.call_soon_threadsafe(broker._fenced_by_keepalive, epoch - 1)
+        # Then two for the current epoch (the heartbeat loop and the keepalive thread
+        # both hear it) while a group commit holds the disk, so that both wait for the
+        # core's locks: the core restarts once, not a second time on top of the first.
+        held: list[asyncio.Task[None]] = []
 
-            async def group_commit() -> None:
-                async with broker._disk:
-                    await asyncio.sleep(0.1)
+        async def group_commit() -> None:
+            async with broker._disk:
+                await asyncio.sleep(0.1)
 
-            def both() -> None:
-                held.append(asyncio.ensure_future(group_commit()))
-                broker._fenced_by_keepalive(epoch)
-                broker._fenced_by_keepalive(epoch)
+        def both() -> None:
+            held.append(asyncio.ensure_future(group_commit()))
+            broker._fenced_by_keepalive(epoch)
+            broker._fenced_by_keepalive(epoch)
 
-            running.loop.call_soon_threadsafe(both)
-            await controller.wait_for(
-                lambda: broker.restarts > 0 and broker.core is not None, 60, "a restart"
-            )
-            restarted = broker.core
-            assert restarted is not None
-            assert restarted.broker_epoch > epoch
-            await controller.wait_for(
-                lambda: controller.core.liveness.sessions[1].broker_epoch == restarted.broker_epoch,
-                60,
-                "the new brokerEpoch registered",
-            )
-            # The answer to the old epoch's keepalive arrives late: nothing restarts.
-            running.loop.call_soon_threadsafe(broker._fenced_by_keepalive, epoch)
-            seen = controller.heartbeats.get(1, 0)
-            await controller.wait_for(
-                lambda: controller.heartbeats.get(1, 0) > seen + 2, 60, "heartbeats after"
-            )
-            assert broker.restarts == 1
-            assert broker.core is restarted
-        finally:
-            await asyncio.to_thread(running.stop)
+        running.loop.call_soon_threadsafe(both)
+        await controller.wait_for(
+            lambda: broker.restarts > 0 and broker.core is not None, 60, "a restart"
+        )
+        restarted = broker.core
+        assert restarted is not None
+        assert restarted.broker_epoch > epoch
+        await controller.wait_for(
+            lambda: controller.core.liveness.sessions[1].broker_epoch == restarted.broker_epoch,
+            60,
+            "the new brokerEpoch registered",
+        )
+        # The answer to the old epoch's keepalive arrives late: nothing restarts.
+        running.loop.call_soon_threadsafe(broker._fenced_by_keepalive, epoch)
+        seen = controller.heartbeats.get(1, 0)
+        await controller.wait_for(
+            lambda: controller.heartbeats.get(1, 0) > seen + 2, 60, "heartbeats after"
+        )
+        assert broker.restarts == 1
+        assert broker.core is restarted
 
 
 async def test_a_restart_does_not_wait_for_a_fetch_whose_cancellation_was_lost(
@@ -206,60 +198,44 @@ async def test_a_restart_does_not_wait_for_a_fetch_whose_cancellation_was_lost(
     apply its outcome, which takes the disk lock the restart holds: a restart that waited
     for it under that lock waited for good (the broker served with no core). It no longer
     waits; the fetch finds another core under the lock and drops its outcome."""
-    name = "k-0"
-    async with Controller(
-        [spec("k", 0, replicas=(1,), min_insync_replicas=1)], session_timeout_ms=SESSION_MS
-    ) as controller:
-        (port,) = free_ports(1)
-        config = BrokerConfig(
-            broker_id=1,
-            data_dir=str(tmp_path / "broker-1"),
-            controller_url=controller.url,
-            port=port,
-            heartbeat_interval_ms=100,
-        )
-        running = await asyncio.to_thread(BrokerThread(config).start)
+    async with one_broker(tmp_path) as (controller, running):
         broker = running.broker
-        try:
-            await controller.wait_for(lambda: controller.leader(name) == 1, 60, "a leader")
-            core = broker.core
-            fetchers = broker._fetchers
-            assert core is not None
-            assert fetchers is not None
-            epoch = core.broker_epoch
-            applied: list[bool] = []
-            dropped = SessionFetchRequest(1, epoch, 0, 0, ())
+        core = broker.core
+        fetchers = broker._fetchers
+        assert core is not None
+        assert fetchers is not None
+        epoch = core.broker_epoch
+        applied: list[bool] = []
+        dropped = SessionFetchRequest(1, epoch, 0, 0, ())
 
-            async def fetch_losing_its_cancellation() -> None:
-                # What the HTTP client made of the cancellation: the request goes on.
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.sleep(3600)
-                await broker._apply_session_answer(
-                    core, 2, SessionOutcome(dropped, None, None, "timed out")
-                )
-                applied.append(True)
-
-            def start_fetch_then_fence() -> None:
-                task = asyncio.ensure_future(fetch_losing_its_cancellation())
-                fetchers._tasks.add(task)
-                task.add_done_callback(fetchers._tasks.discard)
-                broker._fenced_by_keepalive(epoch)
-
-            running.loop.call_soon_threadsafe(start_fetch_then_fence)
-            await controller.wait_for(
-                lambda: broker.core is not None and broker.core is not core,
-                60,
-                "the core restarted with a fetch in flight",
+        async def fetch_losing_its_cancellation() -> None:
+            # What the HTTP client made of the cancellation: the request goes on.
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(3600)
+            await broker._apply_session_answer(
+                core, 2, SessionOutcome(dropped, None, None, "timed out")
             )
-            restarted = broker.core
-            assert restarted is not None
-            await controller.wait_for(
-                lambda: controller.core.liveness.sessions[1].broker_epoch == restarted.broker_epoch,
-                60,
-                "the new brokerEpoch registered",
-            )
-            await controller.wait_for(lambda: bool(applied), 60, "the lost fetch to end")
-            assert broker.restarts == 1
-            assert broker.failed is None
-        finally:
-            await asyncio.to_thread(running.stop)
+            applied.append(True)
+
+        def start_fetch_then_fence() -> None:
+            task = asyncio.ensure_future(fetch_losing_its_cancellation())
+            fetchers._tasks.add(task)
+            task.add_done_callback(fetchers._tasks.discard)
+            broker._fenced_by_keepalive(epoch)
+
+        running.loop.call_soon_threadsafe(start_fetch_then_fence)
+        await controller.wait_for(
+            lambda: broker.core is not None and broker.core is not core,
+            60,
+            "the core restarted with a fetch in flight",
+        )
+        restarted = broker.core
+        assert restarted is not None
+        await controller.wait_for(
+            lambda: controller.core.liveness.sessions[1].broker_epoch == restarted.broker_epoch,
+            60,
+            "the new brokerEpoch registered",
+        )
+        await controller.wait_for(lambda: bool(applied), 60, "the lost fetch to end")
+        assert broker.restarts == 1
+        assert broker.failed is None
