@@ -17,10 +17,14 @@ The measurements mirror `benchmarks.failover_bench` and `benchmarks.scale_bench`
   nodes so that each leads a third; the time until every partition has a
   leader; once every ISR is full and nothing changed for a while, the CPU time of
   each node over a window without traffic (/proc/PID/stat, no client connected);
-  one acks=all record to each partition; then a SIGKILL of a node that is not the
-  active controller, one record sent to each partition it led right after the
-  kill, and the times until each of those has a new leader in the metadata and
-  until every one of those records is acknowledged;
+  one acks=all record to each partition; a load of `load_rate` acks=all records
+  a second round robin over every partition for `load_s`, sent on a fixed
+  schedule whatever the answers (as `benchmarks.scale_load.TimedLoad`), each
+  record's latency taken from when it was due, and the nodes' CPU over the load;
+  then a SIGKILL of a node that is not the active controller, one record sent
+  to each partition it led right after the kill, and the times until each of
+  those has a new leader in the metadata and until every one of those records is
+  acknowledged;
 - both end by reading every partition back with a Consumer and checking each
   acknowledged record with `epochlog.devcluster.local_workload.verify`, the check
   the epochlog benchmarks use.
@@ -60,6 +64,8 @@ from benchmarks.scale_report import say
 from epochlog.devcluster.local_workload import Verdict, WorkloadAck, verify
 
 MiB = 1 << 20
+PROGRESS_S = 5.0
+"""How often the load reports its progress on stderr."""
 POLL_S = 0.1
 """How often the metadata is asked while waiting for leaders."""
 RETRY_BACKOFF_MS = (20, 200)
@@ -489,6 +495,9 @@ class ManyResult:
     leaders_s: float | None = None
     first_write_s: float | None = None
     median_first_write_s: float | None = None
+    load_cpu_pct: dict[int, float] = field(default_factory=dict)
+    p50_ms: float | None = None
+    p99_ms: float | None = None
     verdict: Verdict | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -534,6 +543,39 @@ def _create_and_settle(
     return led_s
 
 
+def timed_load(
+    writer: KafkaWriter, partitions: Sequence[int], rate: float, seconds: float, prefix: str
+) -> tuple[int, list[float]]:
+    """`rate` records a second round robin over `partitions` for `seconds`, each sent when
+    due whatever came back (a record that could not be sent on time is sent late, its
+    latency counting from when it was due), then until each is acknowledged or failed:
+    how many were sent, and the latency of each acknowledged one in seconds."""
+    due: dict[str, float] = {}
+    reported = len(writer.acks) + len(writer.failed)
+    start = time.monotonic()
+    sent = 0
+    while True:
+        at = start + sent / rate
+        if at - start >= seconds:
+            break
+        delay = at - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        value = f"{prefix}-{sent}"
+        due[value] = at
+        writer.send(partitions[sent % len(partitions)], value)
+        sent += 1
+        if sent % int(max(rate * PROGRESS_S, 1)) == 0:
+            say(f"Kafka:   ... {sent} sent, {len(writer.acks)} acknowledged in all")
+    # librdkafka's delivery timeout (300 s by default) bounds how long a report takes.
+    writer.wait_reports(reported + sent, 330.0)
+    return sent, [a.at - due[a.value] for a in writer.acks if a.value in due]
+
+
+def _percentile(ordered: Sequence[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 def many_partitions(
     cluster: KafkaCluster,
     count: int,
@@ -542,6 +584,8 @@ def many_partitions(
     quiet_s: float = 2.0,
     wait_s: float = 300.0,
     topic: str = "scale",
+    load_rate: float = 0.0,
+    load_s: float = 0.0,
 ) -> ManyResult:
     """See the module docstring: settled means every ISR full, no leader or ISR changed for
     `quiet_s` (as `benchmarks.scale_bench` waits for two status refreshes), then
@@ -577,6 +621,24 @@ def many_partitions(
             f"{time.monotonic() - t:.1f} s"
         )
         all_acks.extend(writer.acks)
+        if load_rate > 0 and load_s > 0:
+            say(f"Kafka: load: {load_rate:g} records/s over {count} partitions for {load_s:g} s")
+            cpu0 = {n: cpu_seconds(pid) for n, pid in pids.items()}
+            t0 = time.monotonic()
+            acked = len(writer.acks)
+            sent, latencies = timed_load(writer, range(count), load_rate, load_s, f"l{count}")
+            wall = time.monotonic() - t0
+            cpu1 = {n: cpu_seconds(pid) for n, pid in pids.items()}
+            row.load_cpu_pct = {n: 100 * (cpu1[n] - cpu0[n]) / wall for n in NODES}
+            all_acks.extend(writer.acks[acked:])
+            if latencies:
+                ordered = sorted(latencies)
+                row.p50_ms = 1000 * _percentile(ordered, 0.50)
+                row.p99_ms = 1000 * _percentile(ordered, 0.99)
+            row.notes.append(
+                f"load: {len(latencies)} of {sent} records acknowledged; CPU % of a core "
+                + ", ".join(f"node-{n} {pct:.0f}" for n, pct in sorted(row.load_cpu_pct.items()))
+            )
         warm = len(writer.acks) + len(writer.failed)
 
         state = partitions(admin, topic)

@@ -130,6 +130,9 @@ ROWS = (
     Row("failover_elected_s", "  kill -> new leader visible, median s", "s", 2),
     Row("many_leaders_s", "failover of a third: kill -> all new leaders, s", "s", 2),
     Row("many_first_writes_s", "  kill -> a write acknowledged on each, s", "s", 2),
+    Row("load_p50_ms", "load over many partitions: p50 from when due, ms", "ms", 1),
+    Row("load_p99_ms", "  p99 from when due, ms", "ms", 1),
+    Row("load_cpu_cluster_pct", "  CPU of the whole cluster, % of a core", "%", 0),
     Row("idle_cpu_broker_pct", "idle CPU per broker, % of a core (mean)", "%", 1),
     Row("idle_cpu_cluster_pct", "  idle CPU of the whole cluster, % of a core", "%", 1),
     Row("many_led_s", "partitions created -> every one led, s", "s", 1),
@@ -253,7 +256,9 @@ def epochlog_partitions(args: argparse.Namespace, work: Path, results: Results) 
             "--partitions",
             str(args.partitions),
             "--load-seconds",
-            "0",
+            str(args.load_seconds),
+            "--rate",
+            str(args.load_rate),
             "--idle-seconds",
             str(args.idle_seconds),
             "--settle-seconds",
@@ -268,6 +273,12 @@ def epochlog_partitions(args: argparse.Namespace, work: Path, results: Results) 
     figures["many_led_s"] = row.led_s
     figures["many_leaders_s"] = row.leaders_s
     figures["many_first_writes_s"] = row.first_write_s
+    figures["load_p50_ms"] = row.p50_ms
+    figures["load_p99_ms"] = row.p99_ms
+    figures["load_cpu_cluster_pct"] = row.load_cluster_cpu
+    results.notes.extend(
+        f"epochlog {args.partitions} partitions: {n}" for n in row.notes if n.startswith("load")
+    )
     brokers = [row.cpu_pct[f"broker-{b}"] for b in NODES if f"broker-{b}" in row.cpu_pct]
     if brokers:
         figures["idle_cpu_broker_pct"] = statistics.mean(brokers)
@@ -412,9 +423,18 @@ def kafka_failover(args: argparse.Namespace, lib: Path, work: Path, results: Res
 def kafka_partitions(args: argparse.Namespace, lib: Path, work: Path, results: Results) -> None:
     with KafkaStep(args, lib, work / "kafka-partitions") as cluster:
         row = kafka_workload.many_partitions(
-            cluster, args.partitions, args.idle_seconds, args.settle_seconds, quiet_s=QUIET_S
+            cluster,
+            args.partitions,
+            args.idle_seconds,
+            args.settle_seconds,
+            quiet_s=QUIET_S,
+            load_rate=args.load_rate,
+            load_s=args.load_seconds,
         )
     figures = results.figures["kafka"]
+    figures["load_p50_ms"] = row.p50_ms
+    figures["load_p99_ms"] = row.p99_ms
+    figures["load_cpu_cluster_pct"] = sum(row.load_cpu_pct.values()) if row.load_cpu_pct else None
     figures["many_led_s"] = row.led_s
     figures["many_leaders_s"] = row.leaders_s
     figures["many_first_writes_s"] = row.first_write_s
@@ -484,7 +504,8 @@ def describe_settings(args: argparse.Namespace, results: Results) -> None:
         f"failover: epochlog's client, idempotent, acks=all, linger 2 ms, retry backoff "
         f"{failover_bench.RETRY_BACKOFF_MS[0]}..{failover_bench.RETRY_BACKOFF_MS[1]} ms; "
         "many partitions: Partitions applied with kubectl, the warm-up record 8 partitions at "
-        "a time",
+        "a time; the load from `benchmarks.scale_load.TimedLoad` (epochlog's client, "
+        "idempotent, acks=all, linger 0)",
     ]
     ks = kafka_settings(args.kafka_heap, args.kafka_version)
     results.settings["kafka"][:0] = [
@@ -501,7 +522,8 @@ def describe_settings(args: argparse.Namespace, results: Results) -> None:
         f"many-partition writes), retry.backoff.ms {kafka_workload.RETRY_BACKOFF_MS[0]}, "
         f"retry.backoff.max.ms {kafka_workload.RETRY_BACKOFF_MS[1]}; the node killed is "
         "not the active controller (leadership moved back to it by a preferred election "
-        "before each single-partition run)",
+        "before each single-partition run); the load from `kafka_workload.timed_load` on the "
+        "same schedule, linger 0",
     ]
 
 
@@ -511,7 +533,7 @@ LEGEND = (
     "new leader visible: epochlog in the Partition's status (the API's watch), Kafka in the "
     "metadata a live broker answers (asked every 0.1 s)",
     "whole cluster: epochlog's brokers, operator and API emulator; Kafka's three nodes, each "
-    "broker and controller",
+    "broker and controller (the load generator on neither side)",
 )
 
 
@@ -526,7 +548,9 @@ def report(args: argparse.Namespace, results: Results) -> None:
         f"one partition, RF 3, acks=all, minInsyncReplicas 2, fsync per batch; failovers: "
         f"{args.failover_runs} runs at {args.rate:g} records/s after {args.steady_seconds:g} s "
         f"of steady writes; many partitions: {args.partitions}, idle window "
-        f"{args.idle_seconds:g} s after {args.settle_seconds:g} s settled"
+        f"{args.idle_seconds:g} s after {args.settle_seconds:g} s settled, then a load of "
+        f"{args.load_rate:g} acks=all records/s round robin over them for "
+        f"{args.load_seconds:g} s (each record sent when due, its latency from then)"
     )
     for system, title in (("epochlog", "epochlog"), ("kafka", "Kafka")):
         print(f"{title}:")
@@ -640,6 +664,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=200.0, help="records/s of the failover runs")
     parser.add_argument("--steady-seconds", type=float, default=2.0, help="before each kill")
     parser.add_argument("--idle-seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--load-rate",
+        type=float,
+        default=1000.0,
+        help="records/s of the load over the many partitions (issue goal: 1,000)",
+    )
+    parser.add_argument(
+        "--load-seconds", type=float, default=30.0, help="of that load (0: no load)"
+    )
     parser.add_argument(
         "--settle-seconds",
         type=float,
