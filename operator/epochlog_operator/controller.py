@@ -314,16 +314,30 @@ class ControllerCore:
         return min(max(since.get(m, floor), floor) for m in behind) + replica_lag_time_max_ms + 1
 
     def next_look_ms(
-        self, name: str, partition: PartitionInput, decision: Decision, now_ms: int, refresh_ms: int
+        self,
+        name: str,
+        partition: PartitionInput,
+        decision: Decision,
+        now_ms: int,
+        refresh_ms: int,
+        *,
+        refresh_pending: bool = False,
     ) -> int | None:
         """After `decision`, when a reconciler decides `name` again if nothing changes:
         None on news only; 0 every pass (a write goes out, or a leader is awaited); else
-        at its wake time (`wake_ms`) or its next status refresh, whichever comes first."""
+        at its wake time (`wake_ms`) or its next status refresh, whichever comes first.
+        `refresh_pending`: a refresh of `name` already waits to be written (for a write
+        budget), and is decided again when it is; until then only the wake time counts.
+        Looking at it every refresh interval meanwhile would decide every Partition
+        under writes once a refresh interval whatever the budget lets out: at 10,000
+        that kept a controller busy for good."""
         if decision.material:
             return 0
         status = decision.status or partition.status
         wake = self.wake_ms(name, status, partition.spec.replica_lag_time_max_ms)
-        return None if wake is None else min(wake, now_ms + refresh_ms)
+        if wake is None or refresh_pending:
+            return wake
+        return min(wake, now_ms + refresh_ms)
 
     def _answers_for(
         self,

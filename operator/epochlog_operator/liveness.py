@@ -30,6 +30,10 @@ Rules:
   brokers' silence, so a stall of the controller fences nobody. A broker that
   died meanwhile is fenced one session timeout of running time after its last
   heartbeat, as if the stall had not happened.
+- A controller that ran but came round late, busy, cannot tell either: `late`
+  does not count that time as the brokers' silence either, but only up to
+  `LATE_SILENCE_LIMIT` session timeouts after a broker was last heard, so a
+  controller that is late on every pass still fences a dead broker.
 """
 
 from __future__ import annotations
@@ -45,6 +49,10 @@ DEFAULT_HEARTBEAT_INTERVAL_MS: Final = 500
 RECENTLY_HEARD_INTERVALS: Final = 2
 """A broker heard from within this many heartbeat intervals is recently heard: one late or
 lost heartbeat is tolerated, a dead broker is told apart well before its session expires."""
+LATE_SILENCE_LIMIT: Final = 3
+"""Session timeouts a broker may go unheard while the controller's loop comes round late
+because it is busy (`Liveness.late`): a dead broker is fenced at the latest this long
+after its last heartbeat, however busy the controller."""
 STALL_CHECK_INTERVAL_MS: Final = 100
 """How often a running controller notes that it runs (`stall_threshold_ms`)."""
 
@@ -89,11 +97,16 @@ class HeartbeatResult:
 class BrokerSession:
     broker_epoch: int
     last_heartbeat_ms: int
+    """Silence is counted from here: the latest heartbeat, or later after a stall or a
+    late loop of the controller (`paused`, `late`)."""
     expired: bool = False
     shutting_down: bool = False
     """The broker asked for a controlled shutdown in this brokerEpoch."""
     rack: str | None = None
     """Its rack (zone), as it last reported one: replica assignment spreads over racks."""
+    heard_ms: int | None = None
+    """When its latest heartbeat came (None: as `last_heartbeat_ms`): `late` bounds the
+    silence it forgives by it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +158,9 @@ class Liveness:
     ) -> tuple[Liveness, HeartbeatResult]:
         known = self.sessions.get(broker_id)
         if known is None:
-            session = BrokerSession(broker_epoch, now_ms, shutting_down=shutting_down, rack=rack)
+            session = BrokerSession(
+                broker_epoch, now_ms, shutting_down=shutting_down, rack=rack, heard_ms=now_ms
+            )
             return self._with(broker_id, session), HeartbeatResult(
                 HeartbeatOutcome.REGISTERED, None
             )
@@ -153,7 +168,9 @@ class Liveness:
         if broker_epoch < previous:
             return self, HeartbeatResult(HeartbeatOutcome.STALE, previous)
         if broker_epoch > previous:
-            session = BrokerSession(broker_epoch, now_ms, shutting_down=shutting_down, rack=rack)
+            session = BrokerSession(
+                broker_epoch, now_ms, shutting_down=shutting_down, rack=rack, heard_ms=now_ms
+            )
             return self._with(broker_id, session), HeartbeatResult(
                 HeartbeatOutcome.RESTARTED, previous
             )
@@ -169,6 +186,7 @@ class Liveness:
             last_heartbeat_ms=last,
             shutting_down=known.shutting_down or shutting_down,
             rack=rack if rack is not None else known.rack,
+            heard_ms=max(known.heard_ms or 0, now_ms),
         )
         return self._with(broker_id, session), HeartbeatResult(HeartbeatOutcome.RENEWED, previous)
 
@@ -193,6 +211,25 @@ class Liveness:
         }
         started = self.started_ms + gap if self.in_grace(since_ms) else self.started_ms
         return replace(self, started_ms=started, sessions=sessions, resumed_ms=now_ms)
+
+    def late(self, since_ms: int, now_ms: int) -> Liveness:
+        """The controller ran but came round late, busy from `since_ms` to `now_ms`: the
+        brokers' heartbeats of that time may still wait in its socket, so their silence
+        then is not counted, as after a stall, but only up to `LATE_SILENCE_LIMIT`
+        session timeouts after each broker was last heard. A controller late on every
+        pass would otherwise forgive a dead broker for good (`paused` forgives all)."""
+        if now_ms - since_ms <= 0:
+            return self
+        limit = LATE_SILENCE_LIMIT * self.session_timeout_ms
+        sessions = {}
+        for b, s in self.sessions.items():
+            if s.expired or s.last_heartbeat_ms > since_ms or self._silent_too_long(s, since_ms):
+                sessions[b] = s
+                continue
+            heard = s.heard_ms if s.heard_ms is not None else s.last_heartbeat_ms
+            shifted = min(now_ms, heard + limit - self.session_timeout_ms)
+            sessions[b] = replace(s, last_heartbeat_ms=max(s.last_heartbeat_ms, shifted))
+        return replace(self, sessions=sessions)
 
     def in_grace(self, now_ms: int) -> bool:
         return now_ms - self.started_ms <= self.session_timeout_ms

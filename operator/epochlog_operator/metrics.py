@@ -75,6 +75,13 @@ class Metrics:
             "Times this process did not run for longer than a third of the broker session "
             "timeout (stopped, starved or throttled); brokers' silence then is not counted.",
         )
+        self.busy_loops = self._family(
+            "epochlog_operator_busy_loops_total",
+            "counter",
+            "Times this process's event loop came round later than a third of the broker "
+            "session timeout because it was busy running; brokers' silence then is not "
+            "counted until three session timeouts after each was last heard.",
+        )
         self.offline = self._family(
             "epochlog_operator_partitions_offline_total",
             "counter",

@@ -95,6 +95,7 @@ from epochlog_operator.kube import (
     TooManyRequestsError,
 )
 from epochlog_operator.liveness import (
+    LATE_SILENCE_LIMIT,
     STALL_CHECK_INTERVAL_MS,
     HeartbeatOutcome,
     stall_threshold_ms,
@@ -267,14 +268,18 @@ class Reconciler:
         *,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        cpu: Callable[[], float] = time.thread_time,
     ) -> None:
         self.settings = settings
         self.kube = kube
         self.metrics = metrics
         self._clock = clock
         self._monotonic = monotonic
-        self._running_at: float | None = None
-        """When this process last noted that it runs (monotonic s): `observe_clock`."""
+        self._cpu = cpu
+        """CPU time of the thread the event loop runs on (s): what it spent running."""
+        self._running_at: tuple[float, float] | None = None
+        """When this process last noted that it runs (monotonic s), and the event loop's
+        CPU time then: `observe_clock`."""
         self.core: ControllerCore | None = None
         self.entries: dict[str, Entry] = {}
         self.inputs: dict[str, PartitionInput] = {}
@@ -353,21 +358,43 @@ class Reconciler:
         throttled longer than `stall_threshold_ms`), brokers' silence during it is not
         counted (`Liveness.paused`): their heartbeats were waiting for this process, and
         fencing them all at once would be an outage of this process's making. Called before
-        anything that judges liveness, and every `STALL_CHECK_INTERVAL_MS` while idle."""
-        mono = self._monotonic()
-        seen, self._running_at = self._running_at, mono
+        anything that judges liveness, and every `STALL_CHECK_INTERVAL_MS` while idle.
+
+        A stall is time the event loop did not run: the time since the last look less
+        the CPU time its thread spent meanwhile. A loop that was late because it was busy
+        ran all along: brokers' heartbeats may wait in its socket all the same, so their
+        silence then is not counted either, but only for a while after each was last
+        heard (`Liveness.late`). Taken for a stall, a controller busy for good (as one at
+        10,000 Partitions under writes was) forgave every silence and never fenced a dead
+        broker."""
+        mono, cpu = self._monotonic(), self._cpu()
+        seen, self._running_at = self._running_at, (mono, cpu)
         core = self.core
         if core is None or seen is None:
             return
-        gap_ms = int((mono - seen) * 1000)
-        if gap_ms <= stall_threshold_ms(core.liveness.session_timeout_ms):
+        gap_ms = int((mono - seen[0]) * 1000)
+        threshold = stall_threshold_ms(core.liveness.session_timeout_ms)
+        if gap_ms <= threshold:
             return
+        stalled_ms = gap_ms - max(0, int((cpu - seen[1]) * 1000))
         now = self._wall_ms()
-        core.liveness = core.liveness.paused(now - gap_ms, now)
+        if stalled_ms <= threshold:
+            core.liveness = core.liveness.late(now - gap_ms, now)
+            self.metrics.busy_loops.inc()
+            log.warning(
+                "operator loop late",
+                lateMs=gap_ms,
+                ranMs=gap_ms - stalled_ms,
+                why="it was busy: brokers' silence meanwhile counts only "
+                f"{LATE_SILENCE_LIMIT} session timeouts after each was last heard",
+            )
+            return
+        core.liveness = core.liveness.paused(now - stalled_ms, now)
         self.metrics.stalls.inc()
         log.warning(
             "operator stalled",
-            stalledMs=gap_ms,
+            stalledMs=stalled_ms,
+            lateMs=gap_ms,
             sessionTimeoutMs=core.liveness.session_timeout_ms,
             brokers=sorted(core.liveness.sessions),
             why="brokers' silence while this process did not run is not counted against them",
@@ -727,7 +754,7 @@ class Reconciler:
         # assignments decided but not yet written, or Partitions created together
         # would all be placed from the same picture of the load.
         others = ChainMap(self._planned, self.inputs)
-        refresh = self.settings.status_refresh_interval_ms / 1000
+        refresh_s = self.settings.status_refresh_interval_ms / 1000
         writes: list[tuple[WriteKind, Entry, Decision]] = []
         for name in names:
             entry = self.entries.get(name)
@@ -740,7 +767,16 @@ class Reconciler:
             assigning = _needs_assignment(p)
             decision = core.decide(name, p, now, others if assigning else None)
             self.metrics.decisions.inc(cause=_cause(name, full, news, woken, moved, audited))
-            at = core.next_look_ms(name, p, decision, now, self.settings.status_refresh_interval_ms)
+            refresh_only = decision.status is not None and not decision.material
+            at = core.next_look_ms(
+                name,
+                p,
+                decision,
+                now,
+                self.settings.status_refresh_interval_ms,
+                # Queued below or at `_refresh_at`, or waiting for the write budget.
+                refresh_pending=refresh_only or name in self._refresh_queued,
+            )
             if at is None:
                 self.watched.pop(name, None)
             else:
@@ -749,11 +785,11 @@ class Reconciler:
                 self._refresh_at.pop(name, None)
                 continue
             if not decision.material:
-                if mono - entry.last_write >= refresh:
+                if mono - entry.last_write >= refresh_s:
                     self._refresh_at.pop(name, None)
                     self._queue_refresh(entry)
                 else:
-                    self._refresh_at[name] = entry.last_write + refresh
+                    self._refresh_at[name] = entry.last_write + refresh_s
                 continue
             self._refresh_at.pop(name, None)
             if assigning:

@@ -131,6 +131,8 @@ def test_the_next_look_is_the_wake_time_or_the_refresh_whichever_comes_first() -
     wake = 17_000 + LAG_MAX + 1
     assert core.next_look_ms("orders-0", p, decision, 20_000, 2_000) == 22_000
     assert core.next_look_ms("orders-0", p, decision, 20_000, 60_000) == wake
+    # A refresh already waiting to be written is decided again when it is written.
+    assert core.next_look_ms("orders-0", p, decision, 20_000, 2_000, refresh_pending=True) == wake
     core.on_heartbeat(leading(2, 20_500, (caught_up(2), caught_up(3))), 20_500, {})
     quiet = core.decide("orders-0", p, 20_500)
     assert core.next_look_ms("orders-0", p, quiet, 20_500, 2_000) is None

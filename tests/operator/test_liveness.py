@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from epochlog_operator.isr import assess_isr
-from epochlog_operator.liveness import BrokerState, HeartbeatOutcome, Liveness
+from epochlog_operator.liveness import (
+    LATE_SILENCE_LIMIT,
+    BrokerState,
+    HeartbeatOutcome,
+    Liveness,
+)
 
 T = 3_000  # brokerSessionTimeoutMs
 
@@ -174,6 +179,27 @@ def test_a_stall_neither_revives_a_fenced_broker_nor_moves_a_later_heartbeat() -
     # Broker 2's heartbeat came after the stall began (9_000 > 8_500): it stays where it was.
     assert live.sessions[2].last_heartbeat_ms == 9_000
     assert live.paused(20_000, 20_000) is live
+
+
+def test_a_late_loop_forgives_silence_only_up_to_its_limit_after_the_last_heartbeat() -> None:
+    live = Liveness.start(0, T)
+    live, _ = beat(live, 1, 7, 4_000)
+    live, _ = beat(live, 2, 8, 4_400)
+    # Busy from 4_500 to 9_000: the heartbeats of that time wait in the socket.
+    live = live.late(4_500, 9_000)
+    assert live.view(9_000).live_brokers() == (1, 2)
+    live, outcome = beat(live, 2, 8, 9_050)
+    assert outcome is HeartbeatOutcome.RENEWED
+    # Busy again and again: broker 1 was last heard at 4_000, and is fenced at the latest
+    # LATE_SILENCE_LIMIT session timeouts after that, however late the loop keeps coming.
+    limit = 4_000 + LATE_SILENCE_LIMIT * T
+    for at in range(9_000, limit, 1_000):
+        live = live.late(at, at + 1_000)
+        live, _ = beat(live, 2, 8, at + 1_000)
+    assert live.state(1, limit) is BrokerState.LIVE
+    assert live.state(1, limit + 1) is BrokerState.FENCED
+    assert live.state(2, limit + 1) is BrokerState.LIVE
+    assert live.late(20_000, 20_000) is live
 
 
 def test_a_stall_during_the_grace_period_extends_it() -> None:

@@ -7,7 +7,7 @@ import kopf
 
 from epochlog_operator.controller import ControllerCore
 from epochlog_operator.kube import KubeClient
-from epochlog_operator.liveness import STALL_CHECK_INTERVAL_MS, BrokerState
+from epochlog_operator.liveness import LATE_SILENCE_LIMIT, STALL_CHECK_INTERVAL_MS, BrokerState
 from epochlog_operator.metrics import Metrics
 from epochlog_operator.reconciler import Reconciler
 from epochlog_operator.settings import OperatorSettings
@@ -25,10 +25,18 @@ class Clock:
         return self.s
 
 
-def _reconciler(clock: Clock) -> tuple[Reconciler, Metrics]:
+def _reconciler(clock: Clock, cpu: Clock | None = None) -> tuple[Reconciler, Metrics]:
+    """`cpu`: the event loop's CPU time; by default it does not run (a stopped process)."""
     kube = KubeClient(kopf.ConnectionInfo(server="http://127.0.0.1:1"))  # never opened
     metrics = Metrics()
-    reconciler = Reconciler(OperatorSettings(), kube, metrics, clock=clock, monotonic=clock)
+    reconciler = Reconciler(
+        OperatorSettings(),
+        kube,
+        metrics,
+        clock=clock,
+        monotonic=clock,
+        cpu=cpu if cpu is not None else Clock(),
+    )
     reconciler.core = ControllerCore.start(reconciler.now_ms(), SESSION_MS)
     return reconciler, metrics
 
@@ -67,3 +75,53 @@ def test_a_process_that_runs_fences_a_silent_broker_after_the_session_timeout() 
     clock.s += step
     assert _state(reconciler, 1) is BrokerState.FENCED
     assert "epochlog_operator_stalls_total 1" not in metrics.render({})
+
+
+def test_a_loop_late_because_it_was_busy_fences_nobody_at_once() -> None:
+    """One pass of 4 s on the CPU: the brokers' heartbeats waited in the socket."""
+    clock, cpu = Clock(), Clock()
+    reconciler, metrics = _reconciler(clock, cpu)
+    _beat(reconciler, 1)
+    clock.s += 4
+    cpu.s += 4
+    assert _state(reconciler, 1) is BrokerState.LIVE
+    text = metrics.render({})
+    assert "epochlog_operator_stalls_total 1" not in text
+    assert "epochlog_operator_busy_loops_total 1" in text
+
+
+def test_a_loop_late_on_every_pass_still_fences_a_dead_broker() -> None:
+    """Passes of 1.5 s on the CPU, one after the other (an operator busy for good, as one
+    at 10,000 Partitions under writes was): taken for stalls, each forgave the silence
+    since the last, and a dead broker was never fenced. It is fenced at the latest
+    `LATE_SILENCE_LIMIT` session timeouts after it was last heard."""
+    clock, cpu = Clock(), Clock()
+    reconciler, _ = _reconciler(clock, cpu)
+    _beat(reconciler, 1)
+    heard = clock.s
+    while _state(reconciler, 1) is BrokerState.LIVE:
+        assert clock.s - heard <= LATE_SILENCE_LIMIT * SESSION_MS / 1000, "never fenced"
+        clock.s += 1.5
+        cpu.s += 1.5
+        reconciler.observe_clock()
+    assert clock.s - heard > SESSION_MS / 1000
+
+
+def test_a_late_loop_that_mostly_did_not_run_is_a_stall() -> None:
+    """Starved for 8 s of a 10 s gap (a throttled pod that also had work): a stall, and a
+    silent broker is fenced one session timeout of running after it."""
+    clock, cpu = Clock(), Clock()
+    reconciler, metrics = _reconciler(clock, cpu)
+    _beat(reconciler, 1)
+    clock.s += 10
+    cpu.s += 2
+    assert _state(reconciler, 1) is BrokerState.LIVE
+    assert "epochlog_operator_stalls_total 1" in metrics.render({})
+    step = STALL_CHECK_INTERVAL_MS / 1000
+    for _ in range(int(SESSION_MS / 1000 / step)):
+        clock.s += step
+        cpu.s += step / 10
+        reconciler.observe_clock()
+    assert _state(reconciler, 1) is BrokerState.LIVE
+    clock.s += step
+    assert _state(reconciler, 1) is BrokerState.FENCED

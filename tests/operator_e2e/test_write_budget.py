@@ -267,3 +267,65 @@ async def test_offsets_that_move_wait_for_a_refresh_instead_of_a_decision_per_he
         )
         assert await metric("heartbeats_total") >= heartbeats + 20
         assert await metric("decisions_total") == decisions
+
+
+TRAILING = 30
+"""Partitions whose follower on broker 3 stops fetching."""
+REFRESH_MS = 500
+SLOW_BUDGET = ("--api-writes-per-second", "1", "--api-write-burst", "1")
+
+
+async def _decisions(op: Operator, session: aiohttp.ClientSession, cause: str) -> float:
+    _, text = await op.get(session, "/metrics")
+    prefix = f'epochlog_operator_decisions_total{{cause="{cause}"}} '
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return float(line[len(prefix) :])
+    return 0.0
+
+
+@pytest.mark.emulator_only  # a budget slower than the refreshes is the emulator's to answer
+async def test_a_refresh_waiting_for_the_budget_is_not_decided_again_every_refresh_interval(
+    env: Env,
+) -> None:
+    """Partitions whose follower trails change their status (lag) at every look, so each
+    wants a refresh; with a budget far below what they want, refreshes wait in line. Each
+    is decided again when its refresh is written, or when its lag can pass the limit, not
+    at every refresh interval meanwhile: at 10,000 Partitions under writes that was
+    thousands of decisions a second, and an operator busy for good."""
+    op = await env.operator(
+        "--standalone",
+        *SLOW_BUDGET,
+        "--status-refresh-interval-ms",
+        str(REFRESH_MS),
+    )
+    names = [f"trail-{i}" for i in range(TRAILING)]
+    async with env.cluster([1, 2, 3]) as cluster:
+        for name in names:
+            # The lag never reaches the limit within the test: no ISR shrinks.
+            await env.api.create(name, replicas=[1, 2, 3], replicaLagTimeMaxMs=600_000)
+        for name in names:
+            await env.watch.wait_for(
+                name, lambda s: ready(s) and len(s.isr) == 3, 30, "Ready with 3 in sync"
+            )
+        for name in names:
+            cluster.brokers[3].stall(name)
+
+        async def refreshes_wait() -> bool:
+            return (
+                await sample(op, env.session, "epochlog_operator_api_writes_waiting", "refresh") > 1
+            )
+
+        await waiting.until(refreshes_wait, "refreshes to wait for the budget", 30)
+        before = await _decisions(op, env.session, "wake")
+        written = await sample(op, env.session, "epochlog_operator_api_writes_total", "refresh")
+
+        async def refreshes_written() -> bool:
+            count = await sample(op, env.session, "epochlog_operator_api_writes_total", "refresh")
+            return count >= written + 4
+
+        # Four refreshes at one a second: eight refresh intervals, in which deciding each
+        # trailing Partition at every interval would be about eight decisions each.
+        await waiting.until(refreshes_written, "four refreshes written", 60)
+        woken = await _decisions(op, env.session, "wake") - before
+        assert woken < TRAILING, f"{woken:.0f} wake decisions of {TRAILING} trailing Partitions"
