@@ -389,7 +389,8 @@ class Reconciler:
                 f"{LATE_SILENCE_LIMIT} session timeouts after each was last heard",
             )
             return
-        core.liveness = core.liveness.paused(now - stalled_ms, now)
+        # Which part of the gap it ran in is not known: all of it is forgiven.
+        core.liveness = core.liveness.paused(now - gap_ms, now)
         self.metrics.stalls.inc()
         log.warning(
             "operator stalled",
