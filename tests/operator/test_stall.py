@@ -47,6 +47,29 @@ def _beat(reconciler: Reconciler, broker: int) -> None:
     core.liveness, _ = core.liveness.heartbeat(broker, 1, reconciler.now_ms())
 
 
+def _run_one_session_timeout(
+    reconciler: Reconciler, clock: Clock, cpu: Clock | None = None, share: float = 1.0
+) -> None:
+    """One session timeout of the clock watch looking every interval; the loop's thread
+    runs `share` of the time (not at all without `cpu`: the steps are below a stall)."""
+    step = STALL_CHECK_INTERVAL_MS / 1000
+    for _ in range(int(SESSION_MS / 1000 / step)):
+        clock.s += step
+        if cpu is not None:
+            cpu.s += step * share
+        reconciler.observe_clock()
+
+
+def _heard_then_late(late_s: float, ran: float) -> tuple[Reconciler, Metrics, Clock, Clock]:
+    """Broker 1 heard, then the loop comes round `late_s` later, having run `ran` s."""
+    clock, cpu = Clock(), Clock()
+    reconciler, metrics = _reconciler(clock, cpu)
+    _beat(reconciler, 1)
+    clock.s += late_s
+    cpu.s += ran
+    return reconciler, metrics, clock, cpu
+
+
 def _state(reconciler: Reconciler, broker: int) -> BrokerState:
     core = reconciler.core
     assert core is not None
@@ -67,23 +90,16 @@ def test_a_process_that_runs_fences_a_silent_broker_after_the_session_timeout() 
     clock = Clock()
     reconciler, metrics = _reconciler(clock)
     _beat(reconciler, 1)
-    step = STALL_CHECK_INTERVAL_MS / 1000
-    for _ in range(int(SESSION_MS / 1000 / step)):
-        clock.s += step
-        reconciler.observe_clock()  # the clock watch, every interval
+    _run_one_session_timeout(reconciler, clock)
     assert _state(reconciler, 1) is BrokerState.LIVE
-    clock.s += step
+    clock.s += STALL_CHECK_INTERVAL_MS / 1000
     assert _state(reconciler, 1) is BrokerState.FENCED
     assert "epochlog_operator_stalls_total 1" not in metrics.render({})
 
 
 def test_a_loop_late_because_it_was_busy_fences_nobody_at_once() -> None:
     """One pass of 4 s on the CPU: the brokers' heartbeats waited in the socket."""
-    clock, cpu = Clock(), Clock()
-    reconciler, metrics = _reconciler(clock, cpu)
-    _beat(reconciler, 1)
-    clock.s += 4
-    cpu.s += 4
+    reconciler, metrics, _, _ = _heard_then_late(4, ran=4)
     assert _state(reconciler, 1) is BrokerState.LIVE
     text = metrics.render({})
     assert "epochlog_operator_stalls_total 1" not in text
@@ -110,20 +126,12 @@ def test_a_loop_late_on_every_pass_still_fences_a_dead_broker() -> None:
 def test_a_late_loop_that_mostly_did_not_run_is_a_stall() -> None:
     """Starved for 8 s of a 10 s gap (a throttled pod that also had work): a stall, and a
     silent broker is fenced one session timeout of running after it."""
-    clock, cpu = Clock(), Clock()
-    reconciler, metrics = _reconciler(clock, cpu)
-    _beat(reconciler, 1)
-    clock.s += 10
-    cpu.s += 2
+    reconciler, metrics, clock, cpu = _heard_then_late(10, ran=2)
     assert _state(reconciler, 1) is BrokerState.LIVE
     assert "epochlog_operator_stalls_total 1" in metrics.render({})
-    step = STALL_CHECK_INTERVAL_MS / 1000
-    for _ in range(int(SESSION_MS / 1000 / step)):
-        clock.s += step
-        cpu.s += step / 10
-        reconciler.observe_clock()
+    _run_one_session_timeout(reconciler, clock, cpu, share=0.1)
     assert _state(reconciler, 1) is BrokerState.LIVE
-    clock.s += step
+    clock.s += STALL_CHECK_INTERVAL_MS / 1000
     assert _state(reconciler, 1) is BrokerState.FENCED
 
 

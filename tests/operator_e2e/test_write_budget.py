@@ -76,10 +76,12 @@ class Writes:
         return writes
 
 
-async def sample(op: Operator, session: aiohttp.ClientSession, name: str, kind: str) -> float:
-    """One sample of a metric with label kind=`kind` (0 when the operator has none yet)."""
+async def sample(
+    op: Operator, session: aiohttp.ClientSession, name: str, kind: str, label: str = "kind"
+) -> float:
+    """One sample of a metric with `label`=`kind` (0 when the operator has none yet)."""
     _, text = await op.get(session, "/metrics")
-    prefix = f'{name}{{kind="{kind}"}} '
+    prefix = f'{name}{{{label}="{kind}"}} '
     for line in text.splitlines():
         if line.startswith(prefix):
             return float(line[len(prefix) :])
@@ -276,12 +278,7 @@ SLOW_BUDGET = ("--api-writes-per-second", "1", "--api-write-burst", "1")
 
 
 async def _decisions(op: Operator, session: aiohttp.ClientSession, cause: str) -> float:
-    _, text = await op.get(session, "/metrics")
-    prefix = f'epochlog_operator_decisions_total{{cause="{cause}"}} '
-    for line in text.splitlines():
-        if line.startswith(prefix):
-            return float(line[len(prefix) :])
-    return 0.0
+    return await sample(op, session, "epochlog_operator_decisions_total", cause, label="cause")
 
 
 @pytest.mark.emulator_only  # a budget slower than the refreshes is the emulator's to answer
