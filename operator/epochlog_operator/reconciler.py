@@ -385,7 +385,7 @@ class Reconciler:
                 "operator loop late",
                 lateMs=gap_ms,
                 ranMs=gap_ms - stalled_ms,
-                why="it was busy: brokers' silence meanwhile counts only "
+                why="it was busy: brokers' silence meanwhile is forgiven only until "
                 f"{LATE_SILENCE_LIMIT} session timeouts after each was last heard",
             )
             return
