@@ -755,7 +755,7 @@ class Reconciler:
         # assignments decided but not yet written, or Partitions created together
         # would all be placed from the same picture of the load.
         others = ChainMap(self._planned, self.inputs)
-        refresh_s = self.settings.status_refresh_interval_ms / 1000
+        refresh = self.settings.status_refresh_interval_ms / 1000
         writes: list[tuple[WriteKind, Entry, Decision]] = []
         for name in names:
             entry = self.entries.get(name)
@@ -786,11 +786,11 @@ class Reconciler:
                 self._refresh_at.pop(name, None)
                 continue
             if not decision.material:
-                if mono - entry.last_write >= refresh_s:
+                if mono - entry.last_write >= refresh:
                     self._refresh_at.pop(name, None)
                     self._queue_refresh(entry)
                 else:
-                    self._refresh_at[name] = entry.last_write + refresh_s
+                    self._refresh_at[name] = entry.last_write + refresh
                 continue
             self._refresh_at.pop(name, None)
             if assigning:
