@@ -390,8 +390,9 @@ def _group_commits(before: dict[str, Scrape], after: dict[str, Scrape], wall: fl
 
 
 def _requests(before: dict[str, Scrape], after: dict[str, Scrape], wall: float) -> str:
-    """Each broker's requests per second: produce requests served, fetch session requests
-    served as a leader, and records acknowledged (per request, the batching)."""
+    """Each broker's requests per second: produce requests served (the records of each, and
+    its mean time from arrival to answer at the broker), fetch session requests served as a
+    leader."""
     out = []
     for b in BROKERS:
         a, z = before[f"broker-{b}"], after[f"broker-{b}"]
@@ -399,9 +400,12 @@ def _requests(before: dict[str, Scrape], after: dict[str, Scrape], wall: float) 
         records = _delta(z, a, "epochlog_produce_records_total") or 0.0
         served = _delta(z, a, "epochlog_fetch_session_requests_total", side="leader") or 0.0
         per = records / produced if produced else 0.0
+        count = _delta(z, a, "epochlog_produce_latency_seconds_count") or 0.0
+        spent = _delta(z, a, "epochlog_produce_latency_seconds_sum") or 0.0
+        held = 1000 * spent / count if count else 0.0
         out.append(
-            f"{produced / wall:.0f} partition produces ({per:.1f} records each), "
-            f"{served / wall:.0f} fetch"
+            f"{produced / wall:.0f} partition produces ({per:.1f} records each, "
+            f"{held:.1f} ms at the broker), {served / wall:.0f} fetch"
         )
     return "requests per s " + ", ".join(out) + " (b1, b2, b3)"
 
