@@ -74,7 +74,14 @@ from pathlib import Path
 import aiohttp
 
 from benchmarks.scale_load import TimedLoad, producer, read_all, write_each
-from benchmarks.scale_probes import PartitionWatch, Scrape, cpu_seconds, rss_bytes, scrape
+from benchmarks.scale_probes import (
+    PartitionWatch,
+    Scrape,
+    cpu_seconds,
+    rss_bytes,
+    runqueue_wait_seconds,
+    scrape,
+)
 from benchmarks.scale_report import BROKERS, Row, report, say, ticking
 from epochlog import collector
 from epochlog.client import Client, ClientError
@@ -463,9 +470,14 @@ async def load(
         say(f"load: {args.rate:g} records/s over {n} partitions for {args.load_seconds:g} s")
         pids = {**_pids(cluster), "load generator": os.getpid()}
         cpu0, t0 = _cpu(pids), time.monotonic()
+        waited0 = {name: runqueue_wait_seconds(pid) for name, pid in pids.items()}
         async with ticking(lambda: f"{timed.sent} sent, {len(timed.acks)} acknowledged"):
             await timed.run(args.load_seconds)
         cpu1, wall = _cpu(pids), time.monotonic() - t0
+        waited = {
+            name: 1000 * (runqueue_wait_seconds(pid) - waited0[name]) / wall
+            for name, pid in pids.items()
+        }
         acks.extend(timed.acks)
         used = {name: 100 * (cpu1[name] - cpu0[name]) / wall for name in pids}
         row.load_cluster_cpu = sum(v for k, v in used.items() if k != "load generator")
@@ -473,6 +485,11 @@ async def load(
             "load: CPU % of a core "
             + ", ".join(f"{name} {pct:.0f}" for name, pct in used.items())
             + f" (all {sum(used.values()):.0f} of {100 * (os.cpu_count() or 1)})"
+        )
+        # A saturated machine shows here: every hop of a record waits for a CPU.
+        row.notes.append(
+            "load: ms per s each main thread was ready and waited for a CPU "
+            + ", ".join(f"{name} {ms:.0f}" for name, ms in waited.items())
         )
     finally:
         await writer.close()

@@ -45,6 +45,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def runqueue_wait_seconds(pid: int) -> float:
+    """Time the process's main thread (a broker's or the operator's event loop) was ready to
+    run and waited for a CPU (schedstat); 0 once it is gone or where the kernel keeps none."""
+    try:
+        fields = Path(f"/proc/{pid}/schedstat").read_text().split()
+    except OSError:
+        return 0.0
+    return int(fields[1]) / 1e9 if len(fields) > 1 else 0.0
+
+
 def rss_bytes(pid: int) -> int | None:
     """VmRSS of the process; None once it is gone."""
     try:
