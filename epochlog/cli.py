@@ -319,6 +319,8 @@ def _cmd_broker(args: argparse.Namespace) -> int:
             tls_reload_interval_s=args.cert_reload_interval_ms / 1000,
             controlled_shutdown_timeout_s=max(0, args.controlled_shutdown_timeout_ms) / 1000,
             rack=args.rack or None,
+            kafka_port=None if args.kafka_port in (None, "") else int(args.kafka_port),
+            kafka_advertised_address=args.kafka_advertised_address or None,
             **_probe_listen(args.probe_listen),
         )
         if args.segment_bytes is not None:
@@ -698,6 +700,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=env("EPOCHLOG_PROBE_LISTEN"),
         metavar="HOST:PORT",
         help="also serve /healthz, /readyz, /metrics and /openapi.json (only those) here",
+    )
+    broker.add_argument(
+        "--kafka-port",
+        type=int,
+        default=env("EPOCHLOG_KAFKA_PORT"),
+        metavar="PORT",
+        help="also listen for the Kafka protocol on this port of the --listen host, with "
+        "the same TLS and principals (env EPOCHLOG_KAFKA_PORT; default: no Kafka listener)",
+    )
+    broker.add_argument(
+        "--kafka-advertised-address",
+        default=env("EPOCHLOG_KAFKA_ADVERTISED_ADDRESS"),
+        metavar="HOST:PORT",
+        help="where Kafka clients are told to reach this broker (default HOST:KAFKA_PORT)",
     )
     broker.add_argument(
         "--controller",

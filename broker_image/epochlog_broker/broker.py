@@ -198,6 +198,20 @@ class Broker:
         self.client_ssl = client_context(config.tls) if config.tls else None
         """TLS with this broker's certificate for requests to peers and the controller."""
 
+    @property
+    def peer_session(self) -> aiohttp.ClientSession:
+        """The pooled session to peers, with this broker's certificate (open once started)."""
+        if self._session is None:
+            raise RuntimeError("the broker has not started")
+        return self._session
+
+    def peer_addresses(self) -> dict[int, str]:
+        """Base URL of every other broker this one knows of: configured, or live by the
+        controller's last answer."""
+        cfg = self.config
+        ids = (set(cfg.peers) | set(cfg.learned_peers)) - {cfg.broker_id}
+        return {b: url for b in sorted(ids) if (url := cfg.peer_url(b)) is not None}
+
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -1044,6 +1058,7 @@ class Broker:
             broker_id=self.config.broker_id,
             broker_epoch=core.broker_epoch if core else None,
             address=self.config.address,
+            kafka_address=self.config.kafka_address,
             partitions=tuple(partitions),
         )
 

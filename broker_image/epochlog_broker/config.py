@@ -100,6 +100,12 @@ class BrokerConfig:
     """Largest record (key + value + headers) a producer may send (RECORD_TOO_LARGE)."""
     max_request_bytes: int = 16 * MiB
     """Largest request body the server reads (RECORD_TOO_LARGE above it)."""
+    kafka_port: int | None = None
+    """Also listen for the Kafka protocol on this port (same host, same TLS and
+    principals as the API listener); None: no Kafka listener."""
+    kafka_advertised_address: str | None = None
+    """host:port Kafka clients are told to reach this broker at (Metadata); default
+    <host or hostname>:<kafka_port>."""
     probe_host: str | None = None
     probe_port: int | None = None
     """Also serve GET /healthz, /readyz, /metrics and /openapi.json, and nothing else, on
@@ -125,6 +131,8 @@ class BrokerConfig:
             raise ValueError(f"broker id must be in [0, {INT32_MAX}], got {self.broker_id}")
         if not 0 <= self.port < 65536:
             raise ValueError(f"port {self.port} out of range")
+        if self.kafka_port is not None and not 0 <= self.kafka_port < 65536:
+            raise ValueError(f"Kafka port {self.kafka_port} out of range")
         if self.probe_port is not None and not 0 <= self.probe_port < 65536:
             raise ValueError(f"probe port {self.probe_port} out of range")
         if self.heartbeat_interval_ms <= 0:
@@ -150,6 +158,18 @@ class BrokerConfig:
         if host in ("", "0.0.0.0", "::"):
             host = socket.gethostname()
         return f"{self.scheme}://{host}:{self.port}"
+
+    @property
+    def kafka_address(self) -> str | None:
+        """host:port of the Kafka listener as clients reach it; None without one."""
+        if self.kafka_port is None:
+            return None
+        if self.kafka_advertised_address:
+            return self.kafka_advertised_address
+        host = self.host
+        if host in ("", "0.0.0.0", "::"):
+            host = socket.gethostname()
+        return f"{host}:{self.kafka_port}"
 
     @property
     def scheme(self) -> str:

@@ -22,6 +22,8 @@ not parse is logged and the policy in force stays.
 
 from __future__ import annotations
 
+from typing import Any
+
 import structlog
 from aiohttp import web
 
@@ -88,6 +90,17 @@ class Gate:
         raise AuthenticationFailedError(
             "no credentials: present a client certificate or a bearer token"
         )
+
+    def principal_of_transport(self, transport: Any) -> Principal:
+        """The principal of a connection that carries no HTTP headers (the Kafka
+        listener): its verified certificate, or `Anonymous` in plaintext."""
+        if self._peers is not None:
+            found = self._peers.of_transport(transport)
+            if found is not None:
+                return found
+        if self.tls is None:
+            return ANONYMOUS
+        raise AuthenticationFailedError("no credentials: present a client certificate")
 
     def allows(self, principal: Principal, operation: Operation, topic: str) -> bool:
         if self.policy is None:

@@ -214,6 +214,15 @@ class BrokerMetrics:
             "Partition reports sent in heartbeats (only changed ones between full reports)",
             registry=r,
         )
+        self.kafka_requests = Counter(
+            "epochlog_kafka_requests",
+            "Requests on the Kafka listener by API and outcome (answered, unsupported, malformed)",
+            ["api", "outcome"],
+            registry=r,
+        )
+        self.kafka_connections = Gauge(
+            "epochlog_kafka_connections", "Open connections on the Kafka listener", registry=r
+        )
         self.broker_epoch = Gauge("epochlog_broker_epoch", "Current brokerEpoch", registry=r)
         self.ready = Gauge("epochlog_broker_ready", "1 when /readyz answers ready", registry=r)
         r.register(PartitionCollector(core))

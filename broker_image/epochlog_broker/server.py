@@ -761,6 +761,12 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> int:
         )
     runners = [runner]
     sites = [site]
+    kafka = None
+    if config.kafka_port is not None:
+        # Imported here: kio's message classes load only where the listener runs.
+        from epochlog_broker.kafka.listener import KafkaListener
+
+        kafka = KafkaListener(broker, gate, tls, config.host, config.kafka_port)
     if config.probe_port is not None:
         probes = web.AppRunner(
             build_probe_app(broker), access_log=None, **config.http.runner_args()
@@ -773,6 +779,8 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> int:
     try:
         for s in sites:
             await s.start()
+        if kafka is not None:
+            await kafka.start()
     except OSError:
         for r in runners:
             await r.cleanup()
@@ -828,6 +836,8 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> int:
             await reloads
         for s in sites:
             await s.stop()
+        if kafka is not None:
+            await kafka.stop()
         await broker.shutdown()
         for r in runners:
             await r.cleanup()

@@ -69,6 +69,7 @@ from epochlog.devcluster.partitions import (
 from epochlog.harness import (
     APISERVER_READY_PATH,
     HEALTH_PATH,
+    LOOPBACK,
     PLAINTEXT,
     READY_PATH,
     ManagedProcess,
@@ -208,6 +209,8 @@ class ProcessInfo:
     """http://127.0.0.1:PORT of its health, readiness and metrics (None: `url` serves them)."""
     container: str | None = None
     """The podman container it runs in (`--images`); None for a process of this venv."""
+    kafka_address: str | None = None
+    """127.0.0.1:PORT of a broker's Kafka listener."""
     _process: ManagedProcess | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -395,6 +398,13 @@ class LocalCluster:
     def broker_url(self, broker_id: int) -> str:
         return self._process(f"broker-{broker_id}").url
 
+    @property
+    def kafka_bootstrap(self) -> list[str]:
+        """host:port of every broker's Kafka listener: a Kafka client's bootstrap.servers."""
+        brokers = [p for p in self._processes.values() if p.role == "broker"]
+        ordered = sorted(brokers, key=lambda p: p.broker_id or 0)
+        return [p.kafka_address for p in ordered if p.kafka_address]
+
     def probe_url(self, name: str) -> str:
         """Where process `name` serves /healthz, /readyz and /metrics without credentials."""
         p = self._process(name)
@@ -483,8 +493,9 @@ class LocalCluster:
         logs = self.state_dir / "logs"
         security = self.security
         scheme = security.scheme
-        api_port, op_port, op_probe, *ports = free_ports(3 + 2 * self.brokers)
-        broker_ports, probe_ports = ports[: self.brokers], ports[self.brokers :]
+        api_port, op_port, op_probe, *ports = free_ports(3 + 3 * self.brokers)
+        n = self.brokers
+        broker_ports, probe_ports, kafka_ports = ports[:n], ports[n : 2 * n], ports[2 * n :]
         plan = [
             ProcessInfo(
                 name="apiserver",
@@ -521,7 +532,9 @@ class LocalCluster:
                 ),
             ),
         ]
-        for b, (port, probe) in enumerate(zip(broker_ports, probe_ports, strict=True), start=1):
+        for b, (port, probe, kafka) in enumerate(
+            zip(broker_ports, probe_ports, kafka_ports, strict=True), start=1
+        ):
             data_dir = self.state_dir / "brokers" / str(b)
             argv = broker_argv(
                 b,
@@ -533,6 +546,7 @@ class LocalCluster:
                 security=security.broker_flags(b),
                 probe_port=probe,
                 controlled_shutdown_timeout_ms=s.handover_timeout_ms,
+                kafka_port=kafka,
                 extra=s.broker_args,
             )
             container = f"epochlog-dev-{self._digest}-broker-{b}" if self.images else None
@@ -545,6 +559,7 @@ class LocalCluster:
                     pid=0,
                     url=url(port, scheme),
                     probe_url=url(probe),
+                    kafka_address=f"{LOOPBACK}:{kafka}",
                     broker_id=b,
                     log=str(logs / f"broker-{b}.log"),
                     data_dir=str(data_dir),

@@ -94,9 +94,11 @@ def broker_argv(
     security: Iterable[str],
     probe_port: int | None = None,
     controlled_shutdown_timeout_ms: int | None = None,
+    kafka_port: int | None = None,
     extra: Iterable[str] = (),
 ) -> list[str]:
-    """`epochlog broker`: broker `broker_id` on loopback `port`, heartbeating to
+    """`epochlog broker`: broker `broker_id` on loopback `port` (and the Kafka protocol on
+    `kafka_port`), heartbeating to
     `controller_url`; `peers` (broker id -> URL) where it finds the others without asking
     the controller. `security`: its TLS flags or `--plaintext` (`Security`);
     `probe_port`: where it serves health and metrics without credentials."""
@@ -117,6 +119,7 @@ def broker_argv(
                 ("--checkpoint-interval-ms", checkpoint_interval_ms),
                 ("--probe-listen", None if probe_port is None else f"{LOOPBACK}:{probe_port}"),
                 ("--controlled-shutdown-timeout-ms", controlled_shutdown_timeout_ms),
+                ("--kafka-port", kafka_port),
             ]
         ),
         *security,

@@ -476,6 +476,8 @@ class PartitionsListing(WireModel):
     broker_epoch: NonNegInt64 | None = None
     address: str | None = None
     """The URL the broker advertises to its peers."""
+    kafka_address: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """host:port of the broker's Kafka listener, as its clients reach it; None without one."""
     partitions: tuple[HostedPartition, ...]
 
 

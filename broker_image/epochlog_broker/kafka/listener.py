@@ -1,0 +1,162 @@
+"""The Kafka listener: connections, frames, one request at a time per connection.
+
+As Kafka's socket server does, a connection's requests are answered in the order
+they came, one at a time (a Fetch that waits holds the requests behind it on that
+connection; clients keep their own connection per broker). Over TLS (the API
+listener's context, so rotated certificates reach it too) the connection's principal
+is its client certificate; without one it is closed, since this listener has no SASL
+yet. In plaintext, an explicit choice for local development, everyone is `Anonymous`.
+
+Limits, each ending the connection and nothing else: a frame larger than
+`max_request_bytes` plus 64 KiB of headers, a frame that does not arrive whole
+within the body timeout once its size came, a connection idle for
+`IDLE_TIMEOUT_S`, and more connections than the API listener's cap. A request of
+an unknown API or version is answered UNSUPPORTED_VERSION when it is ApiVersions (the
+client retries with one it finds in the answer), else the connection is closed, as
+Kafka does; bytes that do not parse close it too. Nothing is appended from a frame
+that was not read and decoded whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from typing import Final
+
+import structlog
+
+from epochlog.protocol.errors import EpochlogError
+from epochlog_broker.broker import Broker
+from epochlog_broker.gate import Gate
+from epochlog_broker.kafka import wire
+from epochlog_broker.kafka.handlers import KafkaHandlers, api_versions
+from epochlog_broker.kafka.metadata import ClusterView
+
+log = structlog.get_logger("epochlog.broker")
+
+HEADER_SLACK: Final = 64 * 1024
+IDLE_TIMEOUT_S: Final = 600.0
+"""Kafka's connections.max.idle.ms default."""
+
+
+class KafkaListener:
+    def __init__(
+        self, broker: Broker, gate: Gate, tls: ssl.SSLContext | None, host: str, port: int
+    ) -> None:
+        self.broker = broker
+        self.gate = gate
+        self.tls = tls
+        self.host = host
+        self.port = port
+        view = ClusterView(broker.describe, broker.peer_addresses, lambda: broker.peer_session)
+        self.handlers = KafkaHandlers(broker, gate, view)
+        self.max_frame = broker.config.max_request_bytes + HEADER_SLACK
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    @property
+    def bound_port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._accepted, self.host, self.port, ssl=self.tls, backlog=1024
+        )
+        log.info(
+            "kafka_listening",
+            broker=self.broker.config.broker_id,
+            host=self.host,
+            port=self.bound_port,
+            tls=self.tls is not None,
+        )
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+
+    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        limit = self.broker.config.http.max_connections
+        if len(self._connections) >= limit:
+            log.warning("kafka_connection_refused", reason=f"over {limit} connections")
+            writer.close()
+            return
+        self._connections.add(task)
+        metrics = self.broker.metrics
+        metrics.kafka_connections.inc()
+        try:
+            await self._serve(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
+            pass
+        except Exception:
+            # A bug answering one request: that connection ends (its client reconnects
+            # and retries), the listener goes on.
+            log.exception("kafka_request_failed", broker=self.broker.config.broker_id)
+        finally:
+            metrics.kafka_connections.dec()
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        try:
+            who = self.gate.principal_of_transport(writer.transport)
+        except EpochlogError as exc:
+            log.warning("kafka_connection_unauthenticated", peer=str(peer), error=str(exc))
+            return
+        body_timeout = self.broker.config.http.body_timeout_s
+        metrics = self.broker.metrics.kafka_requests
+        while True:
+            try:
+                head = await asyncio.wait_for(reader.readexactly(4), IDLE_TIMEOUT_S)
+            except TimeoutError:
+                return
+            size = wire.frame_size(head)
+            if not 0 < size <= self.max_frame:
+                log.warning("kafka_frame_refused", peer=str(peer), size=size, limit=self.max_frame)
+                metrics.labels("-", "malformed").inc()
+                return
+            try:
+                frame = await asyncio.wait_for(reader.readexactly(size), body_timeout)
+            except TimeoutError:
+                log.warning("kafka_frame_timed_out", peer=str(peer), size=size)
+                return
+            try:
+                req = wire.read_request(frame)
+            except wire.KafkaFrameError as exc:
+                log.warning("kafka_frame_malformed", peer=str(peer), error=str(exc))
+                metrics.labels("-", "malformed").inc()
+                return
+            if isinstance(req, wire.Unsupported):
+                metrics.labels(str(req.api_key), "unsupported").inc()
+                if req.api_key != wire.API_VERSIONS:
+                    log.warning(
+                        "kafka_request_unsupported",
+                        peer=str(peer),
+                        api=req.api_key,
+                        version=req.api_version,
+                    )
+                    return
+                answer = api_versions(0, "unsupported_version")
+                writer.write(wire.encode_response(wire.API_VERSIONS, 0, req.correlation_id, answer))
+                await writer.drain()
+                continue
+            body = await self.handlers.handle(req, who)
+            metrics.labels(str(req.api_key), "answered").inc()
+            if body is None:
+                continue
+            writer.write(
+                wire.encode_response(req.api_key, req.api_version, req.correlation_id, body)
+            )
+            await writer.drain()

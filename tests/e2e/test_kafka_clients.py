@@ -1,0 +1,459 @@
+"""The Kafka listener on real brokers, judged by Kafka clients nobody here wrote.
+
+An embedded cluster (API emulator, the real operator, three real brokers) with TLS,
+each broker also listening for the Kafka protocol; clients present the admin user's
+certificate from the clients CA.
+
+- kafka-python's idempotent acks=all producer writes while the partition's leader is
+  SIGKILLed mid-stream: every record it was told is acknowledged is read back by
+  kafka-python's consumer, once (the broker's duplicate check keeps its retries out).
+- librdkafka (confluent-kafka) produces and consumes; epochlog's own HTTP client reads
+  the same records at the same offsets.
+- Every version of every API the listener claims in ApiVersions, sent as bytes built
+  from Kafka's own schemas (kio), is answered and decodes in that version.
+- Bad input ends the connection or gets Kafka's error, and writes nothing: a frame
+  size over the limit, bytes that are no request, a frame cut short, a Produce whose
+  batch fails its CRC, a version nobody speaks, a client without a certificate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import signal
+import ssl
+import struct
+import uuid
+from typing import Any
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from kio.static.primitive import i32Timedelta
+
+from epochlog.client import Client
+from epochlog.devcluster.local import LocalCluster
+from epochlog.devcluster.local_workload import read_back
+from epochlog.security.tls import TlsFiles, client_context
+from epochlog_broker.kafka import wire
+from tests.e2e.helpers import create_partition, status_of, until
+from tests.kafka.raw import KafkaConnection
+
+TOPIC = "kafka"
+NAME = f"{TOPIC}-0"
+RECORDS = 400
+NO_ID = uuid.UUID(int=0)
+
+
+def _kafka_python_tls(cluster: LocalCluster) -> dict[str, Any]:
+    pki = cluster.security.pki
+    assert pki is not None
+    cert, key = pki.user("admin")
+    return {
+        "security_protocol": "SSL",
+        "ssl_cafile": str(pki.cluster_ca),
+        "ssl_certfile": str(cert),
+        "ssl_keyfile": str(key),
+    }
+
+
+def _librdkafka_tls(cluster: LocalCluster) -> dict[str, Any]:
+    pki = cluster.security.pki
+    assert pki is not None
+    cert, key = pki.user("admin")
+    return {
+        "bootstrap.servers": ",".join(cluster.kafka_bootstrap),
+        "security.protocol": "ssl",
+        "ssl.ca.location": str(pki.cluster_ca),
+        "ssl.certificate.location": str(cert),
+        "ssl.key.location": str(key),
+    }
+
+
+def _user_tls(cluster: LocalCluster) -> ssl.SSLContext:
+    pki = cluster.security.pki
+    assert pki is not None
+    cert, key = pki.user("admin")
+    return client_context(TlsFiles(str(pki.cluster_ca), str(cert), str(key)))
+
+
+def _kafka_address(cluster: LocalCluster, broker_id: int) -> str:
+    address = cluster.processes[f"broker-{broker_id}"].kafka_address
+    assert address is not None
+    return address
+
+
+def _batch(values: list[bytes], producer: tuple[int, int, int] = (-1, -1, -1)) -> bytes:
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=producer[0],
+        producer_epoch=producer[1],
+        base_sequence=producer[2],
+        batch_size=1 << 20,
+    )
+    for i, value in enumerate(values):
+        builder.append(i, timestamp=1_700_000_000_000 + i, key=None, value=value, headers=[])
+    return bytes(builder.build())
+
+
+async def _read_all(cluster: LocalCluster, name: str) -> list[tuple[int, bytes]]:
+    """Every committed record of `name` through epochlog's own HTTP client."""
+    async with Client(cluster.bootstrap, credentials=cluster.credentials) as client:
+        return [(offset, value.encode()) for offset, value in await read_back(client, name)]
+
+
+async def test_kafka_python_idempotent_producer_through_a_leader_sigkill(
+    local_cluster: LocalCluster,
+) -> None:
+    cluster = local_cluster
+    status = await create_partition(cluster, NAME, (1, 2, 3))
+    tls = _kafka_python_tls(cluster)
+    killed = asyncio.Event()
+
+    def produce() -> dict[bytes, int]:
+        producer = KafkaProducer(
+            bootstrap_servers=cluster.kafka_bootstrap,
+            acks="all",
+            enable_idempotence=True,
+            retries=2**31 - 1,
+            delivery_timeout_ms=120_000,
+            request_timeout_ms=10_000,
+            linger_ms=5,
+            **tls,
+        )
+        acked: dict[bytes, int] = {}
+        try:
+            futures = []
+            for i in range(RECORDS):
+                value = b"kp-%d" % i
+                futures.append((value, producer.send(TOPIC, value=value, partition=0)))
+                if i == RECORDS // 4:
+                    # The first quarter acknowledged, then the kill (on the loop's side).
+                    for v, f in futures:
+                        acked[v] = f.get(timeout=60).offset
+                    loop.call_soon_threadsafe(killed.set)
+            producer.flush(timeout=120)
+            for value, future in futures:
+                acked[value] = future.get(timeout=120).offset
+        finally:
+            producer.close()
+        return acked
+
+    loop = asyncio.get_running_loop()
+    producing = asyncio.create_task(asyncio.to_thread(produce))
+    await asyncio.wait(
+        [producing, asyncio.create_task(killed.wait())], return_when="FIRST_COMPLETED"
+    )
+    assert killed.is_set(), "the producer ended before its first quarter was acknowledged"
+    cluster.kill(f"broker-{status.leader}", signal.SIGKILL)
+    acked = await producing
+    assert len(acked) == RECORDS
+    new = await status_of(cluster, NAME)
+    assert new.leader != status.leader, new
+    assert new.leader_epoch > status.leader_epoch, new
+
+    def consume(end: int) -> list[tuple[int, bytes]]:
+        consumer = KafkaConsumer(
+            bootstrap_servers=cluster.kafka_bootstrap,
+            enable_auto_commit=False,
+            group_id=None,
+            **tls,
+        )
+        try:
+            tp = TopicPartition(TOPIC, 0)
+            consumer.assign([tp])
+            consumer.seek_to_beginning(tp)
+            out: list[tuple[int, bytes]] = []
+            while not out or out[-1][0] + 1 < end:
+                for messages in consumer.poll(timeout_ms=1000).values():
+                    out += [(m.offset, m.value) for m in messages]
+            return out
+        finally:
+            consumer.close()
+
+    end = max(acked.values()) + 1
+    read = await asyncio.to_thread(consume, end)
+    values = [v for _o, v in read]
+    assert len(values) == len(set(values)), "a record was written twice"
+    assert {v: o for o, v in read} == acked
+    # The same log through epochlog's own client.
+    assert await _read_all(cluster, NAME) == read
+
+
+async def test_librdkafka_produces_and_consumes_what_epochlogs_client_reads(
+    local_cluster: LocalCluster,
+) -> None:
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import TopicPartition as Tp
+
+    cluster = local_cluster
+    await create_partition(cluster, NAME, (2, 3, 1))
+    conf = _librdkafka_tls(cluster)
+
+    def produce() -> dict[bytes, int]:
+        acked: dict[bytes, int] = {}
+        errors: list[Any] = []
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is not None:
+                errors.append(err)
+            else:
+                acked[msg.value()] = msg.offset()
+
+        producer = Producer({**conf, "enable.idempotence": True, "acks": "all"})
+        for i in range(200):
+            producer.produce(
+                TOPIC, value=b"rd-%d" % i, key=b"%d" % i, partition=0, on_delivery=delivered
+            )
+        assert producer.flush(60) == 0
+        assert not errors, errors
+        return acked
+
+    acked = await asyncio.to_thread(produce)
+    assert sorted(acked.values()) == list(range(200))
+
+    def consume() -> list[tuple[int, bytes]]:
+        consumer = Consumer({**conf, "group.id": "unused", "enable.auto.commit": False})
+        consumer.assign([Tp(TOPIC, 0, 0)])
+        out: list[tuple[int, bytes]] = []
+        try:
+            while len(out) < 200:
+                message = consumer.poll(1)
+                if message is None:
+                    continue  # nothing yet: the test's own timeout ends a wait that never does
+                assert message.error() is None, message.error()
+                out.append((int(message.offset() or 0), bytes(message.value() or b"")))
+            low, high = consumer.get_watermark_offsets(Tp(TOPIC, 0), timeout=30)
+            assert (low, high) == (0, 200)
+        finally:
+            consumer.close()
+        return out
+
+    read = await asyncio.to_thread(consume)
+    assert {v: o for o, v in read} == acked
+    assert await _read_all(cluster, NAME) == read
+
+
+def _request(api_key: int, version: int, leader_epoch: int, offset: int) -> dict[str, Any]:
+    """The values of a request of `api_key` (any version: fields a version lacks are
+    dropped by `wire.build`)."""
+    wait = i32Timedelta.parse(datetime.timedelta(milliseconds=10))
+    timeout = i32Timedelta.parse(datetime.timedelta(seconds=30))
+    if api_key == wire.API_VERSIONS:
+        return {"client_software_name": "epochlog-tests", "client_software_version": "1"}
+    if api_key == wire.METADATA:
+        return {
+            "topics": [{"name": TOPIC, "topic_id": NO_ID}],
+            "allow_auto_topic_creation": False,
+            "include_cluster_authorized_operations": False,
+            "include_topic_authorized_operations": False,
+        }
+    if api_key == wire.PRODUCE:
+        return {
+            "transactional_id": None,
+            "acks": -1,
+            "timeout": timeout,
+            "topic_data": [
+                {
+                    "name": TOPIC,
+                    "partition_data": [{"index": 0, "records": _batch([b"v%d" % version])}],
+                }
+            ],
+        }
+    if api_key == wire.FETCH:
+        return {
+            "cluster_id": None,
+            "replica_id": -1,
+            "max_wait": wait,
+            "min_bytes": 1,
+            "max_bytes": 1 << 20,
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [
+                {
+                    "topic": TOPIC,
+                    "topic_id": NO_ID,
+                    "partitions": [
+                        {
+                            "partition": 0,
+                            "current_leader_epoch": leader_epoch,
+                            "fetch_offset": offset,
+                            "last_fetched_epoch": -1,
+                            "log_start_offset": -1,
+                            "partition_max_bytes": 1 << 20,
+                        }
+                    ],
+                }
+            ],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        }
+    if api_key == wire.LIST_OFFSETS:
+        return {
+            "replica_id": -1,
+            "isolation_level": 0,
+            "topics": [
+                {
+                    "name": TOPIC,
+                    "partitions": [
+                        {
+                            "partition_index": 0,
+                            "current_leader_epoch": leader_epoch,
+                            "timestamp": -1,
+                            "max_num_offsets": 1,
+                        }
+                    ],
+                }
+            ],
+        }
+    assert api_key == wire.INIT_PRODUCER_ID
+    return {
+        "transactional_id": None,
+        "transaction_timeout": timeout,
+        "producer_id": -1,
+        "producer_epoch": -1,
+    }
+
+
+def _ok(code: Any) -> None:
+    assert code == wire.error("none"), code
+
+
+async def test_every_version_of_every_api_the_listener_claims_is_answered(
+    local_cluster: LocalCluster,
+) -> None:
+    cluster = local_cluster
+    status = await create_partition(cluster, NAME, (1, 2, 3))
+    assert status.leader is not None
+    conn = await KafkaConnection.open(_kafka_address(cluster, status.leader), _user_tls(cluster))
+    try:
+        claimed = await conn.ask(wire.API_VERSIONS, 3, **_request(wire.API_VERSIONS, 3, -1, 0))
+        _ok(claimed.error_code)
+        ranges = {
+            int(k.api_key): (int(k.min_version), int(k.max_version)) for k in claimed.api_keys
+        }
+        assert ranges == wire.SUPPORTED
+        produced = 0
+        for api_key, (low, high) in sorted(ranges.items()):
+            for version in range(low, high + 1):
+                values = _request(api_key, version, status.leader_epoch, 0)
+                answer = await conn.ask(api_key, version, **values)
+                what = f"api {api_key} v{version}"
+                if api_key == wire.API_VERSIONS:
+                    _ok(answer.error_code)
+                elif api_key == wire.METADATA:
+                    (topic,) = answer.topics
+                    _ok(topic.error_code)
+                    (partition,) = topic.partitions
+                    assert int(partition.leader_id) == status.leader, what
+                    assert {int(b.node_id) for b in answer.brokers} == {1, 2, 3}, what
+                elif api_key == wire.PRODUCE:
+                    ((response,),) = [t.partition_responses for t in answer.responses]
+                    _ok(response.error_code)
+                    assert int(response.base_offset) == produced, what
+                    produced += 1
+                elif api_key == wire.FETCH:
+                    ((data,),) = [t.partitions for t in answer.responses]
+                    _ok(data.error_code)
+                    assert int(data.high_watermark) == produced, what
+                    assert data.records, what
+                elif api_key == wire.LIST_OFFSETS:
+                    ((p,),) = [t.partitions for t in answer.topics]
+                    _ok(p.error_code)
+                    assert int(getattr(p, "offset", -1)) in (produced, -1), what
+                else:
+                    _ok(answer.error_code)
+                    assert int(answer.producer_id) >= 0, what
+        assert produced == sum(1 for _ in range(*_span(ranges[wire.PRODUCE])))
+    finally:
+        await conn.close()
+    assert [v for _o, v in await _read_all(cluster, NAME)] == [
+        b"v%d" % v for v in range(*_span(wire.SUPPORTED[wire.PRODUCE]))
+    ]
+
+
+def _span(r: tuple[int, int]) -> tuple[int, int]:
+    return r[0], r[1] + 1
+
+
+async def test_bad_input_on_the_kafka_listener_writes_nothing(local_cluster: LocalCluster) -> None:
+    cluster = local_cluster
+    status = await create_partition(cluster, NAME, (1, 2, 3))
+    assert status.leader is not None
+    address = _kafka_address(cluster, status.leader)
+    tls = _user_tls(cluster)
+    epoch = status.leader_epoch
+    produce = _request(wire.PRODUCE, 9, epoch, 0)
+
+    async def fresh() -> KafkaConnection:
+        return await KafkaConnection.open(address, tls)
+
+    # A size over the limit: closed before anything is read.
+    conn = await fresh()
+    await conn.send_raw(struct.pack(">i", 1 << 30))
+    assert await conn.closed_by_peer()
+    # A size of its own but bytes that are no request.
+    conn = await fresh()
+    await conn.send_raw(struct.pack(">i", 12) + b"\x00\x00\x00\x09" + b"\xff" * 8)
+    assert await conn.closed_by_peer()
+    # A Produce cut short, then the connection ends: nothing appended from it.
+    conn = await fresh()
+    frame, _ = conn.frame(wire.PRODUCE, 9, **produce)
+    await conn.send_raw(frame[: len(frame) - 10])
+    await conn.close()
+    # A version nobody speaks: Produce v99 closes the connection; ApiVersions v99 is
+    # answered in v0 with UNSUPPORTED_VERSION and the ranges to pick from.
+    conn = await fresh()
+    await conn.send_raw(struct.pack(">ihhi", 8, wire.PRODUCE, 99, 1) + b"\x00\x00")
+    assert await conn.closed_by_peer()
+    conn = await fresh()
+    await conn.send_raw(struct.pack(">ihhih", 10, wire.API_VERSIONS, 99, 7, 0))
+    answer = await conn.answer(wire.API_VERSIONS, 0, 7)
+    assert answer.error_code == wire.error("unsupported_version")
+    assert {int(k.api_key) for k in answer.api_keys} == set(wire.SUPPORTED)
+    # A batch that fails its CRC: CORRUPT_MESSAGE for that partition, the connection kept.
+    bad = bytearray(_batch([b"flipped"]))
+    bad[-3] ^= 0x40
+    corrupt = dict(produce)
+    corrupt["topic_data"] = [
+        {"name": TOPIC, "partition_data": [{"index": 0, "records": bytes(bad)}]}
+    ]
+    answer = await conn.ask(wire.PRODUCE, 9, **corrupt)
+    ((response,),) = [t.partition_responses for t in answer.responses]
+    assert response.error_code == wire.error("corrupt_message")
+    # A partition nobody hosts, and acks that mean nothing: each answered on its own.
+    stray = dict(produce)
+    stray["topic_data"] = [
+        {"name": "no-such-topic", "partition_data": [{"index": 0, "records": _batch([b"x"])}]}
+    ]
+    answer = await conn.ask(wire.PRODUCE, 9, **stray)
+    ((response,),) = [t.partition_responses for t in answer.responses]
+    assert response.error_code == wire.error("unknown_topic_or_partition")
+    answer = await conn.ask(wire.PRODUCE, 9, **{**produce, "acks": 5})
+    ((response,),) = [t.partition_responses for t in answer.responses]
+    assert response.error_code == wire.error("invalid_required_acks")
+    await conn.close()
+    # No certificate: the TLS connection is closed without an answer.
+    pki = cluster.security.pki
+    assert pki is not None
+    anonymous = ssl.create_default_context(cafile=str(pki.cluster_ca))
+    conn = await KafkaConnection.open(address, anonymous)
+    data, _ = conn.frame(wire.PRODUCE, 9, **produce)
+    try:
+        await conn.send_raw(data)
+        assert await conn.closed_by_peer()
+    except (ConnectionError, ssl.SSLError):
+        pass
+    await conn.close()
+
+    # Nothing was written by any of it; a good Produce after it lands at offset 0.
+    conn = await fresh()
+    answer = await conn.ask(wire.PRODUCE, 9, **produce)
+    ((response,),) = [t.partition_responses for t in answer.responses]
+    _ok(response.error_code)
+    assert int(response.base_offset) == 0
+    await conn.close()
+    await until(lambda: _read_all(cluster, NAME), 30, "the good record readable", interval_s=0.1)
+    assert [v for _o, v in await _read_all(cluster, NAME)] == [b"v9"]
