@@ -23,6 +23,7 @@ import datetime
 import signal
 import ssl
 import struct
+import threading
 import uuid
 from typing import Any
 
@@ -110,6 +111,7 @@ async def test_kafka_python_idempotent_producer_through_a_leader_sigkill(
     status = await create_partition(cluster, NAME, (1, 2, 3))
     tls = _kafka_python_tls(cluster)
     killed = asyncio.Event()
+    kill_done = threading.Event()
 
     def produce() -> dict[bytes, int]:
         producer = KafkaProducer(
@@ -129,13 +131,15 @@ async def test_kafka_python_idempotent_producer_through_a_leader_sigkill(
                 value = b"kp-%d" % i
                 futures.append((value, producer.send(TOPIC, value=value, partition=0)))
                 if i == RECORDS // 4:
-                    # The first quarter acknowledged, then the kill (on the loop's side).
+                    # The first quarter acknowledged, then the leader is killed, and the
+                    # rest is sent only after it: all of it goes through the failover.
                     for v, f in futures:
-                        acked[v] = f.get(timeout=60).offset
+                        acked[v] = f.get().offset
                     loop.call_soon_threadsafe(killed.set)
-            producer.flush(timeout=120)
+                    kill_done.wait()
+            producer.flush()
             for value, future in futures:
-                acked[value] = future.get(timeout=120).offset
+                acked[value] = future.get().offset
         finally:
             producer.close()
         return acked
@@ -147,6 +151,7 @@ async def test_kafka_python_idempotent_producer_through_a_leader_sigkill(
     )
     assert killed.is_set(), "the producer ended before its first quarter was acknowledged"
     cluster.kill(f"broker-{status.leader}", signal.SIGKILL)
+    kill_done.set()
     acked = await producing
     assert len(acked) == RECORDS
     new = await status_of(cluster, NAME)
@@ -165,9 +170,16 @@ async def test_kafka_python_idempotent_producer_through_a_leader_sigkill(
             consumer.assign([tp])
             consumer.seek_to_beginning(tp)
             out: list[tuple[int, bytes]] = []
+            first_timestamp = None
             while not out or out[-1][0] + 1 < end:
                 for messages in consumer.poll(timeout_ms=1000).values():
                     out += [(m.offset, m.value) for m in messages]
+                    if first_timestamp is None and messages:
+                        first_timestamp = messages[0].timestamp
+            # ListOffsets as kafka-python asks it: latest, and by time.
+            assert consumer.end_offsets([tp]) == {tp: end}
+            found = consumer.offsets_for_times({tp: 0})[tp]
+            assert (found.offset, found.timestamp) == (0, first_timestamp)
             return out
         finally:
             consumer.close()
