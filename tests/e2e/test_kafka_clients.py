@@ -11,6 +11,9 @@ certificate from the clients CA.
   the same records at the same offsets.
 - Every version of every API the listener claims in ApiVersions, sent as bytes built
   from Kafka's own schemas (kio), is answered and decodes in that version.
+- The access policy decides per topic, as on the HTTP API: a user may write and read
+  one topic and is refused another (TOPIC_AUTHORIZATION_FAILED), which Metadata does
+  not show it.
 - Bad input ends the connection or gets Kafka's error, and writes nothing: a frame
   size over the limit, bytes that are no request, a frame cut short, a Produce whose
   batch fails its CRC, a version nobody speaks, a client without a certificate.
@@ -20,11 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import signal
 import ssl
 import struct
 import threading
 import uuid
+from pathlib import Path
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -34,8 +39,10 @@ from kio.static.primitive import i32Timedelta
 from epochlog.client import Client
 from epochlog.devcluster.local import LocalCluster
 from epochlog.devcluster.local_workload import read_back
+from epochlog.security.pki import DevPki
 from epochlog.security.tls import TlsFiles, client_context
 from epochlog_broker.kafka import wire
+from tests.e2e.conftest import e2e_settings, print_logs
 from tests.e2e.helpers import create_partition, status_of, until
 from tests.kafka.raw import KafkaConnection
 
@@ -469,3 +476,64 @@ async def test_bad_input_on_the_kafka_listener_writes_nothing(local_cluster: Loc
     await conn.close()
     await until(lambda: _read_all(cluster, NAME), 30, "the good record readable", interval_s=0.1)
     assert [v for _o, v in await _read_all(cluster, NAME)] == [b"v9"]
+
+
+async def test_the_access_policy_decides_per_topic_on_the_kafka_listener(tmp_path: Path) -> None:
+    settings = e2e_settings()
+    cluster = LocalCluster(tmp_path / "cluster", brokers=3, settings=settings)
+    DevPki(cluster.pki_dir).ensure([1, 2, 3], users=("admin", "carol"))
+    policy = {
+        "acls": [
+            {"principal": "User:admin", "topics": ["*"], "operations": ["all"]},
+            {"principal": "User:carol", "topics": [TOPIC], "operations": ["read", "write"]},
+        ]
+    }
+    path = tmp_path / "access.yaml"
+    path.write_text(json.dumps(policy))  # JSON is YAML too
+    settings.broker_args = ("--access-policy", str(path))
+    await cluster.up(example_partitions=False)
+    try:
+        status = await create_partition(cluster, NAME, (1, 2, 3))
+        secret = await create_partition(cluster, "secret-0", (1, 2, 3))
+        assert status.leader == secret.leader == 1
+        pki = cluster.security.pki
+        assert pki is not None
+        cert, key = pki.user("carol")
+        carol = client_context(TlsFiles(str(pki.cluster_ca), str(cert), str(key)))
+        conn = await KafkaConnection.open(_kafka_address(cluster, 1), carol)
+        try:
+            for topic, allowed in ((TOPIC, True), ("secret", False)):
+                code = wire.error("none" if allowed else "topic_authorization_failed")
+                produce = _request(wire.PRODUCE, 9, status.leader_epoch, 0)
+                produce["topic_data"][0]["name"] = topic
+                answer = await conn.ask(wire.PRODUCE, 9, **produce)
+                ((response,),) = [t.partition_responses for t in answer.responses]
+                assert response.error_code == code, topic
+                fetch = _request(wire.FETCH, 12, -1, 0)
+                fetch["topics"][0]["topic"] = topic
+                answer = await conn.ask(wire.FETCH, 12, **fetch)
+                ((data,),) = [t.partitions for t in answer.responses]
+                assert data.error_code == code, topic
+                offsets = _request(wire.LIST_OFFSETS, 7, -1, 0)
+                offsets["topics"][0]["name"] = topic
+                answer = await conn.ask(wire.LIST_OFFSETS, 7, **offsets)
+                ((p,),) = [t.partitions for t in answer.topics]
+                assert p.error_code == code, topic
+                metadata = _request(wire.METADATA, 12, -1, 0)
+                metadata["topics"] = [{"name": topic, "topic_id": NO_ID}]
+                answer = await conn.ask(wire.METADATA, 12, **metadata)
+                (shown,) = answer.topics
+                assert shown.error_code == code, topic
+            # Asked for every topic, Metadata shows carol only hers.
+            answer = await conn.ask(wire.METADATA, 12, **{**metadata, "topics": None})
+            assert [t.name for t in answer.topics] == [TOPIC]
+        finally:
+            await conn.close()
+        # What carol was refused wrote nothing; what she was allowed is there.
+        assert await _read_all(cluster, "secret-0") == []
+        assert [v for _o, v in await _read_all(cluster, NAME)] == [b"v9"]
+    except BaseException:
+        print_logs(cluster)
+        raise
+    finally:
+        await cluster.down()
