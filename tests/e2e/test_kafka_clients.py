@@ -200,15 +200,18 @@ async def test_kafka_python_idempotent_producer_through_a_leader_sigkill(
     assert await _read_all(cluster, NAME) == read
 
 
-async def test_librdkafka_produces_and_consumes_what_epochlogs_client_reads(
+async def test_librdkafka_produces_through_a_leader_sigkill_and_reads_what_epochlogs_client_reads(
     local_cluster: LocalCluster,
 ) -> None:
     from confluent_kafka import Consumer, Producer
     from confluent_kafka import TopicPartition as Tp
 
     cluster = local_cluster
-    await create_partition(cluster, NAME, (2, 3, 1))
+    status = await create_partition(cluster, NAME, (2, 3, 1))
     conf = _librdkafka_tls(cluster)
+    killed = asyncio.Event()
+    kill_done = threading.Event()
+    loop = asyncio.get_running_loop()
 
     def produce() -> dict[bytes, int]:
         acked: dict[bytes, int] = {}
@@ -225,12 +228,28 @@ async def test_librdkafka_produces_and_consumes_what_epochlogs_client_reads(
             producer.produce(
                 TOPIC, value=b"rd-%d" % i, key=b"%d" % i, partition=0, on_delivery=delivered
             )
-        assert producer.flush(60) == 0
+            if i == 99:
+                # The first half acknowledged; the second is sent after the leader's kill.
+                while producer.flush(1) > 0:
+                    pass
+                loop.call_soon_threadsafe(killed.set)
+                kill_done.wait()
+        while producer.flush(1) > 0:
+            pass  # librdkafka retries through the failover; the test's timeout ends a hang
         assert not errors, errors
         return acked
 
-    acked = await asyncio.to_thread(produce)
+    producing = asyncio.create_task(asyncio.to_thread(produce))
+    await asyncio.wait(
+        [producing, asyncio.create_task(killed.wait())], return_when="FIRST_COMPLETED"
+    )
+    assert killed.is_set(), "the producer ended before its first half was acknowledged"
+    cluster.kill(f"broker-{status.leader}", signal.SIGKILL)
+    kill_done.set()
+    acked = await producing
     assert sorted(acked.values()) == list(range(200))
+    new = await status_of(cluster, NAME)
+    assert new.leader != status.leader, new
 
     def consume() -> list[tuple[int, bytes]]:
         consumer = Consumer({**conf, "group.id": "unused", "enable.auto.commit": False})
@@ -327,6 +346,22 @@ def _request(api_key: int, version: int, leader_epoch: int, offset: int) -> dict
                 }
             ],
         }
+    if api_key == wire.OFFSET_FOR_LEADER_EPOCH:
+        return {
+            "replica_id": -1,
+            "topics": [
+                {
+                    "topic": TOPIC,
+                    "partitions": [
+                        {
+                            "partition": 0,
+                            "current_leader_epoch": leader_epoch,
+                            "leader_epoch": leader_epoch,
+                        }
+                    ],
+                }
+            ],
+        }
     assert api_key == wire.INIT_PRODUCER_ID
     return {
         "transactional_id": None,
@@ -382,6 +417,11 @@ async def test_every_version_of_every_api_the_listener_claims_is_answered(
                     ((p,),) = [t.partitions for t in answer.topics]
                     _ok(p.error_code)
                     assert int(getattr(p, "offset", -1)) in (produced, -1), what
+                elif api_key == wire.OFFSET_FOR_LEADER_EPOCH:
+                    ((p,),) = [t.partitions for t in answer.topics]
+                    _ok(p.error_code)
+                    assert int(p.leader_epoch) == status.leader_epoch, what
+                    assert int(p.end_offset) == produced, what
                 else:
                     _ok(answer.error_code)
                     assert int(answer.producer_id) >= 0, what

@@ -18,6 +18,9 @@ the HTTP API's, in Kafka's messages and error codes.
   (a new leader answers OFFSET_NOT_AVAILABLE until its high watermark is known).
 - Metadata: `metadata.ClusterView`; topics a principal may not describe are left out
   of an answer for all topics and refused by name when asked for.
+- OffsetForLeaderEpoch (readers): where an epoch ends in the leader's log, the query a
+  KIP-320 client makes after a leader change to find out whether its position was
+  truncated.
 - InitProducerId: a random 62-bit producer id (epoch 0) for an idempotent producer, or
   the next epoch of the id it names (KIP-360); transactional ids are refused.
 
@@ -106,6 +109,8 @@ class KafkaHandlers:
             return self.list_offsets(req, who)
         if req.api_key == wire.INIT_PRODUCER_ID:
             return self.init_producer_id(req)
+        if req.api_key == wire.OFFSET_FOR_LEADER_EPOCH:
+            return self.offset_for_leader_epoch(req, who)
         raise AssertionError(f"api {req.api_key} is in SUPPORTED without a handler")
 
     def _topic_allowed(self, who: Principal, operation: Operation, topic: str) -> bool:
@@ -426,6 +431,46 @@ class KafkaHandlers:
             return -1
         record = next((r for r in found.records if r.offset == offset), None)
         return -1 if record is None else record.timestamp
+
+    # -- OffsetForLeaderEpoch --------------------------------------------------------------
+
+    def offset_for_leader_epoch(self, req: wire.Request, who: Principal) -> Any:
+        """A reader's epoch query (KIP-320): where each asked epoch ends in the leader's
+        log, as the HTTP API's epoch query answers it. Replicas use their own sessions."""
+        cls = wire.response_schema(wire.OFFSET_FOR_LEADER_EPOCH, req.api_version)
+        replica = int(getattr(req.body, "replica_id", -1))
+        out = []
+        for topic in req.body.topics:
+            parts = []
+            for p in topic.partitions:
+                index = int(p.partition)
+                entry: dict[str, Any] = {
+                    "partition": index,
+                    "error_code": wire.error("none"),
+                    "leader_epoch": NO_EPOCH,
+                    "end_offset": -1,
+                }
+                parts.append(entry)
+                if replica >= 0:
+                    entry["error_code"] = wire.error("cluster_authorization_failed")
+                    continue
+                if not self._topic_allowed(who, Operation.READ, topic.topic):
+                    entry["error_code"] = wire.error("topic_authorization_failed")
+                    continue
+                current = int(p.current_leader_epoch)
+                try:
+                    end, _epoch = self.broker.epoch_end(
+                        partition_name(topic.topic, index),
+                        int(p.leader_epoch),
+                        None if current < 0 else current,
+                    )
+                except EpochlogError as exc:
+                    entry["error_code"] = kafka_error(exc)
+                    continue
+                entry["leader_epoch"] = end.epoch
+                entry["end_offset"] = end.end_offset
+            out.append({"topic": topic.topic, "partitions": parts})
+        return wire.build(cls, throttle_time=wire.NO_THROTTLE, topics=out)
 
     # -- InitProducerId --------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ PRODUCE: Final = 0
 FETCH: Final = 1
 LIST_OFFSETS: Final = 2
 INIT_PRODUCER_ID: Final = 22
+OFFSET_FOR_LEADER_EPOCH: Final = 23
 
 SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     PRODUCE: (3, 11),
@@ -45,6 +46,7 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     METADATA: (1, 12),
     API_VERSIONS: (0, 4),
     INIT_PRODUCER_ID: (0, 4),
+    OFFSET_FOR_LEADER_EPOCH: (2, 4),
 }
 """API key: (lowest, highest version) answered. Produce and Fetch stop where Kafka moved
 to topic ids (Produce v13, Fetch v13), which epochlog's Partitions do not have yet."""
