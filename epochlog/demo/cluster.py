@@ -66,12 +66,18 @@ async def _spread_again(
 
 
 async def _cluster_demo(
-    cluster: LocalCluster, duration_s: float, started: float, spark: bool, min_records: int = 0
+    cluster: LocalCluster,
+    duration_s: float,
+    started: float,
+    spark: bool,
+    min_records: int = 0,
+    kafka: bool = True,
 ) -> tuple[Verdict, list[str], Report | None]:
     """The demo proper; returns the verdict, the summary lines of the election (the last:
     where the leaders ended) and the Spark act's report (None without Spark)."""
     from epochlog.client import Client
     from epochlog.demo.pipeline import PipelineAct, order_value
+    from epochlog.devcluster.local import DevClusterError
     from epochlog.devcluster.local_workload import SteadyProducer, read_back, verify
     from epochlog.devcluster.partitions import partition_manifest
 
@@ -207,6 +213,19 @@ async def _cluster_demo(
             report = await act.finish(logs, producer.acks)
             progress("the job processed the topic to its end")
 
+        # After the Spark act: what the Kafka client writes is not part of the log the
+        # job's outputs are compared with.
+        if kafka:
+            from epochlog.demo.kafka import kafka_act
+
+            _say(
+                "\n== 6c. A Kafka client next to epochlog's: kafka-python reads the same "
+                "partitions through the brokers' Kafka listeners, then writes"
+            )
+            kafka_ok = await kafka_act(cluster, client, DEMO_TOPIC, names, logs, _say)
+            if not kafka_ok:
+                raise DevClusterError("the Kafka client and epochlog's client disagree")
+
         _say(f"\n== 7. Restarting broker-{old_leader}: same data directory, it catches up")
         await cluster.restart(f"broker-{old_leader}")
         deadline = time.monotonic() + 30
@@ -244,12 +263,16 @@ def run_cluster_demo(
 ) -> int:
     """`epochlog demo`: 0 when every acknowledged record was read back exactly once (and
     the Spark job's outputs equal the log)."""
+    from epochlog.demo.kafka import kafka_missing
     from epochlog.demo.pipeline import spark_missing
     from epochlog.devcluster.local import DevClusterError, LocalCluster
 
     if spark and (why := spark_missing()) is not None:
         _say(f"the Spark act is left out: {why}")
         spark = False
+    kafka = (why := kafka_missing()) is None
+    if not kafka:
+        _say(f"the Kafka act is left out: {why}")
 
     own = state_dir is None
     base = Path(tempfile.mkdtemp(prefix="epochlog-demo-") if own else str(state_dir))
@@ -267,7 +290,7 @@ def run_cluster_demo(
 
     async def run() -> tuple[Verdict, list[str], Report | None]:
         try:
-            return await _cluster_demo(cluster, duration_s, started, spark, min_records)
+            return await _cluster_demo(cluster, duration_s, started, spark, min_records, kafka)
         finally:
             _say("\n== Stopping the cluster")
             await cluster.down()

@@ -1,6 +1,7 @@
 """`epochlog demo` end to end, with short timings: a leader SIGKILLed under acks=all writes
 and under a running Spark job, an election, every acknowledged record read back once, the
-job's outputs equal to the log, and the leaders spread again once the broker is back."""
+job's outputs equal to the log, a Kafka client (kafka-python) reading and writing the same
+partitions as epochlog's client, and the leaders spread again once the broker is back."""
 
 from __future__ import annotations
 
@@ -53,6 +54,12 @@ def test_demo_loses_nothing_acknowledged(tmp_path: Path) -> None:
     assert "every one survived" in out
     assert "acknowledged but missing: 0" in out
     assert "read more than once:      0" in out
+    # The Kafka act: kafka-python read what epochlog's client read, and the other way round.
+    assert "the same as epochlog's client" in out, out
+    assert "NOT the same" not in out, out
+    wrote = re.search(r"kafka-python wrote (\d+) records .* read (\d+) of them back", out)
+    assert wrote is not None, out
+    assert wrote.group(1) == wrote.group(2), out
     election = re.search(r"leader broker (\d) -> broker (\d), leaderEpoch (\d+) -> (\d+)", out)
     assert election is not None, out
     old, new, before, after = map(int, election.groups())
