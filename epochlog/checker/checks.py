@@ -64,7 +64,9 @@ or read before, are excused from acked-lost and not-replicated, offsets there
 from diverged while the replicas that held them catch up, the high watermark
 and latest offset from offset-went-back (also what a deposed leader showed in an
 earlier epoch after the election, before it heard of it), and deleted records from
-deleted-records-resurfaced. A consumer must not be excused so: every record it
+deleted-records-resurfaced; so are records a deposed leader acknowledged or served in
+an older epoch after such an election, before it heard of it. A consumer must not be
+excused so: every record it
 read that is not in the final log must be covered by a truncation it reported
 since (the divergence offset at or below it, KIP-320), else:
 - truncation-unreported: a consumer read a record an unclean election took
@@ -567,10 +569,15 @@ class Checker:
         did not hold it (by that log's epochs, when known and `epoch` is given; else by
         where the new epoch began). An unclean recovery takes away only a record no
         replica's disk held any more at its offset (`UncleanElection.surviving`, by
-        `value`)."""
+        `value`).
+
+        An unclean election of a later epoch than `epoch` counts even when it came first:
+        a deposed leader that has not heard of it yet (paused, cut off) still serves and
+        acknowledges in its own epoch, records the new leader's log never held, as Kafka's
+        deposed leader does until it learns of the new epoch."""
         return any(
             u.partition == partition
-            and since <= u.time
+            and (since <= u.time or (epoch is not None and 0 <= epoch < u.leader_epoch))
             and (until is None or u.time <= until)
             and not self._kept(u, offset, epoch)
             and not (
@@ -712,17 +719,29 @@ class Checker:
 
     def _check_truncations(self) -> None:
         """A truncation a consumer reported is of records it read below the HW, committed:
-        only an unclean election since it read them may have taken them away."""
+        only an unclean election since it read them may have taken them away, or one of a
+        later epoch than the one they were read in."""
         for t in self.h.truncations:
-            read = [
-                r.time
+            reads = [
+                r
                 for r in self.h.reads[: t.reads_before]
                 if (r.client, r.partition) == (t.client, t.partition)
                 and t.offset <= r.offset < t.position
             ]
-            if not read or self._unclean_between(t.partition, min(read), t.time):
+            if not reads:
                 continue
-            if self._started_over_between(t.partition, min(read), t.time):
+            first = min(r.time for r in reads)
+            if self._unclean_between(t.partition, first, t.time):
+                continue
+            # Read from a deposed leader after an unclean election of a later epoch, before
+            # that leader heard of it (`_unclean_since` says why that is excused).
+            oldest = min(r.leader_epoch for r in reads)
+            if oldest >= 0 and any(
+                u.partition == t.partition and oldest < u.leader_epoch and u.time <= t.time
+                for u in self.h.unclean_elections
+            ):
+                continue
+            if self._started_over_between(t.partition, first, t.time):
                 continue
             self._flag(
                 "committed-truncated",

@@ -14,7 +14,7 @@ checker reports it (truncation-unreported).
 
 from __future__ import annotations
 
-from epochlog.resources import PartitionSpec
+from epochlog.resources import PartitionSpec, PartitionStatus
 from epochlog.sim.clients import SimConsumer
 from epochlog.sim.scenario import Sim, spec
 from tests.sim.helpers import checks, status
@@ -88,3 +88,42 @@ def test_a_reader_by_offsets_alone_is_caught_by_the_checker() -> None:
     assert sim.wait_for(sim.replicated, 30_000)
     violations = sim.check()
     assert checks(violations) == {"truncation-unreported"}, sim.report(violations)
+
+
+def test_records_a_deposed_leader_served_after_an_unclean_election_are_judged_by_their_epoch() -> (
+    None
+):
+    """Found by the simulator (seed 7406075): B was elected uncleanly in epoch 5 at time
+    100, its log ending at 124, while A, leader of epoch 4 and paused, still held records
+    124.. as committed. A resumed and, before it heard of epoch 5, served a consumer offset
+    135 and acknowledged a producer's record at 136, in epoch 4, after the election. Those
+    records were lost with the election as surely as ones read before it: the read is
+    excused if the consumer reported the truncation (KIP-320), the acknowledgement as
+    any unclean loss is, and the truncation it reports is no committed-truncated. What
+    epoch 5 itself served and lost is not excused."""
+    from epochlog.checker.checks import Checker, Timing
+    from epochlog.checker.history import Ack, History, Read, TruncationSeen, UncleanElection
+
+    def judged(*, reported: bool, epoch: int = 4) -> set[str]:
+        history = History()
+        history.sent.update({"a135": P, "a136": P, "b135": P, "b136": P})
+        history.leader_starts[(P, 5)] = (((1, 0),), 124)
+        history.unclean_elections.append(UncleanElection(100, P, 5, B, 124))
+        history.reads.append(Read("c", P, 135, "a135", 150, leader_epoch=epoch))
+        history.acks.append(Ack("p", P, "a136", 136, epoch, 151))
+        if reported:
+            history.truncations.append(TruncationSeen("c", P, 124, 136, 5, 160, 1))
+        led = PartitionStatus(
+            leader=B, leader_epoch=5, partition_epoch=5, isr=(A, B), replicas=(A, B)
+        )
+        final = {P: {b: ([(135, 5, "b135"), (136, 5, "b136")], 137) for b in (A, B)}}
+        return checks(
+            Checker(history, Timing(), {}).final(
+                end=200, logs=final, statuses={P: led}, healed_at=None, liveness_bound_ms=1
+            )
+        )
+
+    assert judged(reported=True) == set()
+    assert judged(reported=False) == {"truncation-unreported"}
+    # Served in epoch 5, the election's own: nothing excuses losing it.
+    assert {"read-lost", "acked-lost"} <= judged(reported=True, epoch=5)
