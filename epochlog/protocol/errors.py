@@ -136,6 +136,12 @@ class OffsetOutOfRangeError(EpochlogError):
         value = self.details.get(_LOG_START_OFFSET)
         return value if type(value) is int else None
 
+    @property
+    def log_end_offset(self) -> int | None:
+        """The answering leader's log end, when the offset asked for was beyond it."""
+        value = self.details.get(_LOG_END_OFFSET)
+        return value if type(value) is int else None
+
 
 class NotEnoughReplicasError(EpochlogError):
     """acks=all refused before its records were appended: the ISR is below minimum."""
@@ -326,6 +332,7 @@ class ErrorBody(WireModel):
 
 _LEADER: Final = wire_name("leader")
 _LOG_START_OFFSET: Final = wire_name("log_start_offset")
+_LOG_END_OFFSET: Final = wire_name("log_end_offset")
 _LEADER_EPOCH: Final = wire_name("leader_epoch")
 _LEADER_ADDRESS: Final = wire_name("leader_address")
 

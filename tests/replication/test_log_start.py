@@ -53,6 +53,25 @@ def test_out_of_range_beyond_the_leaders_log_end_still_stops_the_follower() -> N
     assert f.state is FollowerState.STOPPED
 
 
+def test_an_empty_log_beyond_the_leaders_log_end_starts_over_from_the_beginning() -> None:
+    """Simulator seed 7400180: a follower whose disk was wiped started over at its
+    leader's log start, 407; unclean recoveries since began a history whose log ended at
+    353. Fetching at 407 was out of range, and the follower stopped for good: the leader's
+    records below 407 never reached it. With an empty log it has nothing to lose: it
+    starts over at 0, and the leader's answer moves it up to the leader's log start."""
+    f = fetching()
+    f.on_error(OffsetOutOfRangeError("below the log start", logStartOffset=407))
+    assert (f.log_end_offset, f.high_watermark) == (407, 407)
+    actions = f.on_error(OffsetOutOfRangeError("beyond the log end 353", logEndOffset=353))
+    assert actions[0] == StartAt(0)
+    [send] = actions[1:]
+    assert isinstance(send, SendFetch)
+    assert send.request.fetch_offset == 0
+    assert (f.log_end_offset, f.high_watermark, f.state) == (0, 0, FollowerState.FETCHING)
+    # A leader whose log starts above 0 says so, and the follower starts over there.
+    assert f.on_error(OffsetOutOfRangeError("below", logStartOffset=120))[0] == StartAt(120)
+
+
 def test_a_late_below_the_log_start_answer_after_starting_over_is_asked_again() -> None:
     """Soak seed 19984: the follower started over at the leader's log start (265) on one
     answer; a second "fetch offset 0 is below the log start 265", for an older fetch,

@@ -72,6 +72,14 @@ SOAK_FINDINGS = {
     19984: "broker 2 started its t-0 log over at the leader's log start (265) on an "
     "OFFSET_OUT_OF_RANGE answer; a second one, for its older fetch at 0, stopped the follower "
     "for good, and it never fetched again",
+    7400180: "broker 1's disk was wiped and its t-1 log started over empty at the leader's "
+    "log start (407); unclean recoveries since began a history ending at 353, the fetch at "
+    "407 was out of range, and the follower stopped for good without the records below 407 "
+    "(found by not-replicated; a fresh-seed run, not the soak)",
+    7406075: "broker 1, leader of t-0 in epoch 4 and paused past its session, served a "
+    "consumer in epoch 4 for 7 ms after broker 2's unclean election in epoch 5; the checker "
+    "excused a read only across an unclean election later in time, and flagged it read-lost "
+    "(a fresh-seed run, not the soak)",
 }
 """Seeds a soak (`make soak`) failed on, each fixed since: they stay clean."""
 

@@ -319,6 +319,20 @@ class Follower:
             # first answer), not to the fetch we would send now. Stopping on it left the
             # follower stopped for good (soak seed 19984); ask again.
             return self._send_fetch()
+        if (
+            isinstance(error, OffsetOutOfRangeError)
+            and self.state is FollowerState.FETCHING
+            and error.log_end_offset is not None
+            and error.log_end_offset < self._log_end_offset
+            and self._epochs.latest_epoch == UNDEFINED
+        ):
+            # Beyond the leader's log end with an empty log: we started over at an older
+            # leader's log start, and an unclean election since began a shorter history.
+            # Waiting for the leader's log to pass our start would leave us without
+            # everything below it for good (simulator seed 7400180); with nothing of our
+            # own to lose, start over from the beginning, and the leader's answer moves
+            # us up to its log start.
+            return self._start_at(0) + self._send_fetch()
         if isinstance(error, _STOPPING_ERRORS):
             self.state = FollowerState.STOPPED
             self.stop_reason = error
