@@ -29,7 +29,8 @@ def kafka_missing() -> str | None:
     return None
 
 
-def _tls(cluster: LocalCluster) -> dict[str, Any]:
+def kafka_python_tls(cluster: LocalCluster) -> dict[str, Any]:
+    """kafka-python's settings for the admin user's certificate (none in plaintext)."""
     pki = cluster.security.pki
     if pki is None:
         return {}
@@ -93,7 +94,7 @@ async def kafka_act(
     say: Callable[[str], None],
 ) -> bool:
     """Whether the Kafka client saw what epochlog's client saw, and the other way round."""
-    bootstrap, tls = cluster.kafka_bootstrap, _tls(cluster)
+    bootstrap, tls = cluster.kafka_bootstrap, kafka_python_tls(cluster)
     say(f"   Kafka listeners: {', '.join(bootstrap)}")
     index = {name: int(name.rpartition("-")[2]) for name in names}
     ends = {index[n]: (logs[n][-1][0] + 1 if logs[n] else 0) for n in names}

@@ -37,6 +37,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kio.static.primitive import i32Timedelta
 
 from epochlog.client import Client
+from epochlog.demo.kafka import kafka_python_tls
 from epochlog.devcluster.local import LocalCluster
 from epochlog.devcluster.local_workload import read_back
 from epochlog.security.pki import DevPki
@@ -50,18 +51,6 @@ TOPIC = "kafka"
 NAME = f"{TOPIC}-0"
 RECORDS = 400
 NO_ID = uuid.UUID(int=0)
-
-
-def _kafka_python_tls(cluster: LocalCluster) -> dict[str, Any]:
-    pki = cluster.security.pki
-    assert pki is not None
-    cert, key = pki.user("admin")
-    return {
-        "security_protocol": "SSL",
-        "ssl_cafile": str(pki.cluster_ca),
-        "ssl_certfile": str(cert),
-        "ssl_keyfile": str(key),
-    }
 
 
 def _librdkafka_tls(cluster: LocalCluster) -> dict[str, Any]:
@@ -116,7 +105,7 @@ async def test_kafka_python_idempotent_producer_through_a_leader_sigkill(
 ) -> None:
     cluster = local_cluster
     status = await create_partition(cluster, NAME, (1, 2, 3))
-    tls = _kafka_python_tls(cluster)
+    tls = kafka_python_tls(cluster)
     killed = asyncio.Event()
     kill_done = threading.Event()
 
