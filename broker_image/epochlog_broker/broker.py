@@ -66,7 +66,7 @@ from epochlog.protocol.errors import (
     NotLeaderOrFollowerError,
     RequestTimedOutError,
 )
-from epochlog.protocol.heartbeat import HeartbeatResponse
+from epochlog.protocol.heartbeat import HeartbeatResponse, PartitionAssignment
 from epochlog.security.tls import client_context
 from epochlog.tasks import cancel_and_wait
 from epochlog_broker.config import BrokerConfig
@@ -1086,6 +1086,20 @@ class Broker:
             return None, None
         a = host.replica.assignment
         return a.leader, a.leader_epoch
+
+    def assignments_of(self, topic: str) -> list[PartitionAssignment]:
+        """The controller's newest assignment of each partition of `topic` this broker
+        hosts, by index: what it knows of those Partitions' specs (retention, segments,
+        minInsyncReplicas). Empty when it hosts none of them."""
+        core = self.core
+        if core is None:
+            return []
+        heard = [
+            host.heard
+            for host in core.partitions.values()
+            if host.heard is not None and host.heard.topic == topic
+        ]
+        return sorted(heard, key=lambda a: (a.partition is None, a.partition or 0, a.name))
 
 
 async def _by_deadline(

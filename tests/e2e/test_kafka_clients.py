@@ -40,9 +40,11 @@ from epochlog.client import Client
 from epochlog.demo.kafka import kafka_python_tls
 from epochlog.devcluster.local import LocalCluster
 from epochlog.devcluster.local_workload import read_back
+from epochlog.resources import DEFAULT_RETENTION_MS
 from epochlog.security.pki import DevPki
 from epochlog.security.tls import TlsFiles, client_context
 from epochlog_broker.kafka import wire
+from epochlog_broker.kafka.admin import BROKER_RESOURCE, TOPIC_RESOURCE
 from tests.e2e.conftest import e2e_settings, print_logs
 from tests.e2e.helpers import create_partition, status_of, until
 from tests.kafka.raw import KafkaConnection
@@ -351,6 +353,39 @@ def _request(api_key: int, version: int, leader_epoch: int, offset: int) -> dict
                 }
             ],
         }
+    if api_key == wire.DELETE_RECORDS:
+        return {
+            "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0, "offset": offset}]}],
+            "timeout": timeout,
+        }
+    if api_key == wire.DESCRIBE_CONFIGS:
+        return {
+            "resources": [
+                {
+                    "resource_type": TOPIC_RESOURCE,
+                    "resource_name": TOPIC,
+                    "configuration_keys": ["retention.ms", "min.insync.replicas"],
+                },
+                {"resource_type": BROKER_RESOURCE, "resource_name": str(offset)},
+            ],
+            "include_synonyms": False,
+            "include_documentation": True,
+        }
+    if api_key == wire.CREATE_TOPICS:
+        return {
+            "topics": [
+                {
+                    "name": name,
+                    "num_partitions": 1,
+                    "replication_factor": 3,
+                    "assignments": [],
+                    "configs": [],
+                }
+                for name in (TOPIC, "not-yet")
+            ],
+            "timeout": timeout,
+            "validate_only": False,
+        }
     assert api_key == wire.INIT_PRODUCER_ID
     return {
         "transactional_id": None,
@@ -381,7 +416,11 @@ async def test_every_version_of_every_api_the_listener_claims_is_answered(
         produced = 0
         for api_key, (low, high) in sorted(ranges.items()):
             for version in range(low, high + 1):
-                values = _request(api_key, version, status.leader_epoch, 0)
+                # DeleteRecords v0, v1, v2 delete below offsets 0, 1, 2; DescribeConfigs
+                # describes the broker asked.
+                offset = version if api_key == wire.DELETE_RECORDS else 0
+                offset = status.leader if api_key == wire.DESCRIBE_CONFIGS else offset
+                values = _request(api_key, version, status.leader_epoch, offset)
                 answer = await conn.ask(api_key, version, **values)
                 what = f"api {api_key} v{version}"
                 if api_key == wire.API_VERSIONS:
@@ -392,6 +431,29 @@ async def test_every_version_of_every_api_the_listener_claims_is_answered(
                     (partition,) = topic.partitions
                     assert int(partition.leader_id) == status.leader, what
                     assert {int(b.node_id) for b in answer.brokers} == {1, 2, 3}, what
+                    assert int(answer.controller_id) == status.leader, what
+                elif api_key == wire.DELETE_RECORDS:
+                    ((p,),) = [t.partitions for t in answer.topics]
+                    _ok(p.error_code)
+                    assert int(p.low_watermark) == version, what
+                elif api_key == wire.DESCRIBE_CONFIGS:
+                    topic_result, broker_result = answer.results
+                    _ok(topic_result.error_code)
+                    _ok(broker_result.error_code)
+                    assert {c.name: c.value for c in topic_result.configs} == {
+                        "retention.ms": str(DEFAULT_RETENTION_MS),
+                        "min.insync.replicas": "2",
+                    }, what
+                    assert all(c.read_only for c in topic_result.configs), what
+                    shown = {c.name: c.value for c in broker_result.configs}
+                    assert shown["broker.id"] == str(status.leader), what
+                    if version >= 3:
+                        assert all(c.documentation for c in broker_result.configs), what
+                elif api_key == wire.CREATE_TOPICS:
+                    exists, new = answer.topics
+                    assert exists.error_code == wire.error("topic_already_exists"), what
+                    assert new.error_code == wire.error("policy_violation"), what
+                    assert "kubectl apply a Partition named not-yet-<n>" in new.error_message
                 elif api_key == wire.PRODUCE:
                     ((response,),) = [t.partition_responses for t in answer.responses]
                     _ok(response.error_code)
@@ -417,9 +479,13 @@ async def test_every_version_of_every_api_the_listener_claims_is_answered(
         assert produced == sum(1 for _ in range(*_span(ranges[wire.PRODUCE])))
     finally:
         await conn.close()
+    # DeleteRecords v2 moved the log start to 2: the records from there on are read back,
+    # and the topic "not-yet" was not created.
     assert [v for _o, v in await _read_all(cluster, NAME)] == [
         b"v%d" % v for v in range(*_span(wire.SUPPORTED[wire.PRODUCE]))
-    ]
+    ][wire.SUPPORTED[wire.DELETE_RECORDS][1] :]
+    async with Client(cluster.bootstrap, credentials=cluster.credentials) as client:
+        assert await client.partitions(["not-yet"]) == []
 
 
 def _span(r: tuple[int, int]) -> tuple[int, int]:

@@ -17,12 +17,16 @@ the HTTP API's, in Kafka's messages and error codes.
 - ListOffsets: earliest (-2), latest (-1) and by timestamp, behind the KIP-207 gate
   (a new leader answers OFFSET_NOT_AVAILABLE until its high watermark is known).
 - Metadata: `metadata.ClusterView`; topics a principal may not describe are left out
-  of an answer for all topics and refused by name when asked for.
+  of an answer for all topics and refused by name when asked for. The controller id is
+  the answering broker, as a KRaft broker names a live broker: what clients send to the
+  controller (CreateTopics) any broker answers.
 - OffsetForLeaderEpoch (readers): where an epoch ends in the leader's log, the query a
   KIP-320 client makes after a leader change to find out whether its position was
   truncated.
 - InitProducerId: a random 62-bit producer id (epoch 0) for an idempotent producer, or
   the next epoch of the id it names (KIP-360); transactional ids are refused.
+- DeleteRecords, DescribeConfigs and CreateTopics (refused: topics are Partition
+  resources): `admin`.
 
 Authorization is the HTTP API's: the connection's principal (its certificate) and the
 access policy's rules per topic.
@@ -32,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import uuid
 from typing import Any
 
 import structlog
@@ -51,6 +54,8 @@ from epochlog_broker.broker import Broker
 from epochlog_broker.core import EARLIEST, LATEST, ReadAsk
 from epochlog_broker.gate import Gate
 from epochlog_broker.kafka import wire
+from epochlog_broker.kafka.admin import KafkaAdmin
+from epochlog_broker.kafka.errors import kafka_error
 from epochlog_broker.kafka.metadata import ClusterView, brokers, topics
 from epochlog_broker.kafka.records import KafkaRecordsError, decode_produced, encode_batch
 from epochlog_broker.replication.messages import Acks
@@ -62,31 +67,8 @@ LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_PRODUCER_EPOCH = 32767
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-NO_TOPIC_ID = uuid.UUID(int=0)
+NO_TOPIC_ID = wire.NO_TOPIC_ID
 CLUSTER_ID = "epochlog"
-
-_ERRORS: dict[str, str] = {
-    EpochlogCode.UNKNOWN_PARTITION: "unknown_topic_or_partition",
-    EpochlogCode.CORRUPT_RECORD: "corrupt_message",
-    EpochlogCode.RECORD_TOO_LARGE: "message_too_large",
-    EpochlogCode.STORAGE_ERROR: "kafka_storage_error",
-    EpochlogCode.OUT_OF_ORDER_SEQUENCE: "out_of_order_sequence_number",
-    EpochlogCode.AUTHENTICATION_FAILED: "sasl_authentication_failed",
-}
-"""epochlog's error names where Kafka's differ; the others are the same name."""
-
-
-def kafka_error(exc: BaseException) -> Any:
-    """Kafka's code for an error raised by the core (UNKNOWN_SERVER_ERROR for a bug)."""
-    if isinstance(exc, KafkaRecordsError):
-        return wire.error(exc.error)
-    if isinstance(exc, EpochlogError):
-        name = _ERRORS.get(exc.code, str(exc.code).lower())
-        try:
-            return wire.error(name)
-        except KeyError:
-            pass
-    return wire.error("unknown_server_error")
 
 
 class KafkaHandlers:
@@ -94,6 +76,7 @@ class KafkaHandlers:
         self.broker = broker
         self.gate = gate
         self.view = view
+        self.admin = KafkaAdmin(broker, gate, view)
 
     async def handle(self, req: wire.Request, who: Principal) -> Any | None:
         """The response body for `req`; None when Kafka sends none (Produce with acks 0)."""
@@ -111,6 +94,12 @@ class KafkaHandlers:
             return self.init_producer_id(req)
         if req.api_key == wire.OFFSET_FOR_LEADER_EPOCH:
             return self.offset_for_leader_epoch(req, who)
+        if req.api_key == wire.DELETE_RECORDS:
+            return await self.admin.delete_records(req, who)
+        if req.api_key == wire.DESCRIBE_CONFIGS:
+            return await self.admin.describe_configs(req, who)
+        if req.api_key == wire.CREATE_TOPICS:
+            return await self.admin.create_topics(req, who)
         raise AssertionError(f"api {req.api_key} is in SUPPORTED without a handler")
 
     def _topic_allowed(self, who: Principal, operation: Operation, topic: str) -> bool:
@@ -165,7 +154,9 @@ class KafkaHandlers:
                 for b in brokers(listings)
             ],
             cluster_id=CLUSTER_ID,
-            controller_id=-1,
+            # As a KRaft broker answers: a live broker, to which clients send what they
+            # address to the controller (CreateTopics); this one answers those itself.
+            controller_id=self.broker.config.broker_id,
             topics=out,
             cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
         )

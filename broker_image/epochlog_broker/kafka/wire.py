@@ -22,6 +22,7 @@ import datetime
 import io
 import struct
 import typing
+import uuid
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Final
@@ -36,8 +37,11 @@ METADATA: Final = 3
 PRODUCE: Final = 0
 FETCH: Final = 1
 LIST_OFFSETS: Final = 2
+CREATE_TOPICS: Final = 19
+DELETE_RECORDS: Final = 21
 INIT_PRODUCER_ID: Final = 22
 OFFSET_FOR_LEADER_EPOCH: Final = 23
+DESCRIBE_CONFIGS: Final = 32
 
 SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     PRODUCE: (3, 11),
@@ -47,6 +51,9 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     API_VERSIONS: (0, 4),
     INIT_PRODUCER_ID: (0, 4),
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    CREATE_TOPICS: (2, 7),
+    DELETE_RECORDS: (0, 2),
+    DESCRIBE_CONFIGS: (1, 4),
 }
 """API key: (lowest, highest version) answered. Produce and Fetch stop where Kafka moved
 to topic ids (Produce v13, Fetch v13), which epochlog's Partitions do not have yet."""
@@ -54,6 +61,8 @@ to topic ids (Produce v13, Fetch v13), which epochlog's Partitions do not have y
 _SIZE = struct.Struct(">i")
 _KEY_VERSION = struct.Struct(">hhi")
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+NO_TOPIC_ID = uuid.UUID(int=0)
+"""Kafka's topic id of a topic without one (epochlog's Partitions have none yet)."""
 
 
 class KafkaFrameError(ValueError):
