@@ -30,6 +30,7 @@ from typing import Any
 from epochlog import __version__
 from epochlog.logs import configure
 from epochlog.protocol.errors import EpochlogError
+from epochlog.resources import DEFAULT_KAFKA_OFFSETS_PARTITIONS, KAFKA_OFFSETS_TOPIC
 from epochlog.security.options import add_tls_arguments, server_security
 
 
@@ -321,6 +322,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
             rack=args.rack or None,
             kafka_port=None if args.kafka_port in (None, "") else int(args.kafka_port),
             kafka_advertised_address=args.kafka_advertised_address or None,
+            kafka_offsets_partitions=int(args.kafka_offsets_partitions),
             **_probe_listen(args.probe_listen),
         )
         if args.segment_bytes is not None:
@@ -714,6 +716,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=env("EPOCHLOG_KAFKA_ADVERTISED_ADDRESS"),
         metavar="HOST:PORT",
         help="where Kafka clients are told to reach this broker (default HOST:KAFKA_PORT)",
+    )
+    broker.add_argument(
+        "--kafka-offsets-partitions",
+        type=int,
+        default=env("EPOCHLOG_KAFKA_OFFSETS_PARTITIONS", str(DEFAULT_KAFKA_OFFSETS_PARTITIONS)),
+        metavar="N",
+        help=f"Partitions of {KAFKA_OFFSETS_TOPIC} that hold consumer groups' offsets; the "
+        "same on every broker, and those Partitions must exist (default "
+        f"{DEFAULT_KAFKA_OFFSETS_PARTITIONS})",
     )
     broker.add_argument(
         "--controller",

@@ -22,6 +22,7 @@ from typing import Final
 from epochlog.http_limits import HttpLimits
 from epochlog.protocol.heartbeat import DEFAULT_HEARTBEAT_INTERVAL_MS, MAX_RACK_LENGTH
 from epochlog.protocol.wire import INT32_MAX
+from epochlog.resources import DEFAULT_KAFKA_OFFSETS_PARTITIONS
 from epochlog.security.access import AccessPolicy
 from epochlog.security.tls import DEFAULT_RELOAD_INTERVAL_S, TlsFiles
 from epochlog_broker.controller_targets import split_controller_urls
@@ -106,6 +107,9 @@ class BrokerConfig:
     kafka_advertised_address: str | None = None
     """host:port Kafka clients are told to reach this broker at (Metadata); default
     <host or hostname>:<kafka_port>."""
+    kafka_offsets_partitions: int = DEFAULT_KAFKA_OFFSETS_PARTITIONS
+    """Partitions of the Kafka consumer groups' offsets topic (the same on every broker:
+    a group's coordinator is the leader of partition crc32(group) % this)."""
     probe_host: str | None = None
     probe_port: int | None = None
     """Also serve GET /healthz, /readyz, /metrics and /openapi.json, and nothing else, on
@@ -131,6 +135,8 @@ class BrokerConfig:
             raise ValueError(f"broker id must be in [0, {INT32_MAX}], got {self.broker_id}")
         if not 0 <= self.port < 65536:
             raise ValueError(f"port {self.port} out of range")
+        if self.kafka_offsets_partitions < 1:
+            raise ValueError("there must be at least one Kafka offsets partition")
         if self.kafka_port is not None and not 0 <= self.kafka_port < 65536:
             raise ValueError(f"Kafka port {self.kafka_port} out of range")
         if self.probe_port is not None and not 0 <= self.probe_port < 65536:

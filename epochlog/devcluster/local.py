@@ -91,7 +91,14 @@ from epochlog.objects import PartitionObject, to_body
 from epochlog.protocol.bodies import HostedRole
 from epochlog.protocol.errors import EpochlogError
 from epochlog.protocol.wire import WireModel
-from epochlog.resources import PartitionStatus
+from epochlog.resources import (
+    DEFAULT_KAFKA_OFFSETS_PARTITIONS,
+    DEFAULT_MIN_INSYNC_REPLICAS,
+    DEFAULT_REPLICATION_FACTOR,
+    KAFKA_OFFSETS_TOPIC,
+    PartitionStatus,
+    partition_name,
+)
 from epochlog.security.options import Credentials
 
 log = structlog.get_logger(__name__)
@@ -152,6 +159,8 @@ class DevSettings:
     """The operator looks for leaderships away from their preferred replicas this often
     (production: 300000, Kafka's): a broker back after a failover leads again within
     seconds."""
+    kafka_offsets_partitions: int = DEFAULT_KAFKA_OFFSETS_PARTITIONS
+    """Partitions of the Kafka consumer groups' offsets topic (`offsets_partitions`)."""
     broker_args: tuple[str, ...] = ()
     """More `epochlog broker` flags for every broker (benchmarks: a short
     `--retention-check-interval-ms`)."""
@@ -167,6 +176,8 @@ class DevSettings:
             grace_period_s=5.0,
             # Scenarios pick the leaders they kill: leadership moves only when they do.
             leader_imbalance_check_interval_ms=300_000,
+            # Fewer Partitions to elect at start: groups spread over three still.
+            kafka_offsets_partitions=3,
         )
 
     @property
@@ -547,6 +558,7 @@ class LocalCluster:
                 probe_port=probe,
                 controlled_shutdown_timeout_ms=s.handover_timeout_ms,
                 kafka_port=kafka,
+                kafka_offsets_partitions=s.kafka_offsets_partitions,
                 extra=s.broker_args,
             )
             container = f"epochlog-dev-{self._digest}-broker-{b}" if self.images else None
@@ -655,6 +667,7 @@ class LocalCluster:
             await self._wait_brokers_known()
             if example_partitions:
                 await self._example_partitions(say)
+                await self.offsets_partitions(say)
         except BaseException:
             await self.down()
             raise
@@ -676,6 +689,28 @@ class LocalCluster:
                 f"  {name}: leader broker {status.leader}, "
                 f"leaderEpoch {status.leader_epoch}, isr {list(status.isr)}"
             )
+
+    async def offsets_partitions(self, say: Callable[[str], None] = lambda _m: None) -> None:
+        """Create the Partitions of the Kafka consumer groups' offsets topic (as the chart
+        does) and wait for their leaders; Kafka consumer groups need them."""
+        count = self.settings.kafka_offsets_partitions
+        say(f"creating {count} Partitions of {KAFKA_OFFSETS_TOPIC} for Kafka consumer groups")
+        factor = min(DEFAULT_REPLICATION_FACTOR, self.brokers)
+        for i in range(count):
+            await self.apply(
+                partition_manifest(
+                    KAFKA_OFFSETS_TOPIC,
+                    i,
+                    replication_factor=factor,
+                    min_insync_replicas=min(DEFAULT_MIN_INSYNC_REPLICAS, factor),
+                    replica_lag_time_max_ms=self.settings.replica_lag_time_max_ms,
+                    retention_ms=-1,
+                )
+            )
+        for i in range(count):
+            name = partition_name(KAFKA_OFFSETS_TOPIC, i)
+            status = await self.wait_leader(name, timeout=self.settings.startup_timeout_s)
+            await self.wait_serving(name, status)
 
     def _refuse_if_running(self) -> None:
         if not self.state_file.exists():

@@ -95,6 +95,7 @@ def broker_argv(
     probe_port: int | None = None,
     controlled_shutdown_timeout_ms: int | None = None,
     kafka_port: int | None = None,
+    kafka_offsets_partitions: int | None = None,
     extra: Iterable[str] = (),
 ) -> list[str]:
     """`epochlog broker`: broker `broker_id` on loopback `port` (and the Kafka protocol on
@@ -120,6 +121,7 @@ def broker_argv(
                 ("--probe-listen", None if probe_port is None else f"{LOOPBACK}:{probe_port}"),
                 ("--controlled-shutdown-timeout-ms", controlled_shutdown_timeout_ms),
                 ("--kafka-port", kafka_port),
+                ("--kafka-offsets-partitions", kafka_offsets_partitions),
             ]
         ),
         *security,

@@ -32,6 +32,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kio.static.primitive import i32Timedelta
@@ -40,7 +41,7 @@ from epochlog.client import Client
 from epochlog.demo.kafka import kafka_python_tls
 from epochlog.devcluster.local import LocalCluster
 from epochlog.devcluster.local_workload import read_back
-from epochlog.resources import DEFAULT_RETENTION_MS
+from epochlog.resources import DEFAULT_RETENTION_MS, KAFKA_OFFSETS_TOPIC
 from epochlog.security.pki import DevPki
 from epochlog.security.tls import TlsFiles, client_context
 from epochlog_broker.kafka import wire
@@ -386,6 +387,8 @@ def _request(api_key: int, version: int, leader_epoch: int, offset: int) -> dict
             "timeout": timeout,
             "validate_only": False,
         }
+    if api_key in wire.GROUP_APIS:
+        return _group_request(api_key, version)
     assert api_key == wire.INIT_PRODUCER_ID
     return {
         "transactional_id": None,
@@ -395,17 +398,119 @@ def _request(api_key: int, version: int, leader_epoch: int, offset: int) -> dict
     }
 
 
+GROUP = "every-version"
+NOBODY = "nobody"
+
+
+def _group_request(api_key: int, version: int) -> dict[str, Any]:
+    """Group requests the coordinator answers at once: a member it does not know (no
+    rebalance starts), a standalone client's commit of offset `version`, and reads of
+    what was committed."""
+    topics = [{"name": TOPIC, "partition_indexes": [0]}]
+    member = {"member_id": NOBODY, "group_instance_id": None, "reason": None}
+    requests: dict[int, dict[str, Any]] = {
+        wire.FIND_COORDINATOR: {"key": GROUP, "key_type": 0, "coordinator_keys": [GROUP]},
+        wire.JOIN_GROUP: {
+            "group_id": GROUP,
+            "session_timeout": i32Timedelta.parse(datetime.timedelta(seconds=10)),
+            "rebalance_timeout": i32Timedelta.parse(datetime.timedelta(seconds=30)),
+            "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b""}],
+            **member,
+        },
+        wire.HEARTBEAT: {"group_id": GROUP, "generation_id": 1, **member},
+        wire.SYNC_GROUP: {
+            "group_id": GROUP,
+            "generation_id": 1,
+            "protocol_type": "consumer",
+            "protocol_name": "range",
+            "assignments": [],
+            **member,
+        },
+        wire.LEAVE_GROUP: {"group_id": GROUP, "member_id": NOBODY, "members": [member]},
+        wire.OFFSET_COMMIT: {
+            "group_id": GROUP,
+            "generation_id_or_member_epoch": -1,
+            "member_id": "",
+            "group_instance_id": None,
+            "topics": [
+                {
+                    "name": TOPIC,
+                    "partitions": [
+                        {
+                            "partition_index": 0,
+                            "committed_offset": version,
+                            "committed_leader_epoch": -1,
+                            "committed_metadata": f"v{version}",
+                        }
+                    ],
+                }
+            ],
+        },
+        wire.OFFSET_FETCH: {
+            "group_id": GROUP,
+            "topics": topics,
+            "require_stable": False,
+            "groups": [
+                {"group_id": GROUP, "member_id": None, "member_epoch": -1, "topics": topics}
+            ],
+        },
+        wire.DESCRIBE_GROUPS: {"groups": [GROUP], "include_authorized_operations": False},
+        wire.LIST_GROUPS: {"states_filter": [], "types_filter": []},
+    }
+    return requests[api_key]
+
+
+def _check_group_answer(api_key: int, version: int, answer: Any, coordinator: int) -> None:
+    what = f"api {api_key} v{version}"
+    unknown = wire.error("unknown_member_id")
+    if api_key == wire.FIND_COORDINATOR:
+        found = answer.coordinators[0] if version >= 4 else answer
+        _ok(found.error_code)
+        assert int(found.node_id) == coordinator, what
+    elif api_key in (wire.JOIN_GROUP, wire.HEARTBEAT, wire.SYNC_GROUP):
+        assert answer.error_code == unknown, what
+    elif api_key == wire.LEAVE_GROUP:
+        if version >= 3:
+            _ok(answer.error_code)
+            assert [m.error_code for m in answer.members] == [unknown], what
+        else:
+            assert answer.error_code == unknown, what
+    elif api_key == wire.OFFSET_COMMIT:
+        ((p,),) = [t.partitions for t in answer.topics]
+        _ok(p.error_code)
+    elif api_key == wire.OFFSET_FETCH:
+        topics = answer.groups[0].topics if version >= 8 else answer.topics
+        ((p,),) = [t.partitions for t in topics]
+        _ok(p.error_code)
+        last = wire.SUPPORTED[wire.OFFSET_COMMIT][1]
+        assert (int(p.committed_offset), p.metadata) == (last, f"v{last}"), what
+    elif api_key == wire.DESCRIBE_GROUPS:
+        (group,) = answer.groups
+        _ok(group.error_code)
+        assert (group.group_id, group.group_state, group.members) == (GROUP, "Empty", ()), what
+    else:
+        assert api_key == wire.LIST_GROUPS
+        _ok(answer.error_code)
+        assert GROUP in {g.group_id for g in answer.groups}, what
+
+
 def _ok(code: Any) -> None:
     assert code == wire.error("none"), code
 
 
+@pytest.mark.cluster_settings(kafka_offsets_partitions=1)
 async def test_every_version_of_every_api_the_listener_claims_is_answered(
     local_cluster: LocalCluster,
 ) -> None:
     cluster = local_cluster
+    await cluster.offsets_partitions()
+    coordinator = (await status_of(cluster, f"{KAFKA_OFFSETS_TOPIC}-0")).leader
+    assert coordinator is not None
     status = await create_partition(cluster, NAME, (1, 2, 3))
     assert status.leader is not None
     conn = await KafkaConnection.open(_kafka_address(cluster, status.leader), _user_tls(cluster))
+    coord = await KafkaConnection.open(_kafka_address(cluster, coordinator), _user_tls(cluster))
     try:
         claimed = await conn.ask(wire.API_VERSIONS, 3, **_request(wire.API_VERSIONS, 3, -1, 0))
         _ok(claimed.error_code)
@@ -421,6 +526,11 @@ async def test_every_version_of_every_api_the_listener_claims_is_answered(
                 offset = version if api_key == wire.DELETE_RECORDS else 0
                 offset = status.leader if api_key == wire.DESCRIBE_CONFIGS else offset
                 values = _request(api_key, version, status.leader_epoch, offset)
+                if api_key in wire.GROUP_APIS:
+                    asked = conn if api_key == wire.FIND_COORDINATOR else coord
+                    answer = await asked.ask(api_key, version, **values)
+                    _check_group_answer(api_key, version, answer, coordinator)
+                    continue
                 answer = await conn.ask(api_key, version, **values)
                 what = f"api {api_key} v{version}"
                 if api_key == wire.API_VERSIONS:
@@ -479,6 +589,7 @@ async def test_every_version_of_every_api_the_listener_claims_is_answered(
         assert produced == sum(1 for _ in range(*_span(ranges[wire.PRODUCE])))
     finally:
         await conn.close()
+        await coord.close()
     # DeleteRecords v2 moved the log start to 2: the records from there on are read back,
     # and the topic "not-yet" was not created.
     assert [v for _o, v in await _read_all(cluster, NAME)] == [

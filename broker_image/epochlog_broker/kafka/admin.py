@@ -9,7 +9,8 @@ of CreateTopics.
   OFFSET_OUT_OF_RANGE and deletes nothing; one below the log start changes nothing.
   Authorized as the HTTP API authorizes it: a write of the topic (Kafka asks for
   DELETE, which epochlog's access policy does not have). Each partition is answered on
-  its own.
+  its own. The internal offsets topic is refused (INVALID_TOPIC_EXCEPTION), as Kafka
+  refuses deleting from `__consumer_offsets`.
 - DescribeConfigs: TOPIC (2) and BROKER (4) resources; every entry is read-only (they
   are set on the Partition resources and the broker's flags, never over Kafka). A
   topic's entries come from the controller's assignment of a partition of it that this
@@ -50,7 +51,12 @@ from typing import Any, Final
 from epochlog.protocol.errors import EpochlogError
 from epochlog.protocol.errors import ErrorCode as EpochlogCode
 from epochlog.protocol.heartbeat import PartitionAssignment
-from epochlog.resources import DEFAULT_MIN_INSYNC_REPLICAS, DEFAULT_RETENTION_MS, partition_name
+from epochlog.resources import (
+    DEFAULT_MIN_INSYNC_REPLICAS,
+    DEFAULT_RETENTION_MS,
+    KAFKA_OFFSETS_TOPIC,
+    partition_name,
+)
 from epochlog.security.access import Operation
 from epochlog.security.principal import Principal
 from epochlog_broker.broker import Broker
@@ -297,6 +303,10 @@ class KafkaAdmin:
         entry: dict[str, Any] = {"partition_index": index, "low_watermark": -1}
         if not self.gate.allows(who, Operation.WRITE, topic):
             entry["error_code"] = wire.error("topic_authorization_failed")
+            return topic, entry
+        if topic == KAFKA_OFFSETS_TOPIC:
+            # Committed group offsets would go with the records (Kafka refuses it too).
+            entry["error_code"] = wire.error("invalid_topic_exception")
             return topic, entry
         try:
             start, _epoch = await self.broker.delete_records(

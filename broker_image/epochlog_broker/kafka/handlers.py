@@ -28,6 +28,10 @@ the HTTP API's, in Kafka's messages and error codes.
 - DeleteRecords, DescribeConfigs and CreateTopics (refused: topics are Partition
   resources): `admin`.
 
+Consumer groups (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+OffsetCommit, OffsetFetch, ListGroups, DescribeGroups) are `group_apis`'. Produce to
+the internal offsets topic is refused (INVALID_TOPIC_EXCEPTION), as Kafka refuses it.
+
 Authorization is the HTTP API's: the connection's principal (its certificate) and the
 access policy's rules per topic.
 """
@@ -47,7 +51,7 @@ from epochlog.protocol.errors import (
 from epochlog.protocol.errors import (
     ErrorCode as EpochlogCode,
 )
-from epochlog.resources import partition_name
+from epochlog.resources import KAFKA_OFFSETS_TOPIC, partition_name
 from epochlog.security.access import Operation
 from epochlog.security.principal import Principal
 from epochlog_broker.broker import Broker
@@ -55,7 +59,9 @@ from epochlog_broker.core import EARLIEST, LATEST, ReadAsk
 from epochlog_broker.gate import Gate
 from epochlog_broker.kafka import wire
 from epochlog_broker.kafka.admin import KafkaAdmin
+from epochlog_broker.kafka.coordinator import GroupCoordinator
 from epochlog_broker.kafka.errors import kafka_error
+from epochlog_broker.kafka.group_apis import GroupApis
 from epochlog_broker.kafka.metadata import ClusterView, brokers, topics
 from epochlog_broker.kafka.records import KafkaRecordsError, decode_produced, encode_batch
 from epochlog_broker.replication.messages import Acks
@@ -72,14 +78,19 @@ CLUSTER_ID = "epochlog"
 
 
 class KafkaHandlers:
-    def __init__(self, broker: Broker, gate: Gate, view: ClusterView) -> None:
+    def __init__(
+        self, broker: Broker, gate: Gate, view: ClusterView, coordinator: GroupCoordinator
+    ) -> None:
         self.broker = broker
         self.gate = gate
         self.view = view
         self.admin = KafkaAdmin(broker, gate, view)
+        self.groups = GroupApis(coordinator, gate, view)
 
-    async def handle(self, req: wire.Request, who: Principal) -> Any | None:
+    async def handle(self, req: wire.Request, who: Principal, peer: str = "") -> Any | None:
         """The response body for `req`; None when Kafka sends none (Produce with acks 0)."""
+        if req.api_key in wire.GROUP_APIS:
+            return await self.groups.handle(req, who, peer)
         if req.api_key == wire.API_VERSIONS:
             return api_versions(req.api_version, "none")
         if req.api_key == wire.METADATA:
@@ -121,7 +132,7 @@ class KafkaHandlers:
             entry: dict[str, Any] = {
                 "name": topic,
                 "topic_id": NO_TOPIC_ID,
-                "is_internal": False,
+                "is_internal": topic == KAFKA_OFFSETS_TOPIC,
                 "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
                 "partitions": [],
             }
@@ -229,6 +240,10 @@ class KafkaHandlers:
                 return topic, entry
             if not self._topic_allowed(who, Operation.WRITE, topic):
                 entry["error_code"] = wire.error("topic_authorization_failed")
+                return topic, entry
+            if topic == KAFKA_OFFSETS_TOPIC:
+                entry["error_code"] = wire.error("invalid_topic_exception")
+                entry["error_message"] = f"{topic} is internal: only group coordinators append"
                 return topic, entry
             batch = decode_produced(data, broker.config.max_record_bytes)
             done = await broker.produce(

@@ -30,6 +30,7 @@ from epochlog.protocol.errors import EpochlogError
 from epochlog_broker.broker import Broker
 from epochlog_broker.gate import Gate
 from epochlog_broker.kafka import wire
+from epochlog_broker.kafka.coordinator import GroupCoordinator
 from epochlog_broker.kafka.handlers import KafkaHandlers, api_versions
 from epochlog_broker.kafka.metadata import ClusterView
 
@@ -38,6 +39,9 @@ log = structlog.get_logger("epochlog.broker")
 HEADER_SLACK: Final = 64 * 1024
 IDLE_TIMEOUT_S: Final = 600.0
 """Kafka's connections.max.idle.ms default."""
+INITIAL_REBALANCE_DELAY_MS: Final = 3000
+"""Kafka's group.initial.rebalance.delay.ms default: a new group waits this long for
+more members before its first generation."""
 
 
 class KafkaListener:
@@ -50,7 +54,12 @@ class KafkaListener:
         self.host = host
         self.port = port
         view = ClusterView(broker.describe, broker.peer_addresses, lambda: broker.peer_session)
-        self.handlers = KafkaHandlers(broker, gate, view)
+        self.coordinator = GroupCoordinator(
+            broker,
+            partitions=broker.config.kafka_offsets_partitions,
+            initial_delay_ms=INITIAL_REBALANCE_DELAY_MS,
+        )
+        self.handlers = KafkaHandlers(broker, gate, view, self.coordinator)
         self.max_frame = broker.config.max_request_bytes + HEADER_SLACK
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -61,6 +70,7 @@ class KafkaListener:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def start(self) -> None:
+        self.coordinator.start()
         self._server = await asyncio.start_server(
             self._accepted, self.host, self.port, ssl=self.tls, backlog=1024
         )
@@ -78,6 +88,7 @@ class KafkaListener:
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
+        await self.coordinator.stop()
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
@@ -110,6 +121,7 @@ class KafkaListener:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
+        client_host = f"/{peer[0]}" if isinstance(peer, tuple) else ""
         try:
             who = self.gate.principal_of_transport(writer.transport)
         except EpochlogError as exc:
@@ -152,7 +164,7 @@ class KafkaListener:
                 writer.write(wire.encode_response(wire.API_VERSIONS, 0, req.correlation_id, answer))
                 await writer.drain()
                 continue
-            body = await self.handlers.handle(req, who)
+            body = await self.handlers.handle(req, who, client_host)
             metrics.labels(str(req.api_key), "answered").inc()
             if body is None:
                 continue

@@ -42,6 +42,28 @@ DELETE_RECORDS: Final = 21
 INIT_PRODUCER_ID: Final = 22
 OFFSET_FOR_LEADER_EPOCH: Final = 23
 DESCRIBE_CONFIGS: Final = 32
+OFFSET_COMMIT: Final = 8
+OFFSET_FETCH: Final = 9
+FIND_COORDINATOR: Final = 10
+JOIN_GROUP: Final = 11
+HEARTBEAT: Final = 12
+LEAVE_GROUP: Final = 13
+SYNC_GROUP: Final = 14
+DESCRIBE_GROUPS: Final = 15
+LIST_GROUPS: Final = 16
+GROUP_APIS: Final = frozenset(
+    {
+        OFFSET_COMMIT,
+        OFFSET_FETCH,
+        FIND_COORDINATOR,
+        JOIN_GROUP,
+        HEARTBEAT,
+        LEAVE_GROUP,
+        SYNC_GROUP,
+        DESCRIBE_GROUPS,
+        LIST_GROUPS,
+    }
+)
 
 SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     PRODUCE: (3, 11),
@@ -54,9 +76,19 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     CREATE_TOPICS: (2, 7),
     DELETE_RECORDS: (0, 2),
     DESCRIBE_CONFIGS: (1, 4),
+    OFFSET_COMMIT: (2, 9),
+    OFFSET_FETCH: (1, 9),
+    FIND_COORDINATOR: (0, 6),
+    JOIN_GROUP: (0, 9),
+    HEARTBEAT: (0, 4),
+    LEAVE_GROUP: (0, 5),
+    SYNC_GROUP: (0, 5),
+    DESCRIBE_GROUPS: (0, 5),
+    LIST_GROUPS: (0, 5),
 }
 """API key: (lowest, highest version) answered. Produce and Fetch stop where Kafka moved
-to topic ids (Produce v13, Fetch v13), which epochlog's Partitions do not have yet."""
+to topic ids (Produce v13, Fetch v13), which epochlog's Partitions do not have yet;
+OffsetCommit and OffsetFetch where they did (v10)."""
 
 _SIZE = struct.Struct(">i")
 _KEY_VERSION = struct.Struct(">hhi")
