@@ -34,6 +34,23 @@ from epochlog.resources import DEFAULT_KAFKA_OFFSETS_PARTITIONS, KAFKA_OFFSETS_T
 from epochlog.security.options import add_tls_arguments, server_security
 
 
+def _cmd_access_scram(args: argparse.Namespace) -> int:
+    import json
+
+    from epochlog.security.access import MIN_SCRAM_ITERATIONS, scram_entry
+
+    if args.iterations < MIN_SCRAM_ITERATIONS:
+        print(f"--iterations must be at least {MIN_SCRAM_ITERATIONS}", file=sys.stderr)
+        return 2
+    password = sys.stdin.readline().rstrip("\n")
+    if not password:
+        print("give the password on standard input", file=sys.stderr)
+        return 2
+    entry = scram_entry(args.user, password, args.mechanism, args.iterations)
+    print(json.dumps(entry, indent=2))
+    return 0
+
+
 def _cmd_log_check(args: argparse.Namespace) -> int:
     from epochlog_broker.log.fs import OsFileSystem
     from epochlog_broker.log.inspect import SegmentCheck, check_partition_dir
@@ -559,6 +576,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default=None, help="debug, info, warning, error")
     parser.add_argument("--log-format", default=None, choices=["logfmt", "json"])
     sub = parser.add_subparsers(dest="command", required=True)
+
+    access = sub.add_parser("access", help="make entries of the access policy")
+    access_sub = access.add_subparsers(dest="access_command", required=True)
+    scram = access_sub.add_parser(
+        "scram",
+        help="a SASL/SCRAM credential for Kafka clients, from a password on stdin",
+        description="Print the access policy's `scram` entry (JSON) for a user whose "
+        "password is read from standard input: salt, iterations and the keys a broker "
+        "checks a SCRAM exchange against, never the password (as Kafka's "
+        "kafka-configs --add-config SCRAM-SHA-512=[password=...] stores it).",
+    )
+    scram.add_argument("--user", required=True, help="the user's name (principal User:NAME)")
+    scram.add_argument(
+        "--mechanism", default="SCRAM-SHA-512", choices=["SCRAM-SHA-512", "SCRAM-SHA-256"]
+    )
+    scram.add_argument("--iterations", type=int, default=8192, help="at least 4096")
+    scram.set_defaults(func=_cmd_access_scram)
 
     log_p = sub.add_parser("log", help="inspect partition directories on disk")
     log_sub = log_p.add_subparsers(dest="log_command", required=True)

@@ -5,23 +5,33 @@ A policy file (YAML or JSON, on Kubernetes a Secret or the chart's values):
     tokens:                       # bearer tokens by their SHA-256 (hex), never in clear
       - principal: User:spark
         sha256: 9f86d081...
+    scram:                        # Kafka SASL/SCRAM credentials, as Kafka stores them
+      - principal: User:billing   # (`epochlog access scram --user billing`)
+        mechanism: SCRAM-SHA-512
+        salt: 3q2+7w==            # base64
+        iterations: 8192
+        storedKey: ...            # base64
+        serverKey: ...            # base64
     acls:
       - principal: User:spark     # User:<name>, or User:* for every authenticated user
         topics: [orders, "audit.*"]   # a name, or a prefix ending in "*"
         operations: [read, describe]  # read, write, describe, or all
 
 Brokers and the operator (cluster CA certificates) may do everything; a user may do
-what a rule grants and nothing else. Decisions are pure: `AccessPolicy.allows`.
+what a rule grants and nothing else. A token is also a Kafka client's SASL/PLAIN
+password (its username the token's user). Decisions are pure: `AccessPolicy.allows`.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import enum
 import hashlib
 import hmac
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -53,6 +63,62 @@ class TokenEntry(_Strict):
     _principal = field_validator("principal")(_check_principal)
 
 
+SCRAM_MECHANISMS: Final = ("SCRAM-SHA-512", "SCRAM-SHA-256")
+MIN_SCRAM_ITERATIONS: Final = 4096
+"""Kafka's floor for a SCRAM credential's iterations."""
+
+
+class ScramEntry(_Strict):
+    """A SCRAM credential (RFC 5802): what a server keeps to check a password it never
+    sees, as Kafka keeps it (`kafka-configs --add-config SCRAM-SHA-512=[...]`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    principal: str
+    mechanism: Literal["SCRAM-SHA-512", "SCRAM-SHA-256"]
+    salt: Annotated[str, Field(min_length=4)]
+    iterations: Annotated[int, Field(ge=MIN_SCRAM_ITERATIONS)]
+    stored_key: Annotated[str, Field(alias="storedKey", min_length=4)]
+    server_key: Annotated[str, Field(alias="serverKey", min_length=4)]
+
+    _principal = field_validator("principal")(_check_principal)
+
+    @field_validator("salt", "stored_key", "server_key")
+    @classmethod
+    def _base64(cls, value: str) -> str:
+        try:
+            base64.b64decode(value, validate=True)
+        except binascii.Error:
+            raise ValueError("is not base64") from None
+        return value
+
+    def auth_info(self) -> tuple[bytes, bytes, bytes, int]:
+        """(salt, storedKey, serverKey, iterations), as a SCRAM server takes them."""
+        return (
+            base64.b64decode(self.salt),
+            base64.b64decode(self.stored_key),
+            base64.b64decode(self.server_key),
+            self.iterations,
+        )
+
+
+def scram_entry(user: str, password: str, mechanism: str, iterations: int) -> dict[str, Any]:
+    """A policy's `scram` entry for `user`'s `password` (a fresh random salt)."""
+    from scramp import ScramMechanism
+
+    salt, stored_key, server_key, count = ScramMechanism(mechanism).make_auth_info(
+        password, iteration_count=iterations
+    )
+    return {
+        "principal": f"User:{user}",
+        "mechanism": mechanism,
+        "salt": base64.b64encode(salt).decode(),
+        "iterations": count,
+        "storedKey": base64.b64encode(stored_key).decode(),
+        "serverKey": base64.b64encode(server_key).decode(),
+    }
+
+
 class AclEntry(_Strict):
     principal: str
     topics: tuple[Annotated[str, Field(min_length=1)], ...]
@@ -75,7 +141,15 @@ class AclEntry(_Strict):
 
 class AccessPolicy(_Strict):
     tokens: tuple[TokenEntry, ...] = ()
+    scram: tuple[ScramEntry, ...] = ()
     acls: tuple[AclEntry, ...] = ()
+
+    def scram_credential(self, mechanism: str, user: str) -> ScramEntry | None:
+        """`user`'s credential for `mechanism`; None when it has none."""
+        wanted = f"{Kind.USER}:{user}"
+        return next(
+            (e for e in self.scram if e.mechanism == mechanism and e.principal == wanted), None
+        )
 
     def token_principal(self, token: str) -> Principal | None:
         """The user a bearer token stands for; None for a token nobody was given."""

@@ -16,7 +16,8 @@ certificate from the clients CA.
   not show it.
 - Bad input ends the connection or gets Kafka's error, and writes nothing: a frame
   size over the limit, bytes that are no request, a frame cut short, a Produce whose
-  batch fails its CRC, a version nobody speaks, a client without a certificate.
+  batch fails its CRC, a version nobody speaks, a client with neither a certificate
+  nor SASL.
 """
 
 from __future__ import annotations
@@ -495,6 +496,28 @@ def _check_group_answer(api_key: int, version: int, answer: Any, coordinator: in
         assert GROUP in {g.group_id for g in answer.groups}, what
 
 
+async def _check_sasl(cluster: LocalCluster, broker: int, api_key: int, version: int) -> None:
+    """A SASL request on a connection of its own without a client certificate: the
+    handshake is answered with the mechanisms; credentials the broker does not know
+    (there is no access policy here) get SASL_AUTHENTICATION_FAILED."""
+    pki = cluster.security.pki
+    assert pki is not None
+    what = f"api {api_key} v{version}"
+    conn = await KafkaConnection.open(
+        _kafka_address(cluster, broker), client_context(TlsFiles(str(pki.cluster_ca)))
+    )
+    try:
+        shake = await conn.ask(wire.SASL_HANDSHAKE, 1, mechanism="PLAIN")
+        _ok(shake.error_code)
+        assert set(shake.mechanisms) == {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}, what
+        if api_key == wire.SASL_AUTHENTICATE:
+            answer = await conn.ask(api_key, version, auth_bytes=b"\0someone\0guess")
+            assert answer.error_code == wire.error("sasl_authentication_failed"), what
+            assert await conn.closed_by_peer(), what
+    finally:
+        await conn.close()
+
+
 def _ok(code: Any) -> None:
     assert code == wire.error("none"), code
 
@@ -525,6 +548,9 @@ async def test_every_version_of_every_api_the_listener_claims_is_answered(
                 # describes the broker asked.
                 offset = version if api_key == wire.DELETE_RECORDS else 0
                 offset = status.leader if api_key == wire.DESCRIBE_CONFIGS else offset
+                if api_key in (wire.SASL_HANDSHAKE, wire.SASL_AUTHENTICATE):
+                    await _check_sasl(cluster, status.leader, api_key, version)
+                    continue
                 values = _request(api_key, version, status.leader_epoch, offset)
                 if api_key in wire.GROUP_APIS:
                     asked = conn if api_key == wire.FIND_COORDINATOR else coord
@@ -660,7 +686,7 @@ async def test_bad_input_on_the_kafka_listener_writes_nothing(local_cluster: Loc
     ((response,),) = [t.partition_responses for t in answer.responses]
     assert response.error_code == wire.error("invalid_required_acks")
     await conn.close()
-    # No certificate: the TLS connection is closed without an answer.
+    # No certificate and no SASL: closed at its first request, without an answer.
     pki = cluster.security.pki
     assert pki is not None
     anonymous = ssl.create_default_context(cafile=str(pki.cluster_ca))

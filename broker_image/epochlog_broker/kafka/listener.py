@@ -4,8 +4,12 @@ As Kafka's socket server does, a connection's requests are answered in the order
 they came, one at a time (a Fetch that waits holds the requests behind it on that
 connection; clients keep their own connection per broker). Over TLS (the API
 listener's context, so rotated certificates reach it too) the connection's principal
-is its client certificate; without one it is closed, since this listener has no SASL
-yet. In plaintext, an explicit choice for local development, everyone is `Anonymous`.
+is its client certificate. A connection without one authenticates with SASL
+(SaslHandshake, then SaslAuthenticate: `sasl.py`, PLAIN and SCRAM against the access
+policy) before anything but ApiVersions; any other request closes it, and so does a
+failed authentication (after its SASL_AUTHENTICATION_FAILED answer). In plaintext, an
+explicit choice for local development, everyone is `Anonymous` unless they
+authenticate with SASL (SASL_PLAINTEXT).
 
 Limits, each ending the connection and nothing else: a frame larger than
 `max_request_bytes` plus 64 KiB of headers, a frame that does not arrive whole
@@ -21,24 +25,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import ssl
-from typing import Final
+from typing import Any, Final
 
 import structlog
+from kio.static.primitive import i64Timedelta
 
 from epochlog.protocol.errors import EpochlogError
+from epochlog.security.principal import ANONYMOUS, Principal
 from epochlog_broker.broker import Broker
 from epochlog_broker.gate import Gate
 from epochlog_broker.kafka import wire
 from epochlog_broker.kafka.coordinator import GroupCoordinator
 from epochlog_broker.kafka.handlers import KafkaHandlers, api_versions
 from epochlog_broker.kafka.metadata import ClusterView
+from epochlog_broker.kafka.sasl import MECHANISMS, SaslExchange, SaslFailed
 
 log = structlog.get_logger("epochlog.broker")
 
 HEADER_SLACK: Final = 64 * 1024
 IDLE_TIMEOUT_S: Final = 600.0
 """Kafka's connections.max.idle.ms default."""
+NO_SESSION_LIFETIME: Final = i64Timedelta.parse(datetime.timedelta(0))
+"""SaslAuthenticate's session lifetime: 0, the connection needs no re-authentication."""
 INITIAL_REBALANCE_DELAY_MS: Final = 3000
 """Kafka's group.initial.rebalance.delay.ms default: a new group waits this long for
 more members before its first generation."""
@@ -122,11 +132,12 @@ class KafkaListener:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         client_host = f"/{peer[0]}" if isinstance(peer, tuple) else ""
+        who: Principal | None
         try:
             who = self.gate.principal_of_transport(writer.transport)
-        except EpochlogError as exc:
-            log.warning("kafka_connection_unauthenticated", peer=str(peer), error=str(exc))
-            return
+        except EpochlogError:
+            who = None  # no certificate: SASL, or nothing
+        sasl: SaslExchange | None = None
         body_timeout = self.broker.config.http.body_timeout_s
         metrics = self.broker.metrics.kafka_requests
         while True:
@@ -164,7 +175,35 @@ class KafkaListener:
                 writer.write(wire.encode_response(wire.API_VERSIONS, 0, req.correlation_id, answer))
                 await writer.drain()
                 continue
-            body = await self.handlers.handle(req, who, client_host)
+            if req.api_key in (wire.SASL_HANDSHAKE, wire.SASL_AUTHENTICATE):
+                sasl, body, failed = self._sasl(req, sasl, str(peer))
+                if sasl is not None and sasl.principal is not None:
+                    who = sasl.principal
+                    log.info(
+                        "kafka_sasl_authenticated",
+                        peer=str(peer),
+                        principal=str(who),
+                        mechanism=sasl.mechanism,
+                    )
+                    sasl = None
+                writer.write(
+                    wire.encode_response(req.api_key, req.api_version, req.correlation_id, body)
+                )
+                await writer.drain()
+                metrics.labels(str(req.api_key), "refused" if failed else "answered").inc()
+                if failed:
+                    return
+                continue
+            if who is None and req.api_key != wire.API_VERSIONS:
+                log.warning(
+                    "kafka_connection_unauthenticated",
+                    peer=str(peer),
+                    api=req.api_key,
+                    error="no client certificate and no SASL authentication",
+                )
+                metrics.labels(str(req.api_key), "refused").inc()
+                return
+            body = await self.handlers.handle(req, who or ANONYMOUS, client_host)
             metrics.labels(str(req.api_key), "answered").inc()
             if body is None:
                 continue
@@ -172,3 +211,45 @@ class KafkaListener:
                 wire.encode_response(req.api_key, req.api_version, req.correlation_id, body)
             )
             await writer.drain()
+
+    def _sasl(
+        self, req: wire.Request, sasl: SaslExchange | None, peer: str
+    ) -> tuple[SaslExchange | None, Any, bool]:
+        """(the exchange under way, the answer, whether the connection ends after it)."""
+        cls = wire.response_schema(req.api_key, req.api_version)
+        if req.api_key == wire.SASL_HANDSHAKE:
+            try:
+                started = SaslExchange(req.body.mechanism, self.gate.policy)
+            except SaslFailed:
+                answer = wire.build(
+                    cls, error_code=wire.error("unsupported_sasl_mechanism"), mechanisms=MECHANISMS
+                )
+                return None, answer, True
+            ok = wire.error("none")
+            return started, wire.build(cls, error_code=ok, mechanisms=MECHANISMS), False
+        failure: str
+        if sasl is None:
+            failure = "SaslAuthenticate without a SaslHandshake before it"
+        else:
+            try:
+                token = sasl.step(bytes(req.body.auth_bytes))
+            except SaslFailed as exc:
+                failure = str(exc)
+            else:
+                answer = wire.build(
+                    cls,
+                    error_code=wire.error("none"),
+                    error_message=None,
+                    auth_bytes=token,
+                    session_lifetime=NO_SESSION_LIFETIME,
+                )
+                return sasl, answer, False
+        log.warning("kafka_sasl_failed", peer=peer, error=failure)
+        answer = wire.build(
+            cls,
+            error_code=wire.error("sasl_authentication_failed"),
+            error_message=failure,
+            auth_bytes=b"",
+            session_lifetime=NO_SESSION_LIFETIME,
+        )
+        return None, answer, True

@@ -42,6 +42,8 @@ DELETE_RECORDS: Final = 21
 INIT_PRODUCER_ID: Final = 22
 OFFSET_FOR_LEADER_EPOCH: Final = 23
 DESCRIBE_CONFIGS: Final = 32
+SASL_HANDSHAKE: Final = 17
+SASL_AUTHENTICATE: Final = 36
 OFFSET_COMMIT: Final = 8
 OFFSET_FETCH: Final = 9
 FIND_COORDINATOR: Final = 10
@@ -76,6 +78,8 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     CREATE_TOPICS: (2, 7),
     DELETE_RECORDS: (0, 2),
     DESCRIBE_CONFIGS: (1, 4),
+    SASL_HANDSHAKE: (1, 1),
+    SASL_AUTHENTICATE: (0, 2),
     OFFSET_COMMIT: (2, 9),
     OFFSET_FETCH: (1, 9),
     FIND_COORDINATOR: (0, 6),
@@ -88,7 +92,8 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
 }
 """API key: (lowest, highest version) answered. Produce and Fetch stop where Kafka moved
 to topic ids (Produce v13, Fetch v13), which epochlog's Partitions do not have yet;
-OffsetCommit and OffsetFetch where they did (v10)."""
+OffsetCommit and OffsetFetch where they did (v10). SaslHandshake v0 (whose tokens
+follow as bare frames, before Kafka 1.0) is not spoken."""
 
 _SIZE = struct.Struct(">i")
 _KEY_VERSION = struct.Struct(">hhi")
