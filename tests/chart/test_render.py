@@ -19,7 +19,7 @@ import yaml
 from epochlog.crd import CRD_FILE, crd_yaml, partition_crd
 from epochlog.devcluster.pods import is_hook, plan
 from epochlog.kubeapi.registry import types_of_crd
-from epochlog.security.access import AccessPolicy, Operation
+from epochlog.security.access import AccessPolicy, Operation, scram_entry
 from epochlog.security.principal import Kind, Principal
 from tests.chart.chart import (
     CHART,
@@ -147,6 +147,22 @@ BAD_VALUES: dict[str, dict[str, Any]] = {
         "broker": {
             "accessPolicy": {
                 "acls": [{"principal": "User:a", "topics": ["t"], "operations": ["delete"]}]
+            }
+        }
+    },
+    "scram iterations": {
+        "broker": {
+            "accessPolicy": {
+                "scram": [
+                    {
+                        "principal": "User:a",
+                        "mechanism": "SCRAM-SHA-512",
+                        "salt": "c2FsdA==",
+                        "iterations": 100,
+                        "storedKey": "a2V5cw==",
+                        "serverKey": "a2V5cw==",
+                    }
+                ]
             }
         }
     },
@@ -421,6 +437,16 @@ def test_the_helm_test_user_may_use_its_topic_and_nothing_else() -> None:
     )
     assert not policy.allows(principal, Operation.READ, "orders")
     assert not policy.allows(Principal(Kind.USER, "alice"), Operation.READ, "orders")
+
+
+def test_scram_credentials_reach_the_brokers_policy() -> None:
+    entry = scram_entry("billing", "s3cret", "SCRAM-SHA-512", 4096)
+    objects = objects_of({"broker": {"accessPolicy": {"scram": [entry]}}}, namespace=NAMESPACE)
+    policy_secret = one(objects, "Secret", f"{RELEASE}-access-policy")
+    policy = AccessPolicy.model_validate(yaml.safe_load(policy_secret["stringData"]["policy.yaml"]))
+    found = policy.scram_credential("SCRAM-SHA-512", "billing")
+    assert found is not None
+    assert found.stored_key == entry["storedKey"]
 
 
 def test_helm_test_produces_and_consumes_through_the_client_service() -> None:
