@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
 
 from epochlog.security.principal import Kind, Principal
 
@@ -72,14 +73,21 @@ class ScramEntry(_Strict):
     """A SCRAM credential (RFC 5802): what a server keeps to check a password it never
     sees, as Kafka keeps it (`kafka-configs --add-config SCRAM-SHA-512=[...]`)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+    )
 
     principal: str
     mechanism: Literal["SCRAM-SHA-512", "SCRAM-SHA-256"]
     salt: Annotated[str, Field(min_length=4)]
     iterations: Annotated[int, Field(ge=MIN_SCRAM_ITERATIONS)]
-    stored_key: Annotated[str, Field(alias="storedKey", min_length=4)]
-    server_key: Annotated[str, Field(alias="serverKey", min_length=4)]
+    stored_key: Annotated[str, Field(min_length=4)]
+    server_key: Annotated[str, Field(min_length=4)]
 
     _principal = field_validator("principal")(_check_principal)
 
@@ -109,14 +117,15 @@ def scram_entry(user: str, password: str, mechanism: str, iterations: int) -> di
     salt, stored_key, server_key, count = ScramMechanism(mechanism).make_auth_info(
         password, iteration_count=iterations
     )
-    return {
-        "principal": f"User:{user}",
-        "mechanism": mechanism,
-        "salt": base64.b64encode(salt).decode(),
-        "iterations": count,
-        "storedKey": base64.b64encode(stored_key).decode(),
-        "serverKey": base64.b64encode(server_key).decode(),
-    }
+    entry = ScramEntry(
+        principal=f"{Kind.USER}:{user}",
+        mechanism=mechanism,  # type: ignore[arg-type]
+        salt=base64.b64encode(salt).decode(),
+        iterations=count,
+        stored_key=base64.b64encode(stored_key).decode(),
+        server_key=base64.b64encode(server_key).decode(),
+    )
+    return entry.model_dump()
 
 
 class AclEntry(_Strict):

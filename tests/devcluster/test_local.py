@@ -26,6 +26,7 @@ from epochlog.client import Client, Producer
 from epochlog.devcluster.local import LocalCluster
 from epochlog.devcluster.local_workload import read_back
 from epochlog.harness import ManagedProcess
+from epochlog.resources import DEFAULT_KAFKA_OFFSETS_PARTITIONS, KAFKA_OFFSETS_TOPIC
 from tests.devcluster.conftest import kubectl_binary
 from tests.waiting import until
 
@@ -140,7 +141,9 @@ async def test_kubectl_shows_the_example_partitions_with_leaders(state_dir: Path
     lines = out.decode().splitlines()
     assert lines[0].split()[:5] == ["NAME", "TOPIC", "PARTITION", "LEADER", "EPOCH"]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
-    assert set(rows) == {"orders-0", "orders-1", "orders-2"}
+    # The example topic, and the Partitions Kafka consumer groups keep offsets in.
+    offsets = {f"{KAFKA_OFFSETS_TOPIC}-{i}" for i in range(DEFAULT_KAFKA_OFFSETS_PARTITIONS)}
+    assert set(rows) == {"orders-0", "orders-1", "orders-2"} | offsets
     for row in rows.values():
         assert row[3] in {"1", "2", "3"}, row  # a leader
         assert int(row[4]) >= 1  # leaderEpoch
@@ -160,7 +163,9 @@ async def test_brokers_list_each_partition_with_its_topic_and_index(state_dir: P
             return rows if rows and all(topic for _, topic, _ in rows) else []
 
         rows = await until(listed, "every broker to list its replicas with their topic", 10)
-    assert {(topic, index) for _, topic, index in rows} == {("orders", i) for i in range(3)}
+    assert {(topic, index) for _, topic, index in rows} == {("orders", i) for i in range(3)} | {
+        (KAFKA_OFFSETS_TOPIC, i) for i in range(DEFAULT_KAFKA_OFFSETS_PARTITIONS)
+    }
     assert all(name == f"{topic}-{index}" for name, topic, index in rows)
 
 
@@ -180,7 +185,8 @@ def test_status_lists_processes_and_partitions(state_dir: Path) -> None:
     body = json.loads(as_json.stdout)
     assert all(p["alive"] for p in body["processes"])
     parts = {p["name"]: p for p in body["partitions"]}
-    assert set(parts) == {"orders-0", "orders-1", "orders-2"}
+    offsets = {f"{KAFKA_OFFSETS_TOPIC}-{i}" for i in range(DEFAULT_KAFKA_OFFSETS_PARTITIONS)}
+    assert set(parts) == {"orders-0", "orders-1", "orders-2"} | offsets
     assert all(p["leader"] is not None and p["leaderEpoch"] >= 1 for p in parts.values())
 
 

@@ -233,12 +233,19 @@ def test_a_deadline_never_lies_in_the_past_after_expire(
 
 def test_a_later_record_of_a_key_wins_whatever_order_they_are_applied_in() -> None:
     table = OffsetTable()
-    old = encode("g", "t", 0, Committed(5, 1, "", 100))
-    new = encode("g", "t", 0, Committed(9, 2, "meta", 200))
+    old = encode("g", "t", 0, Committed(offset=5, leader_epoch=1, metadata="", commit_ms=100))
+    new = encode("g", "t", 0, Committed(offset=9, leader_epoch=2, metadata="meta", commit_ms=200))
     table.apply(11, *new)
     table.apply(10, *old)
-    assert table.of("g") == {("t", 0): Committed(9, 2, "meta", 200)}
-    assert decode(*new) == ("g", "t", 0, Committed(9, 2, "meta", 200))
+    assert table.of("g") == {
+        ("t", 0): Committed(offset=9, leader_epoch=2, metadata="meta", commit_ms=200)
+    }
+    assert decode(*new) == (
+        "g",
+        "t",
+        0,
+        Committed(offset=9, leader_epoch=2, metadata="meta", commit_ms=200),
+    )
 
 
 @pytest.mark.parametrize(
@@ -249,7 +256,10 @@ def test_a_later_record_of_a_key_wins_whatever_order_they_are_applied_in() -> No
         (b'{"group": "g", "topic": "t", "partition": "0"}', b"{}"),
         (
             b'{"group": "g", "topic": "t", "partition": 0}',
-            b'{"offset": true, "leaderEpoch": 0, "metadata": "", "commitTimestamp": 0}',
+            Committed(offset=0, leader_epoch=0, metadata="", commit_ms=0)
+            .model_dump_json()
+            .replace('"offset":0', '"offset":true')
+            .encode(),
         ),
     ],
 )

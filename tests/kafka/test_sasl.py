@@ -127,3 +127,12 @@ def test_the_scram_command_refuses_few_iterations_and_an_empty_password(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err
+
+
+def test_a_client_is_not_told_whether_the_user_or_the_password_was_wrong() -> None:
+    messages = set()
+    for user, password in (("billing", "wrong"), ("nobody", "s3cret")):
+        with pytest.raises(SaslFailed) as failed:
+            scram("SCRAM-SHA-512", user, password)
+        messages.add(str(failed.value))
+    assert messages == {"SCRAM-SHA-512 authentication failed"}

@@ -350,7 +350,10 @@ class GroupCoordinator:
         for (topic, partition, offset, epoch, metadata), err in zip(offsets, errors, strict=True):
             if err == NONE:
                 key, value = encode(
-                    group_id, topic, partition, Committed(offset, epoch, metadata, now)
+                    group_id,
+                    topic,
+                    partition,
+                    Committed(offset=offset, leader_epoch=epoch, metadata=metadata, commit_ms=now),
                 )
                 records.append(Record(value, key, timestamp=now))
         if not records:

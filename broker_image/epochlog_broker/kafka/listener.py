@@ -229,12 +229,12 @@ class KafkaListener:
             return started, wire.build(cls, error_code=ok, mechanisms=MECHANISMS), False
         failure: str
         if sasl is None:
-            failure = "SaslAuthenticate without a SaslHandshake before it"
+            failure = detail = "SaslAuthenticate without a SaslHandshake before it"
         else:
             try:
                 token = sasl.step(bytes(req.body.auth_bytes))
             except SaslFailed as exc:
-                failure = str(exc)
+                failure, detail = str(exc), exc.detail
             else:
                 answer = wire.build(
                     cls,
@@ -244,7 +244,7 @@ class KafkaListener:
                     session_lifetime=NO_SESSION_LIFETIME,
                 )
                 return sasl, answer, False
-        log.warning("kafka_sasl_failed", peer=peer, error=failure)
+        log.warning("kafka_sasl_failed", peer=peer, error=failure, detail=detail)
         answer = wire.build(
             cls,
             error_code=wire.error("sasl_authentication_failed"),

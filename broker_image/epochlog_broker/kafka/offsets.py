@@ -7,18 +7,20 @@ them), replicated as any other. A group's offsets all live in one of them,
 `offsets_partition(group, count)`, whose leader is the group's coordinator.
 
 One record per committed partition: the key names (group, topic, partition), the
-value holds the offset, the leader epoch of the record before it (KIP-320) and the
-client's metadata string; the latest record of a key wins. A record's JSON is
-camelCase as every other epochlog document.
+value holds the offset, the leader epoch of the record before it (KIP-320), the
+client's metadata string and the commit's time; the latest record of a key wins. A
+record's JSON is camelCase as every other epochlog document (`WireModel`).
 """
 
 from __future__ import annotations
 
-import json
 import zlib
 from dataclasses import dataclass, field
 from typing import Final
 
+from pydantic import ConfigDict, ValidationError
+
+from epochlog.protocol.wire import WireModel, describe_validation_error
 from epochlog.resources import KAFKA_OFFSETS_TOPIC as OFFSETS_TOPIC
 
 __all__ = [
@@ -45,57 +47,41 @@ def offsets_partition(group_id: str, count: int) -> int:
     return zlib.crc32(group_id.encode()) % count
 
 
-@dataclass(frozen=True, slots=True)
-class Committed:
+class Committed(WireModel):
+    """A committed offset, as the value of its record (camelCase JSON)."""
+
+    model_config = ConfigDict(strict=True)
+
     offset: int
     leader_epoch: int
     metadata: str
     commit_ms: int
 
 
+class CommittedKey(WireModel):
+    """What a commit's record is about: its key."""
+
+    model_config = ConfigDict(strict=True)
+
+    group: str
+    topic: str
+    partition: int
+
+
 def encode(group_id: str, topic: str, partition: int, c: Committed) -> tuple[bytes, bytes]:
     """(key, value) of a commit's record."""
-    key = json.dumps({"group": group_id, "topic": topic, "partition": partition})
-    value = json.dumps(
-        {
-            "offset": c.offset,
-            "leaderEpoch": c.leader_epoch,
-            "metadata": c.metadata,
-            "commitTimestamp": c.commit_ms,
-        }
-    )
-    return key.encode(), value.encode()
+    key = CommittedKey(group=group_id, topic=topic, partition=partition)
+    return key.model_dump_json().encode(), c.model_dump_json().encode()
 
 
 def decode(key: bytes | None, value: bytes | None) -> tuple[str, str, int, Committed]:
     try:
-        k = json.loads(key or b"")
-        v = json.loads(value or b"")
-        return (
-            _str(k["group"]),
-            _str(k["topic"]),
-            _int(k["partition"]),
-            Committed(
-                _int(v["offset"]),
-                _int(v["leaderEpoch"]),
-                _str(v["metadata"]),
-                _int(v["commitTimestamp"]),
-            ),
-        )
-    except (ValueError, KeyError, TypeError) as exc:
-        raise OffsetsRecordError(f"not a committed offset: {exc}") from None
-
-
-def _str(v: object) -> str:
-    if not isinstance(v, str):
-        raise TypeError(f"{v!r} is not a string")
-    return v
-
-
-def _int(v: object) -> int:
-    if not isinstance(v, int) or isinstance(v, bool):
-        raise TypeError(f"{v!r} is not an integer")
-    return v
+        k = CommittedKey.model_validate_json(key or b"")
+        return k.group, k.topic, k.partition, Committed.model_validate_json(value or b"")
+    except ValidationError as exc:
+        raise OffsetsRecordError(
+            f"not a committed offset: {describe_validation_error(exc)}"
+        ) from None
 
 
 @dataclass(slots=True)

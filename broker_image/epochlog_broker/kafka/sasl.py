@@ -31,7 +31,12 @@ MAX_TOKEN_BYTES: Final = 8192
 
 
 class SaslFailed(Exception):
-    """The exchange failed; the message is for the client."""
+    """The exchange failed; the message is for the client, `detail` for the broker's log
+    (a client is not told whether the user or the password was wrong)."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail or message
 
 
 class SaslExchange:
@@ -74,7 +79,7 @@ class SaslExchange:
                 self.principal = Principal(Kind.USER, self._user)
                 return answer
         except (ScramException, UnicodeDecodeError) as exc:
-            raise SaslFailed(f"{self.mechanism} authentication failed: {exc}") from None
+            raise SaslFailed(f"{self.mechanism} authentication failed", str(exc)) from None
         raise SaslFailed("a SCRAM exchange has two client messages")
 
     def _credential(self, user: str) -> tuple[bytes, bytes, bytes, int]:
@@ -94,5 +99,8 @@ class SaslExchange:
             raise SaslFailed("PLAIN credentials are not UTF-8") from None
         user = None if self.policy is None else self.policy.token_principal(password)
         if user is None or user.name != username or authzid not in ("", username):
-            raise SaslFailed(f"PLAIN authentication failed for user {username!r}")
+            raise SaslFailed(
+                f"PLAIN authentication failed for user {username!r}",
+                "no such token" if user is None else f"the token is {user}'s",
+            )
         return user
