@@ -32,8 +32,8 @@ Consumer groups (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
 OffsetCommit, OffsetFetch, ListGroups, DescribeGroups) are `group_apis`'. Produce to
 the internal offsets topic is refused (INVALID_TOPIC_EXCEPTION), as Kafka refuses it.
 
-Authorization is the HTTP API's: the connection's principal (its certificate) and the
-access policy's rules per topic.
+Authorization is the HTTP API's: the connection's principal (its certificate, or the
+user it authenticated as with SASL, `listener`) and the access policy's rules per topic.
 """
 
 from __future__ import annotations
