@@ -68,14 +68,15 @@ DEFAULT_REPLICA_LAG_TIME_MAX_MS: Final = 10_000
 DEFAULT_RETENTION_MS: Final = 7 * 24 * 3600 * 1000
 """Kafka's retention.ms default: 7 days."""
 
-# A topic must leave room for "-<index>" in a Kubernetes object name (253 chars,
-# DNS-1123 subdomain), because the Partition's name is `<topic>-<index>`.
 KAFKA_OFFSETS_TOPIC: Final = "epochlog.consumer-offsets"
 """The topic whose Partitions hold Kafka consumer groups' committed offsets (Kafka's
 `__consumer_offsets`; its name cannot start with `_` here)."""
 DEFAULT_KAFKA_OFFSETS_PARTITIONS: Final = 16
 """How many Partitions of `KAFKA_OFFSETS_TOPIC` brokers spread groups over (Kafka's
 offsets.topic.num.partitions is 50; it must be the same on every broker)."""
+
+# A topic must leave room for "-<index>" in a Kubernetes object name (253 chars,
+# DNS-1123 subdomain), because the Partition's name is `<topic>-<index>`.
 MAX_TOPIC_LENGTH: Final = 240
 _TOPIC_RE: Final = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
