@@ -403,40 +403,42 @@ GROUP = "every-version"
 NOBODY = "nobody"
 
 
-def _group_request(api_key: int, version: int) -> dict[str, Any]:
+def _group_request(
+    api_key: int, version: int, group: str = GROUP, topic: str = TOPIC
+) -> dict[str, Any]:
     """Group requests the coordinator answers at once: a member it does not know (no
     rebalance starts), a standalone client's commit of offset `version`, and reads of
     what was committed."""
-    topics = [{"name": TOPIC, "partition_indexes": [0]}]
+    topics = [{"name": topic, "partition_indexes": [0]}]
     member = {"member_id": NOBODY, "group_instance_id": None, "reason": None}
     requests: dict[int, dict[str, Any]] = {
-        wire.FIND_COORDINATOR: {"key": GROUP, "key_type": 0, "coordinator_keys": [GROUP]},
+        wire.FIND_COORDINATOR: {"key": group, "key_type": 0, "coordinator_keys": [group]},
         wire.JOIN_GROUP: {
-            "group_id": GROUP,
+            "group_id": group,
             "session_timeout": i32Timedelta.parse(datetime.timedelta(seconds=10)),
             "rebalance_timeout": i32Timedelta.parse(datetime.timedelta(seconds=30)),
             "protocol_type": "consumer",
             "protocols": [{"name": "range", "metadata": b""}],
             **member,
         },
-        wire.HEARTBEAT: {"group_id": GROUP, "generation_id": 1, **member},
+        wire.HEARTBEAT: {"group_id": group, "generation_id": 1, **member},
         wire.SYNC_GROUP: {
-            "group_id": GROUP,
+            "group_id": group,
             "generation_id": 1,
             "protocol_type": "consumer",
             "protocol_name": "range",
             "assignments": [],
             **member,
         },
-        wire.LEAVE_GROUP: {"group_id": GROUP, "member_id": NOBODY, "members": [member]},
+        wire.LEAVE_GROUP: {"group_id": group, "member_id": NOBODY, "members": [member]},
         wire.OFFSET_COMMIT: {
-            "group_id": GROUP,
+            "group_id": group,
             "generation_id_or_member_epoch": -1,
             "member_id": "",
             "group_instance_id": None,
             "topics": [
                 {
-                    "name": TOPIC,
+                    "name": topic,
                     "partitions": [
                         {
                             "partition_index": 0,
@@ -449,14 +451,14 @@ def _group_request(api_key: int, version: int) -> dict[str, Any]:
             ],
         },
         wire.OFFSET_FETCH: {
-            "group_id": GROUP,
+            "group_id": group,
             "topics": topics,
             "require_stable": False,
             "groups": [
-                {"group_id": GROUP, "member_id": None, "member_epoch": -1, "topics": topics}
+                {"group_id": group, "member_id": None, "member_epoch": -1, "topics": topics}
             ],
         },
-        wire.DESCRIBE_GROUPS: {"groups": [GROUP], "include_authorized_operations": False},
+        wire.DESCRIBE_GROUPS: {"groups": [group], "include_authorized_operations": False},
         wire.LIST_GROUPS: {"states_filter": [], "types_filter": []},
     }
     return requests[api_key]

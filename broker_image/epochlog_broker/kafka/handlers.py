@@ -33,7 +33,8 @@ OffsetCommit, OffsetFetch, ListGroups, DescribeGroups) are `group_apis`'. Produc
 the internal offsets topic is refused (INVALID_TOPIC_EXCEPTION), as Kafka refuses it.
 
 Authorization is the HTTP API's: the connection's principal (its certificate, or the
-user it authenticated as with SASL, `listener`) and the access policy's rules per topic.
+user it authenticated as with SASL, `listener`) and the access policy's rules per topic;
+consumer groups are authorized by the policy's rules per group as well (`group_apis`).
 """
 
 from __future__ import annotations
