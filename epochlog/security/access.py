@@ -23,10 +23,11 @@ A policy file (YAML or JSON, on Kubernetes a Secret or the chart's values):
         operations: [read]
 
 A rule names topics, groups or both (at least one of the two keys), and grants its
-operations on each. As in Kafka, a group is a resource of its own: joining it,
-committing and fetching its offsets need READ on it (and READ, or DESCRIBE to fetch,
-on the topics), describing it DESCRIBE. Read, write and all imply describe, on groups
-as on topics. Brokers and the operator (cluster CA certificates) may do everything; a
+operations on each. As in Kafka, a group is a resource of its own: joining it and
+committing its offsets need READ on it (and READ on the topics), fetching its offsets
+and describing it DESCRIBE (and DESCRIBE on the topics); the Kafka listener's
+`group_apis` says which request needs what. Read, write and all imply describe, on
+groups as on topics. Brokers and the operator (cluster CA certificates) may do everything; a
 user may do what a rule grants and nothing else. A token is also a Kafka client's
 SASL/PLAIN password (its username the token's user). Decisions are pure:
 `AccessPolicy.allows` (a topic) and `AccessPolicy.allows_group`.
