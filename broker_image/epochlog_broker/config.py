@@ -54,8 +54,8 @@ class BrokerConfig:
     API listener and on every request to peers and the controller. None: plaintext,
     an explicit choice for local development."""
     access_policy: AccessPolicy | None = None
-    """Bearer tokens and per-topic rules for users; None: any authenticated user may do
-    everything."""
+    """Bearer tokens and rules per topic and per Kafka consumer group for users; None: any
+    authenticated user may do everything."""
     access_policy_file: str | None = None
     """Where `access_policy` came from: read again when it changes."""
     tls_reload_interval_s: float = DEFAULT_RELOAD_INTERVAL_S

@@ -12,6 +12,8 @@ past `principal` (AUTHENTICATION_FAILED).
   position, so it cannot move the high watermark.
 - Client API: the access policy's rule for the partition's topic
   (TOPIC_AUTHORIZATION_FAILED); without a policy file, any authenticated principal.
+  The Kafka listener's consumer groups likewise, by the rules for groups
+  (`allows_group`).
 
 In plaintext, chosen explicitly for local development, nobody can be told apart:
 every request is `Anonymous`, and without a policy it may do everything.
@@ -106,6 +108,12 @@ class Gate:
         if self.policy is None:
             return True
         return self.policy.allows(principal, operation, topic)
+
+    def allows_group(self, principal: Principal, operation: Operation, group: str) -> bool:
+        """Kafka consumer group `group`: the policy's rules for groups."""
+        if self.policy is None:
+            return True
+        return self.policy.allows_group(principal, operation, group)
 
     def check_topic(self, principal: Principal, operation: Operation, topic: str) -> None:
         if not self.allows(principal, operation, topic):

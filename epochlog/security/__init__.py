@@ -7,7 +7,8 @@
   by id, the operator, a user);
 - `tls`: `ssl` contexts for listeners and for outgoing requests from `TlsFiles`, and
   their reload when the files are rotated;
-- `access`: the access policy (bearer tokens and per-topic rules) and its decisions.
+- `access`: the access policy (bearer tokens, SCRAM credentials, rules per topic and per
+  Kafka consumer group) and its decisions.
 
 `principal` and `access` decide without I/O; `pki` and `tls` read and write files.
 """

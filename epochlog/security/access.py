@@ -1,4 +1,5 @@
-"""The access policy: bearer tokens and who may read, write or describe which topics.
+"""The access policy: bearer tokens and who may read, write or describe which topics and
+Kafka consumer groups.
 
 A policy file (YAML or JSON, on Kubernetes a Secret or the chart's values):
 
@@ -16,10 +17,20 @@ A policy file (YAML or JSON, on Kubernetes a Secret or the chart's values):
       - principal: User:spark     # User:<name>, or User:* for every authenticated user
         topics: [orders, "audit.*"]   # a name, or a prefix ending in "*"
         operations: [read, describe]  # read, write, describe, or all
+      - principal: User:billing
+        topics: [ledger]
+        groups: ["billing-*"]     # Kafka consumer groups, named as topics are
+        operations: [read]
 
-Brokers and the operator (cluster CA certificates) may do everything; a user may do
-what a rule grants and nothing else. A token is also a Kafka client's SASL/PLAIN
-password (its username the token's user). Decisions are pure: `AccessPolicy.allows`.
+A rule names topics, groups or both (at least one of the two keys), and grants its
+operations on each. As in Kafka, a group is a resource of its own: joining it and
+committing its offsets need READ on it (and READ on the topics), fetching its offsets
+and describing it DESCRIBE (and DESCRIBE on the topics); the Kafka listener's
+`group_apis` says which request needs what. Read, write and all imply describe, on
+groups as on topics. Brokers and the operator (cluster CA certificates) may do everything; a
+user may do what a rule grants and nothing else. A token is also a Kafka client's
+SASL/PLAIN password (its username the token's user). Decisions are pure:
+`AccessPolicy.allows` (a topic) and `AccessPolicy.allows_group`.
 """
 
 from __future__ import annotations
@@ -31,9 +42,16 @@ import hashlib
 import hmac
 import json
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from epochlog.security.principal import Kind, Principal
@@ -128,24 +146,46 @@ def scram_entry(user: str, password: str, mechanism: str, iterations: int) -> di
     return entry.model_dump()
 
 
+ResourceName = Annotated[str, Field(min_length=1)]
+"""A topic or group name in a rule, or a prefix ending in `*`."""
+
+
+def _named(patterns: tuple[str, ...], name: str) -> bool:
+    return any(name.startswith(p[:-1]) if p.endswith("*") else name == p for p in patterns)
+
+
 class AclEntry(_Strict):
     principal: str
-    topics: tuple[Annotated[str, Field(min_length=1)], ...]
+    topics: tuple[ResourceName, ...] = ()
+    groups: tuple[ResourceName, ...] = ()
+    """Kafka consumer groups (the Kafka listener's group APIs)."""
     operations: tuple[Operation, ...]
 
     _principal = field_validator("principal")(_check_principal)
 
-    def matches(self, principal: Principal, operation: Operation, topic: str) -> bool:
+    @model_validator(mode="after")
+    def _names_a_resource(self) -> Self:
+        # Keyed on what the rule says, not on emptiness: `topics: []` stays the valid
+        # rule that grants nothing it always was.
+        if not self.model_fields_set & {"topics", "groups"}:
+            raise ValueError("a rule names the topics or the groups it grants on (or both)")
+        return self
+
+    def _grants(self, principal: Principal, operation: Operation) -> bool:
         who = self.principal.partition(":")[2]
         if who != "*" and who != principal.name:
             return False
         granted = set(self.operations)
         if granted & {Operation.READ, Operation.WRITE, Operation.ALL}:
-            # As in Kafka: who may read or write a topic may also describe it.
+            # As in Kafka: who may read or write a topic or group may also describe it.
             granted.add(Operation.DESCRIBE)
-        if operation not in granted and Operation.ALL not in granted:
-            return False
-        return any(topic.startswith(t[:-1]) if t.endswith("*") else topic == t for t in self.topics)
+        return operation in granted or Operation.ALL in granted
+
+    def matches(self, principal: Principal, operation: Operation, topic: str) -> bool:
+        return self._grants(principal, operation) and _named(self.topics, topic)
+
+    def matches_group(self, principal: Principal, operation: Operation, group: str) -> bool:
+        return self._grants(principal, operation) and _named(self.groups, group)
 
 
 class AccessPolicy(_Strict):
@@ -172,11 +212,20 @@ class AccessPolicy(_Strict):
         return Principal(Kind.USER, found.partition(":")[2]) if found else None
 
     def allows(self, principal: Principal, operation: Operation, topic: str) -> bool:
+        """Whether `principal` may do `operation` on `topic`."""
         if principal.is_cluster:
             return True
         if principal.kind is not Kind.USER:
             return False
         return any(rule.matches(principal, operation, topic) for rule in self.acls)
+
+    def allows_group(self, principal: Principal, operation: Operation, group: str) -> bool:
+        """Whether `principal` may do `operation` on Kafka consumer group `group`."""
+        if principal.is_cluster:
+            return True
+        if principal.kind is not Kind.USER:
+            return False
+        return any(rule.matches_group(principal, operation, group) for rule in self.acls)
 
 
 def token_digest(token: str) -> str:

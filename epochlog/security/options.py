@@ -74,8 +74,8 @@ def add_tls_arguments(parser: argparse.ArgumentParser, *, server: bool) -> None:
         "--access-policy",
         default=env("EPOCHLOG_ACCESS_POLICY"),
         metavar="FILE",
-        help="bearer tokens and per-topic rules, YAML or JSON (default: any authenticated "
-        "principal may do everything)",
+        help="bearer tokens, SCRAM credentials and rules per topic and per Kafka consumer "
+        "group, YAML or JSON (default: any authenticated principal may do everything)",
     )
     parser.add_argument(
         "--plaintext",

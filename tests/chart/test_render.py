@@ -143,6 +143,16 @@ BAD_VALUES: dict[str, dict[str, Any]] = {
             "accessPolicy": {"acls": [{"principal": "a", "topics": ["t"], "operations": ["read"]}]}
         }
     },
+    "acl naming neither topics nor groups": {
+        "broker": {"accessPolicy": {"acls": [{"principal": "User:a", "operations": ["read"]}]}}
+    },
+    "acl group": {
+        "broker": {
+            "accessPolicy": {
+                "acls": [{"principal": "User:a", "groups": [""], "operations": ["read"]}]
+            }
+        }
+    },
     "acl operation": {
         "broker": {
             "accessPolicy": {
@@ -427,8 +437,10 @@ def test_the_helm_test_user_may_use_its_topic_and_nothing_else() -> None:
     assert principal == Principal(Kind.USER, "helm-test")
     for op in (Operation.READ, Operation.WRITE, Operation.DESCRIBE):
         assert policy.allows(principal, op, "helm-test")
-    # The default rule (every authenticated user, everything) is kept for other users.
+    # The default rule (every authenticated user, everything) is kept for other users,
+    # on Kafka consumer groups too.
     assert policy.allows(Principal(Kind.USER, "alice"), Operation.WRITE, "orders")
+    assert policy.allows_group(Principal(Kind.USER, "alice"), Operation.READ, "billing")
     narrowed = objects_of({"broker": {"accessPolicy": {"acls": []}}}, namespace=NAMESPACE)
     policy = AccessPolicy.model_validate(
         yaml.safe_load(
@@ -437,6 +449,18 @@ def test_the_helm_test_user_may_use_its_topic_and_nothing_else() -> None:
     )
     assert not policy.allows(principal, Operation.READ, "orders")
     assert not policy.allows(Principal(Kind.USER, "alice"), Operation.READ, "orders")
+    assert not policy.allows_group(principal, Operation.READ, "helm-test")
+
+
+def test_group_rules_reach_the_brokers_policy() -> None:
+    rule = {"principal": "User:billing", "groups": ["billing-*"], "operations": ["read"]}
+    objects = objects_of({"broker": {"accessPolicy": {"acls": [rule]}}}, namespace=NAMESPACE)
+    policy_secret = one(objects, "Secret", f"{RELEASE}-access-policy")
+    policy = AccessPolicy.model_validate(yaml.safe_load(policy_secret["stringData"]["policy.yaml"]))
+    billing = Principal(Kind.USER, "billing")
+    assert policy.allows_group(billing, Operation.READ, "billing-eu")
+    assert not policy.allows_group(billing, Operation.READ, "audit")
+    assert not policy.allows(billing, Operation.READ, "billing-eu")
 
 
 def test_scram_credentials_reach_the_brokers_policy() -> None:

@@ -13,7 +13,8 @@ certificate from the clients CA.
   from Kafka's own schemas (kio), is answered and decodes in that version.
 - The access policy decides per topic, as on the HTTP API: a user may write and read
   one topic and is refused another (TOPIC_AUTHORIZATION_FAILED), which Metadata does
-  not show it.
+  not show it. Each Produce is counted in the broker's metrics as the HTTP API counts
+  one (`epochlog_produce_requests` by partition, acks and result, and its latency).
 - Bad input ends the connection or gets Kafka's error, and writes nothing: a frame
   size over the limit, bytes that are no request, a frame cut short, a Produce whose
   batch fails its CRC, a version nobody speaks, a client with neither a certificate
@@ -33,10 +34,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kio.static.primitive import i32Timedelta
+from prometheus_client.parser import text_string_to_metric_families
 
 from epochlog.client import Client
 from epochlog.demo.kafka import kafka_python_tls
@@ -403,40 +406,42 @@ GROUP = "every-version"
 NOBODY = "nobody"
 
 
-def _group_request(api_key: int, version: int) -> dict[str, Any]:
+def _group_request(
+    api_key: int, version: int, group: str = GROUP, topic: str = TOPIC
+) -> dict[str, Any]:
     """Group requests the coordinator answers at once: a member it does not know (no
     rebalance starts), a standalone client's commit of offset `version`, and reads of
     what was committed."""
-    topics = [{"name": TOPIC, "partition_indexes": [0]}]
+    topics = [{"name": topic, "partition_indexes": [0]}]
     member = {"member_id": NOBODY, "group_instance_id": None, "reason": None}
     requests: dict[int, dict[str, Any]] = {
-        wire.FIND_COORDINATOR: {"key": GROUP, "key_type": 0, "coordinator_keys": [GROUP]},
+        wire.FIND_COORDINATOR: {"key": group, "key_type": 0, "coordinator_keys": [group]},
         wire.JOIN_GROUP: {
-            "group_id": GROUP,
+            "group_id": group,
             "session_timeout": i32Timedelta.parse(datetime.timedelta(seconds=10)),
             "rebalance_timeout": i32Timedelta.parse(datetime.timedelta(seconds=30)),
             "protocol_type": "consumer",
             "protocols": [{"name": "range", "metadata": b""}],
             **member,
         },
-        wire.HEARTBEAT: {"group_id": GROUP, "generation_id": 1, **member},
+        wire.HEARTBEAT: {"group_id": group, "generation_id": 1, **member},
         wire.SYNC_GROUP: {
-            "group_id": GROUP,
+            "group_id": group,
             "generation_id": 1,
             "protocol_type": "consumer",
             "protocol_name": "range",
             "assignments": [],
             **member,
         },
-        wire.LEAVE_GROUP: {"group_id": GROUP, "member_id": NOBODY, "members": [member]},
+        wire.LEAVE_GROUP: {"group_id": group, "member_id": NOBODY, "members": [member]},
         wire.OFFSET_COMMIT: {
-            "group_id": GROUP,
+            "group_id": group,
             "generation_id_or_member_epoch": -1,
             "member_id": "",
             "group_instance_id": None,
             "topics": [
                 {
-                    "name": TOPIC,
+                    "name": topic,
                     "partitions": [
                         {
                             "partition_index": 0,
@@ -449,14 +454,14 @@ def _group_request(api_key: int, version: int) -> dict[str, Any]:
             ],
         },
         wire.OFFSET_FETCH: {
-            "group_id": GROUP,
+            "group_id": group,
             "topics": topics,
             "require_stable": False,
             "groups": [
-                {"group_id": GROUP, "member_id": None, "member_epoch": -1, "topics": topics}
+                {"group_id": group, "member_id": None, "member_epoch": -1, "topics": topics}
             ],
         },
-        wire.DESCRIBE_GROUPS: {"groups": [GROUP], "include_authorized_operations": False},
+        wire.DESCRIBE_GROUPS: {"groups": [group], "include_authorized_operations": False},
         wire.LIST_GROUPS: {"states_filter": [], "types_filter": []},
     }
     return requests[api_key]
@@ -710,6 +715,26 @@ async def test_bad_input_on_the_kafka_listener_writes_nothing(local_cluster: Loc
     assert [v for _o, v in await _read_all(cluster, NAME)] == [b"v9"]
 
 
+async def _produce_metrics(cluster: LocalCluster, broker: int) -> dict[tuple[str, ...], float]:
+    """Broker `broker`'s produce counters from its probe listener's /metrics:
+    (partition, acks, result) -> requests, and (acks,) -> latency observations."""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(cluster.probe_url(f"broker-{broker}") + "/metrics") as rsp,
+    ):
+        assert rsp.status == 200
+        text = await rsp.text()
+    out: dict[tuple[str, ...], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = sample.labels
+            if sample.name == "epochlog_produce_requests_total":
+                out[(labels["partition"], labels["acks"], labels["result"])] = sample.value
+            elif sample.name == "epochlog_produce_latency_seconds_count":
+                out[(labels["acks"],)] = sample.value
+    return out
+
+
 async def test_the_access_policy_decides_per_topic_on_the_kafka_listener(tmp_path: Path) -> None:
     settings = e2e_settings()
     cluster = LocalCluster(tmp_path / "cluster", brokers=3, settings=settings)
@@ -732,6 +757,7 @@ async def test_the_access_policy_decides_per_topic_on_the_kafka_listener(tmp_pat
         assert pki is not None
         cert, key = pki.user("carol")
         carol = client_context(TlsFiles(str(pki.cluster_ca), str(cert), str(key)))
+        counted_before = await _produce_metrics(cluster, 1)
         conn = await KafkaConnection.open(_kafka_address(cluster, 1), carol)
         try:
             for topic, allowed in ((TOPIC, True), ("secret", False)):
@@ -764,6 +790,14 @@ async def test_the_access_policy_decides_per_topic_on_the_kafka_listener(tmp_pat
         # What carol was refused wrote nothing; what she was allowed is there.
         assert await _read_all(cluster, "secret-0") == []
         assert [v for _o, v in await _read_all(cluster, NAME)] == [b"v9"]
+        # Both Produce requests counted, by result, as the HTTP API counts them.
+        counted = await _produce_metrics(cluster, 1)
+        moved = {k: v - counted_before.get(k, 0) for k, v in counted.items()}
+        assert {k: v for k, v in moved.items() if v} == {
+            (NAME, "all", "ok"): 1,
+            ("secret-0", "all", "TOPIC_AUTHORIZATION_FAILED"): 1,
+            ("all",): 2,
+        }
     except BaseException:
         print_logs(cluster)
         raise

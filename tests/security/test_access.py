@@ -57,6 +57,55 @@ def test_rules_grant_per_topic_and_operation() -> None:
     assert not policy.allows(anonymous, Operation.DESCRIBE, "public")
 
 
+GROUPS = {
+    "acls": [
+        {"principal": "User:billing", "topics": ["ledger"], "operations": ["read"]},
+        {"principal": "User:billing", "groups": ["billing-*"], "operations": ["read"]},
+        {"principal": "User:audit", "groups": ["billing-1"], "operations": ["describe"]},
+        {
+            "principal": "User:ops",
+            "topics": ["ops"],
+            "groups": ["ops"],
+            "operations": ["all"],
+        },
+    ],
+}
+
+
+def test_rules_grant_per_group_apart_from_topics() -> None:
+    policy = AccessPolicy.model_validate(GROUPS)
+    billing, audit, ops = user("billing"), user("audit"), user("ops")
+    assert policy.allows_group(billing, Operation.READ, "billing-1")
+    assert policy.allows_group(billing, Operation.DESCRIBE, "billing-1")  # read implies it
+    assert not policy.allows_group(billing, Operation.WRITE, "billing-1")
+    assert not policy.allows_group(billing, Operation.READ, "billing")  # a prefix, not the name
+    # A topic rule says nothing of groups of the same name, nor a group rule of topics.
+    assert policy.allows(billing, Operation.READ, "ledger")
+    assert not policy.allows_group(billing, Operation.READ, "ledger")
+    assert not policy.allows(billing, Operation.READ, "billing-1")
+    assert policy.allows_group(audit, Operation.DESCRIBE, "billing-1")
+    assert not policy.allows_group(audit, Operation.READ, "billing-1")
+    # One rule may name both: it grants on each.
+    assert policy.allows(ops, Operation.WRITE, "ops")
+    assert policy.allows_group(ops, Operation.READ, "ops")
+    assert policy.allows_group(ops, Operation.DESCRIBE, "ops")
+    assert not policy.allows_group(ops, Operation.READ, "billing-1")
+    # Brokers and the operator may do everything; nobody else anything.
+    assert policy.allows_group(Principal(Kind.BROKER, "3"), Operation.READ, "billing-1")
+    assert policy.allows_group(Principal(Kind.OPERATOR, "operator"), Operation.READ, "x")
+    anonymous = Principal(Kind.ANONYMOUS, "anonymous")
+    assert not policy.allows_group(anonymous, Operation.DESCRIBE, "billing-1")
+
+
+def test_a_policy_without_group_rules_grants_no_group() -> None:
+    # Policies written before groups had rules keep their meaning for topics; their
+    # users get no group until a rule names one (as a Kafka cluster with ACLs on).
+    policy = AccessPolicy.model_validate(POLICY)
+    assert policy.allows(user("ops"), Operation.READ, "anything")
+    assert not policy.allows_group(user("ops"), Operation.DESCRIBE, "anything")
+    assert policy.allows_group(Principal(Kind.BROKER, "1"), Operation.READ, "anything")
+
+
 def test_tokens_are_known_by_their_digest_only() -> None:
     policy = AccessPolicy.model_validate(POLICY)
     assert policy.token_principal("s3cret") == user("spark")
@@ -72,6 +121,12 @@ def test_tokens_are_known_by_their_digest_only() -> None:
         ("acls: [{principal: 'User:a', topics: [a], operations: [steal]}]", "operations.0"),
         ("acls: [{principal: 'User:a', topics: [], operations: [read], extra: 1}]", "extra"),
         ("tokens: [{principal: 'User:a', sha256: abc}]", "tokens.0.sha256"),
+        (
+            "acls: [{principal: 'User:a', operations: [read]}]",
+            "acls.0: Value error, a rule names the topics or the groups it grants on",
+        ),
+        ("acls: [{principal: 'User:a', groups: [''], operations: [read]}]", "acls.0.groups.0"),
+        ("acls: [{principal: 'User:a', groups: [g], operations: [delete]}]", "operations.0"),
         ("acls: [unclosed", "is not valid .yaml"),
     ],
 )
@@ -84,6 +139,20 @@ def test_a_bad_policy_file_names_the_file_and_the_problem(
         load_policy(path)
     assert str(path) in str(err.value)
     assert problem in str(err.value)
+
+
+def test_a_rule_names_topics_or_groups_or_both(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(
+        "acls:\n"
+        "  - {principal: 'User:a', groups: ['billing-*'], operations: [read]}\n"
+        "  - {principal: 'User:b', topics: [], operations: [read]}\n"  # valid, grants nothing
+    )
+    policy = load_policy(path)
+    assert policy.allows_group(user("a"), Operation.READ, "billing-eu")
+    assert not policy.allows(user("a"), Operation.READ, "billing-eu")
+    assert not policy.allows(user("b"), Operation.READ, "x")
+    assert not policy.allows_group(user("b"), Operation.READ, "x")
 
 
 @pytest.mark.parametrize("name", ["policy.yaml", "policy.json"])

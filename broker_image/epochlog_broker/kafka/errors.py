@@ -1,4 +1,5 @@
-"""Kafka's error code for an error the broker's core raised, shared by every handler.
+"""Kafka's error code for an error the broker's core raised, shared by every handler,
+and the other way: the name a Kafka error is counted under in the broker's metrics.
 
 epochlog's error codes are Kafka's names where the meaning is the same; `_ERRORS`
 lists the few whose names differ. Pure.
@@ -22,6 +23,7 @@ _ERRORS: dict[str, str] = {
     EpochlogCode.AUTHENTICATION_FAILED: "sasl_authentication_failed",
 }
 """epochlog's error names where Kafka's differ; the others are the same name."""
+_EPOCHLOG_NAMES: dict[str, str] = {kafka: str(code) for code, kafka in _ERRORS.items()}
 
 
 def kafka_error(exc: BaseException) -> Any:
@@ -35,3 +37,10 @@ def kafka_error(exc: BaseException) -> Any:
         except KeyError:
             pass
     return wire.error("unknown_server_error")
+
+
+def result_label(kafka_name: str) -> str:
+    """A metric's `result` for a request answered with Kafka error `kafka_name` (a
+    `kio.schema.errors.ErrorCode` member name): epochlog's code, as the HTTP API counts
+    the same error, and for the listener's own refusals Kafka's name in upper case."""
+    return _EPOCHLOG_NAMES.get(kafka_name, kafka_name.upper())

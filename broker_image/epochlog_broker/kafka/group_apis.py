@@ -5,15 +5,28 @@
   exist, with a message naming the Partition. Transaction coordinators are refused.
 - JoinGroup, SyncGroup, Heartbeat, LeaveGroup: the classic protocol (`group.Group`),
   session timeouts within Kafka's default bounds (6 s to 30 min).
-- OffsetCommit: needs READ on each topic (the access policy); stored with acks=all
-  in the offsets Partition. OffsetFetch: the committed offsets of the topics the
-  principal may DESCRIBE, -1 where none was committed.
+- OffsetCommit: stored with acks=all in the offsets Partition. OffsetFetch: the
+  committed offsets of the topics the principal may DESCRIBE, -1 where none was
+  committed.
 - ListGroups: the groups this broker coordinates (clients ask every broker).
   DescribeGroups: state, protocol and members of each group asked for.
 
+Authorization is Kafka's for the Group resource, by the access policy's rules for
+groups (`Gate.allows_group`), checked before the coordinator is asked anything, so a
+refused request changes nothing (no member, no rebalance, no offset):
+
+- JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit: READ on the group;
+  OffsetFetch, DescribeGroups and FindCoordinator (a group key): DESCRIBE on it.
+  Refused: GROUP_AUTHORIZATION_FAILED, for OffsetCommit on every partition, for
+  OffsetFetch on the group (v2+) or every partition asked (v1, which has no group
+  error), for DescribeGroups and FindCoordinator v4+ on that group alone.
+- OffsetCommit needs READ on each topic as well, OffsetFetch DESCRIBE
+  (TOPIC_AUTHORIZATION_FAILED on the partition).
+- ListGroups answers only the groups the principal may DESCRIBE (brokers and the
+  operator, Kafka's DESCRIBE on the Cluster, every group).
+
 The offsets Partitions are internal: Produce to them is refused on this listener
-(INVALID_TOPIC_EXCEPTION, as Kafka refuses appends to `__consumer_offsets`). The access
-policy has no rules for groups yet: any authenticated principal may join any group.
+(INVALID_TOPIC_EXCEPTION, as Kafka refuses appends to `__consumer_offsets`).
 """
 
 from __future__ import annotations
@@ -34,6 +47,7 @@ MAX_SESSION_TIMEOUT_MS: Final = 1_800_000
 """Kafka's group.min.session.timeout.ms and group.max.session.timeout.ms defaults."""
 GROUP_KEY: Final = 0
 AUTHORIZED_OPERATIONS_OMITTED: Final = -(2**31)
+GROUP_REFUSED: Final = "group_authorization_failed"
 
 
 def _ms(value: Any) -> int:
@@ -49,37 +63,40 @@ class GroupApis:
     async def handle(self, req: wire.Request, who: Principal, peer: str) -> Any:
         key = req.api_key
         if key == wire.FIND_COORDINATOR:
-            return await self.find_coordinator(req)
+            return await self.find_coordinator(req, who)
         if key == wire.JOIN_GROUP:
-            return await self.join_group(req, peer)
+            return await self.join_group(req, who, peer)
         if key == wire.SYNC_GROUP:
-            return await self.sync_group(req)
+            return await self.sync_group(req, who)
         if key == wire.HEARTBEAT:
-            return await self.heartbeat(req)
+            return await self.heartbeat(req, who)
         if key == wire.LEAVE_GROUP:
-            return await self.leave_group(req)
+            return await self.leave_group(req, who)
         if key == wire.OFFSET_COMMIT:
             return await self.offset_commit(req, who)
         if key == wire.OFFSET_FETCH:
             return await self.offset_fetch(req, who)
         if key == wire.LIST_GROUPS:
-            return self.list_groups(req)
+            return self.list_groups(req, who)
         assert key == wire.DESCRIBE_GROUPS
-        return await self.describe_groups(req)
+        return await self.describe_groups(req, who)
+
+    def _may(self, who: Principal, operation: Operation, group_id: str) -> bool:
+        return self.gate.allows_group(who, operation, group_id)
 
     # -- FindCoordinator -------------------------------------------------------------------
 
-    async def find_coordinator(self, req: wire.Request) -> Any:
+    async def find_coordinator(self, req: wire.Request, who: Principal) -> Any:
         cls = wire.response_schema(wire.FIND_COORDINATOR, req.api_version)
         body = req.body
         keys = list(getattr(body, "coordinator_keys", ()) or ()) or [getattr(body, "key", "")]
         key_type = int(getattr(body, "key_type", GROUP_KEY))
-        answers = [await self._coordinator_of(k, key_type) for k in keys]
+        answers = [await self._coordinator_of(k, key_type, who) for k in keys]
         if req.api_version >= 4:
             return wire.build(cls, throttle_time=wire.NO_THROTTLE, coordinators=answers)
         return wire.build(cls, throttle_time=wire.NO_THROTTLE, **answers[0])
 
-    async def _coordinator_of(self, key: str, key_type: int) -> dict[str, Any]:
+    async def _coordinator_of(self, key: str, key_type: int, who: Principal) -> dict[str, Any]:
         out: dict[str, Any] = {
             "key": key,
             "node_id": -1,
@@ -90,6 +107,10 @@ class GroupApis:
         if key_type != GROUP_KEY:
             out["error_code"] = wire.error("transactional_id_authorization_failed")
             out["error_message"] = "transactions are not supported"
+            return out
+        if not self._may(who, Operation.DESCRIBE, key):
+            out["error_code"] = wire.error(GROUP_REFUSED)
+            out["error_message"] = f"not allowed to describe group {key!r}"
             return out
         name = self.coordinator.partition_of(key)
         listings = await self.view.listings()
@@ -123,13 +144,15 @@ class GroupApis:
 
     # -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup ---------------------------------------
 
-    async def join_group(self, req: wire.Request, peer: str) -> Any:
+    async def join_group(self, req: wire.Request, who: Principal, peer: str) -> Any:
         cls = wire.response_schema(wire.JOIN_GROUP, req.api_version)
         body = req.body
         session = _ms(body.session_timeout)
         rebalance = _ms(getattr(body, "rebalance_timeout", body.session_timeout))
         answer: JoinAnswer | None
-        if not body.group_id:
+        if not self._may(who, Operation.READ, body.group_id):
+            answer, error = None, GROUP_REFUSED
+        elif not body.group_id:
             answer, error = None, "invalid_group_id"
         elif not MIN_SESSION_TIMEOUT_MS <= session <= MAX_SESSION_TIMEOUT_MS:
             answer, error = None, "invalid_session_timeout"
@@ -165,17 +188,20 @@ class GroupApis:
             ],
         )
 
-    async def sync_group(self, req: wire.Request) -> Any:
+    async def sync_group(self, req: wire.Request, who: Principal) -> Any:
         cls = wire.response_schema(wire.SYNC_GROUP, req.api_version)
         body = req.body
-        answer, error = await self._call(
-            self.coordinator.sync(
-                body.group_id,
-                body.member_id,
-                int(body.generation_id),
-                {a.member_id: bytes(a.assignment) for a in body.assignments},
+        if not self._may(who, Operation.READ, body.group_id):
+            answer, error = None, GROUP_REFUSED
+        else:
+            answer, error = await self._call(
+                self.coordinator.sync(
+                    body.group_id,
+                    body.member_id,
+                    int(body.generation_id),
+                    {a.member_id: bytes(a.assignment) for a in body.assignments},
+                )
             )
-        )
         if answer is not None:
             error = answer.error
         return wire.build(
@@ -187,22 +213,28 @@ class GroupApis:
             assignment=b"" if answer is None else answer.assignment,
         )
 
-    async def heartbeat(self, req: wire.Request) -> Any:
+    async def heartbeat(self, req: wire.Request, who: Principal) -> Any:
         cls = wire.response_schema(wire.HEARTBEAT, req.api_version)
         body = req.body
-        result, error = await self._call(
-            self.coordinator.heartbeat(body.group_id, body.member_id, int(body.generation_id))
-        )
+        if not self._may(who, Operation.READ, body.group_id):
+            result, error = None, GROUP_REFUSED
+        else:
+            result, error = await self._call(
+                self.coordinator.heartbeat(body.group_id, body.member_id, int(body.generation_id))
+            )
         return wire.build(
             cls, throttle_time=wire.NO_THROTTLE, error_code=wire.error(result or error)
         )
 
-    async def leave_group(self, req: wire.Request) -> Any:
+    async def leave_group(self, req: wire.Request, who: Principal) -> Any:
         cls = wire.response_schema(wire.LEAVE_GROUP, req.api_version)
         body = req.body
         batch = req.api_version >= 3
         ids = [m.member_id for m in body.members] if batch else [body.member_id]
-        results, error = await self._call(self.coordinator.leave(body.group_id, ids))
+        if not self._may(who, Operation.READ, body.group_id):
+            results, error = None, GROUP_REFUSED
+        else:
+            results, error = await self._call(self.coordinator.leave(body.group_id, ids))
         if results is None:
             results = [error] * len(ids)
         top = error if error != NONE else (results[0] if not batch else NONE)
@@ -223,10 +255,14 @@ class GroupApis:
         body = req.body
         asked: list[tuple[str, int, int, int, str]] = []
         refused: dict[tuple[str, int], str] = {}
+        group_allowed = self._may(who, Operation.READ, body.group_id)
         for t in body.topics:
             allowed = self.gate.allows(who, Operation.READ, t.name)
             for p in t.partitions:
                 index = int(p.partition_index)
+                if not group_allowed:
+                    refused[(t.name, index)] = GROUP_REFUSED
+                    continue
                 if not allowed or t.name == OFFSETS_TOPIC:
                     refused[(t.name, index)] = "topic_authorization_failed"
                     continue
@@ -268,11 +304,31 @@ class GroupApis:
             groups = [await self._fetch_group(g.group_id, g.topics, who) for g in body.groups]
             return wire.build(cls, throttle_time=wire.NO_THROTTLE, groups=groups)
         one = await self._fetch_group(body.group_id, body.topics, who)
+        if req.api_version < 2 and one["error_code"] == wire.error(GROUP_REFUSED):
+            # v1 has no group error: Kafka answers it on every partition asked.
+            one["topics"] = [
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {
+                            "partition_index": int(i),
+                            "committed_offset": -1,
+                            "committed_leader_epoch": -1,
+                            "metadata": "",
+                            "error_code": wire.error(GROUP_REFUSED),
+                        }
+                        for i in t.partition_indexes
+                    ],
+                }
+                for t in body.topics or ()
+            ]
         return wire.build(
             cls, throttle_time=wire.NO_THROTTLE, topics=one["topics"], error_code=one["error_code"]
         )
 
     async def _fetch_group(self, group_id: str, asked: Any, who: Principal) -> dict[str, Any]:
+        if not self._may(who, Operation.DESCRIBE, group_id):
+            return {"group_id": group_id, "topics": [], "error_code": wire.error(GROUP_REFUSED)}
         committed, error = await self._call(self.coordinator.committed(group_id))
         if committed is None:
             return {"group_id": group_id, "topics": [], "error_code": wire.error(error)}
@@ -305,7 +361,7 @@ class GroupApis:
 
     # -- ListGroups, DescribeGroups --------------------------------------------------------
 
-    def list_groups(self, req: wire.Request) -> Any:
+    def list_groups(self, req: wire.Request, who: Principal) -> Any:
         cls = wire.response_schema(wire.LIST_GROUPS, req.api_version)
         states = {s.lower() for s in getattr(req.body, "states_filter", ()) or ()}
         types = {t.lower() for t in getattr(req.body, "types_filter", ()) or ()}
@@ -317,16 +373,21 @@ class GroupApis:
                 "group_type": "classic",
             }
             for g, protocol_type, state in self.coordinator.groups()
-            if (not states or state.lower() in states) and (not types or "classic" in types)
+            if (not states or state.lower() in states)
+            and (not types or "classic" in types)
+            and self._may(who, Operation.DESCRIBE, g)
         ]
         return wire.build(
             cls, throttle_time=wire.NO_THROTTLE, error_code=wire.error(NONE), groups=listed
         )
 
-    async def describe_groups(self, req: wire.Request) -> Any:
+    async def describe_groups(self, req: wire.Request, who: Principal) -> Any:
         cls = wire.response_schema(wire.DESCRIBE_GROUPS, req.api_version)
         out = []
         for group_id in req.body.groups:
+            if not self._may(who, Operation.DESCRIBE, group_id):
+                out.append(_refused_description(group_id))
+                continue
             group, error = await self._call(self.coordinator.describe(group_id))
             entry: dict[str, Any] = {
                 "error_code": wire.error(error),
@@ -364,3 +425,17 @@ class GroupApis:
 
     def _has_offsets(self, group_id: str) -> bool:
         return any(g == group_id for g, _t, _s in self.coordinator.groups())
+
+
+def _refused_description(group_id: str) -> dict[str, Any]:
+    """DescribeGroups' answer for a group the principal may not describe: nothing of it,
+    its state unknown ("", as Kafka answers)."""
+    return {
+        "error_code": wire.error(GROUP_REFUSED),
+        "group_id": group_id,
+        "group_state": "",
+        "protocol_type": "",
+        "protocol_data": "",
+        "members": [],
+        "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }

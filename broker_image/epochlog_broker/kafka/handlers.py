@@ -5,7 +5,9 @@ the HTTP API's, in Kafka's messages and error codes.
   request's acks (-1 all, 1 leader, 0 none: no answer at all, as Kafka does) and
   timeout, its idempotent-producer fields going through the same duplicate and
   sequence checks; the partitions of one request are appended and answered each on
-  its own. Transactional produce is refused.
+  its own, and counted each as the HTTP API's batched produce counts a partition
+  (`epochlog_produce_requests` by partition, acks and result, and
+  `epochlog_produce_latency_seconds`). Transactional produce is refused.
 - Fetch (consumers; `replica_id` -1): the partitions' stored batches below the high
   watermark, long-polled up to `max_wait`, each as a Kafka batch with the epoch that
   appended it. `current_leader_epoch` is checked as the HTTP API checks the reader's
@@ -33,19 +35,22 @@ OffsetCommit, OffsetFetch, ListGroups, DescribeGroups) are `group_apis`'. Produc
 the internal offsets topic is refused (INVALID_TOPIC_EXCEPTION), as Kafka refuses it.
 
 Authorization is the HTTP API's: the connection's principal (its certificate, or the
-user it authenticated as with SASL, `listener`) and the access policy's rules per topic.
+user it authenticated as with SASL, `listener`) and the access policy's rules per topic;
+consumer groups are authorized by the policy's rules per group as well (`group_apis`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 from typing import Any
 
 import structlog
 
 from epochlog.protocol.batch import decode_records
 from epochlog.protocol.errors import (
+    INTERNAL_ERROR,
     EpochlogError,
 )
 from epochlog.protocol.errors import (
@@ -60,7 +65,7 @@ from epochlog_broker.gate import Gate
 from epochlog_broker.kafka import wire
 from epochlog_broker.kafka.admin import KafkaAdmin
 from epochlog_broker.kafka.coordinator import GroupCoordinator
-from epochlog_broker.kafka.errors import kafka_error
+from epochlog_broker.kafka.errors import kafka_error, result_label
 from epochlog_broker.kafka.group_apis import GroupApis
 from epochlog_broker.kafka.metadata import ClusterView, brokers, topics
 from epochlog_broker.kafka.records import KafkaRecordsError, decode_produced, encode_batch
@@ -229,22 +234,48 @@ class KafkaHandlers:
             "error_message": None,
         }
         name = partition_name(topic, index)
+        started = time.perf_counter()
+        result = INTERNAL_ERROR  # unless answered: an exception escaped
+        try:
+            result = await self._append_one(
+                topic, name, data, acks, timeout_ms, who, entry, transactional=transactional
+            )
+        finally:
+            m = self.broker.metrics
+            acks_label = "invalid" if acks is None else acks.value
+            m.produce_requests.labels(self.broker.metric_label(name), acks_label, result).inc()
+            m.produce_latency.labels(acks_label).observe(time.perf_counter() - started)
+        return topic, entry
+
+    async def _append_one(
+        self,
+        topic: str,
+        name: str,
+        data: bytes | None,
+        acks: Acks | None,
+        timeout_ms: int,
+        who: Principal,
+        entry: dict[str, Any],
+        *,
+        transactional: bool,
+    ) -> str:
+        """Append one partition's batch, filling in its answer; the metrics' `result`."""
         broker = self.broker
         try:
             if acks is None:
-                entry["error_code"] = wire.error("invalid_required_acks")
-                return topic, entry
+                return _refused(entry, "invalid_required_acks")
             if transactional:
-                entry["error_code"] = wire.error("transactional_id_authorization_failed")
-                entry["error_message"] = "transactions are not supported"
-                return topic, entry
+                return _refused(
+                    entry, "transactional_id_authorization_failed", "transactions are not supported"
+                )
             if not self._topic_allowed(who, Operation.WRITE, topic):
-                entry["error_code"] = wire.error("topic_authorization_failed")
-                return topic, entry
+                return _refused(entry, "topic_authorization_failed")
             if topic == KAFKA_OFFSETS_TOPIC:
-                entry["error_code"] = wire.error("invalid_topic_exception")
-                entry["error_message"] = f"{topic} is internal: only group coordinators append"
-                return topic, entry
+                return _refused(
+                    entry,
+                    "invalid_topic_exception",
+                    f"{topic} is internal: only group coordinators append",
+                )
             batch = decode_produced(data, broker.config.max_record_bytes)
             done = await broker.produce(
                 name,
@@ -257,15 +288,17 @@ class KafkaHandlers:
         except (EpochlogError, KafkaRecordsError) as exc:
             entry["error_code"] = kafka_error(exc)
             entry["error_message"] = str(exc)[:500]
-            if isinstance(exc, EpochlogError) and exc.code == EpochlogCode.NOT_LEADER_OR_FOLLOWER:
+            if isinstance(exc, KafkaRecordsError):
+                return result_label(exc.error)
+            if exc.code == EpochlogCode.NOT_LEADER_OR_FOLLOWER:
                 self.view.forget()
-            return topic, entry
+            return str(exc.code)
         entry["error_code"] = wire.error("none")
         if acks is not Acks.NONE:
             entry["base_offset"] = done.base_offset
         broker.metrics.produce_records.labels(name).inc(len(batch.records))
         broker.metrics.produce_bytes.labels(name).inc(batch.payload_bytes)
-        return topic, entry
+        return "ok"
 
     # -- Fetch -----------------------------------------------------------------------------
 
@@ -506,6 +539,14 @@ class KafkaHandlers:
             producer_id=new_id,
             producer_epoch=new_epoch,
         )
+
+
+def _refused(entry: dict[str, Any], error: str, message: str | None = None) -> str:
+    """A partition's Produce refused before the core saw it: its answer filled in, and
+    the metrics' `result`."""
+    entry["error_code"] = wire.error(error)
+    entry["error_message"] = message
+    return result_label(error)
 
 
 def api_versions(version: int, error: str) -> Any:
