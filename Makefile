@@ -15,10 +15,16 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml | head -
 IMAGES := localhost/epochlog-broker:$(VERSION) localhost/epochlog-operator:$(VERSION)
 E2E_IMAGES := $(IMAGES) localhost/epochlog-pipeline:$(VERSION)
 
-.PHONY: venv lock test lint typecheck unit demo bench soak sim clean images e2e cluster cluster-down
+.PHONY: venv interop-jars lock test lint typecheck unit demo bench soak sim clean images e2e cluster cluster-down
 
 venv:
 	@scripts/bootstrap.sh $(EXTRAS)
+
+# The jars of the Java clients the interop tests run (Apache Kafka's client and tools,
+# Spark's own Kafka source), fetched with Maven from Maven Central into
+# ~/.cache/epochlog-interop (tests/interop/jars.py); quick and offline once there.
+interop-jars: venv
+	@scripts/interop-jars.sh
 
 # Writes the locks that scripts/bootstrap.sh installs from, keeping every pinned version
 # that still satisfies pyproject.toml; `make lock UPGRADE=--upgrade` moves to the newest.
@@ -44,12 +50,12 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-unit: venv
+unit: venv interop-jars
 	$(PYTEST) -m "not scenario"
 
 # The whole-system scenarios (marked `scenario`: the demo, the nemesis, Spark across
 # failover, most simulator seeds) run in `make e2e`.
-test: venv
+test: venv interop-jars
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports

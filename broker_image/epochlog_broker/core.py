@@ -191,6 +191,8 @@ log = structlog.get_logger("epochlog.broker")
 
 EARLIEST = "earliest"
 LATEST = "latest"
+MAX_TIMESTAMP = "max-timestamp"
+"""ListOffsets at the first record stamped with the log's largest timestamp (KIP-734)."""
 DEFAULT_CAUGHT_UP_WINDOW_MS = 1_000
 """Twice the broker's default replica fetch wait: an idle follower fetches again sooner."""
 RECOVERY_INTERVAL_MS = 500
@@ -2467,9 +2469,10 @@ class BrokerCore:
     def list_offsets(
         self, name: str, at: str | int, *, leader_epoch: int | None = None
     ) -> tuple[int, int]:
-        """ListOffsets: (offset, leaderEpoch) for earliest, latest or a timestamp in ms (the
+        """ListOffsets: (offset, leaderEpoch) for earliest, latest, a timestamp in ms (the
         first offset below the HW stamped at or after it, found through the segments' time
-        indexes; the HW when there is none, as Kafka answers the log end)."""
+        indexes) or max-timestamp (the first below the HW stamped with the largest
+        timestamp below it); the HW when there is none, as Kafka answers the log end."""
         host = self._get(name)
         role = self._leader(host, leader_epoch)
         high_watermark = host.replica.client_high_watermark()
@@ -2477,10 +2480,13 @@ class BrokerCore:
             return host.log.log_start_offset, role.leader_epoch
         if at == LATEST:
             return high_watermark, role.leader_epoch
-        if not isinstance(at, int) or at < 0:
-            raise InvalidRequestError(f"{name}: at must be earliest, latest or a time in ms")
+        if at != MAX_TIMESTAMP and (not isinstance(at, int) or at < 0):
+            raise InvalidRequestError(
+                f"{name}: at must be earliest, latest, max-timestamp or a time in ms"
+            )
         try:
-            found = host.log.offset_for_timestamp(at, high_watermark)
+            stamp = host.log.max_timestamp(high_watermark) if isinstance(at, str) else at
+            found = None if stamp is None else host.log.offset_for_timestamp(stamp, high_watermark)
         except _DISK_ERRORS as exc:
             raise self._disk_failed(host, exc) from exc
         return (high_watermark if found is None else found), role.leader_epoch

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from pyspark.sql import SparkSession
 
@@ -30,10 +30,13 @@ def local_session(
     log_level: str = "WARN",
     worker_env: Mapping[str, str] | None = None,
     java_options: str = "",
+    jars: Sequence[str] = (),
 ) -> SparkSession:
     """A local session; `worker_env` is added to the environment of Spark's Python workers
     (the JVM started here hands its own environment to them), not to this process's.
-    `java_options` go to the JVM (started by this call, unless one already runs)."""
+    `java_options` go to the JVM and `jars` on its class path (`spark.jars`: other data
+    sources, such as Spark's own Kafka source), both taken only by the JVM this call
+    starts (none runs yet)."""
     # Workers are started by the JVM from these variables; the driver's own interpreter
     # is the one with epochlog installed.
     env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
@@ -41,7 +44,7 @@ def local_session(
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update({k: v for k, v in env.items() if saved[k] is None or k in (worker_env or {})})
     try:
-        spark = (
+        builder = (
             SparkSession.builder.master(master)
             .appName(app_name)
             .config("spark.ui.enabled", "false")
@@ -49,8 +52,10 @@ def local_session(
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
             .config("spark.driver.extraJavaOptions", f"-Duser.timezone=UTC {java_options}".strip())
-            .getOrCreate()
         )
+        if jars:
+            builder = builder.config("spark.jars", ",".join(jars))
+        spark = builder.getOrCreate()
     finally:
         for name, value in saved.items():
             if value is None:

@@ -10,7 +10,9 @@ certificate from the clients CA.
 - librdkafka (confluent-kafka) produces and consumes; epochlog's own HTTP client reads
   the same records at the same offsets.
 - Every version of every API the listener claims in ApiVersions, sent as bytes built
-  from Kafka's own schemas (kio), is answered and decodes in that version.
+  from Kafka's own schemas (kio), is answered and decodes in that version; ListOffsets'
+  special timestamps (max-timestamp, earliest-local, latest-tiered) are answered from
+  the version that brought each, as Kafka answers them, and refused before it.
 - The access policy decides per topic, as on the HTTP API: a user may write and read
   one topic and is refused another (TOPIC_AUTHORIZATION_FAILED), which Metadata does
   not show it. Each Produce is counted in the broker's metrics as the HTTP API counts
@@ -86,6 +88,10 @@ def _kafka_address(cluster: LocalCluster, broker_id: int) -> str:
     return address
 
 
+BATCH_TIME = 1_700_000_000_000
+"""The timestamp of the first record of each `_batch`."""
+
+
 def _batch(values: list[bytes], producer: tuple[int, int, int] = (-1, -1, -1)) -> bytes:
     builder = DefaultRecordBatchBuilder(
         magic=2,
@@ -97,7 +103,7 @@ def _batch(values: list[bytes], producer: tuple[int, int, int] = (-1, -1, -1)) -
         batch_size=1 << 20,
     )
     for i, value in enumerate(values):
-        builder.append(i, timestamp=1_700_000_000_000 + i, key=None, value=value, headers=[])
+        builder.append(i, timestamp=BATCH_TIME + i, key=None, value=value, headers=[])
     return bytes(builder.build())
 
 
@@ -618,6 +624,7 @@ async def test_every_version_of_every_api_the_listener_claims_is_answered(
                     _ok(answer.error_code)
                     assert int(answer.producer_id) >= 0, what
         assert produced == sum(1 for _ in range(*_span(ranges[wire.PRODUCE])))
+        await _check_special_timestamps(conn, status.leader_epoch, produced)
     finally:
         await conn.close()
         await coord.close()
@@ -628,6 +635,39 @@ async def test_every_version_of_every_api_the_listener_claims_is_answered(
     ][wire.SUPPORTED[wire.DELETE_RECORDS][1] :]
     async with Client(cluster.bootstrap, credentials=cluster.credentials) as client:
         assert await client.partitions(["not-yet"]) == []
+
+
+async def _check_special_timestamps(conn: KafkaConnection, leader_epoch: int, end: int) -> None:
+    """ListOffsets' special timestamps in every version, after DeleteRecords moved the log
+    start to 2, on records all stamped BATCH_TIME: max-timestamp (-3, v7+) is the first
+    record with the largest timestamp, earliest-local (-4, v8+) the log start, latest-
+    tiered (-5, v9+) none (-1: no tiered storage); in an older version, and -6 (v11) in
+    any, UNSUPPORTED_VERSION, as Kafka answers. A time after every record finds none."""
+    start = wire.SUPPORTED[wire.DELETE_RECORDS][1]
+    cases = {
+        -1: (1, end, -1),
+        -2: (1, start, -1),
+        -3: (7, start, BATCH_TIME),
+        -4: (8, start, -1),
+        -5: (9, -1, -1),
+        -6: (12, -1, -1),
+        0: (1, start, BATCH_TIME),
+        BATCH_TIME: (1, start, BATCH_TIME),
+        BATCH_TIME + 1: (1, -1, -1),
+    }
+    low, high = wire.SUPPORTED[wire.LIST_OFFSETS]
+    for version in range(low, high + 1):
+        for at, (since, offset, timestamp) in cases.items():
+            values = _request(wire.LIST_OFFSETS, version, leader_epoch, 0)
+            values["topics"][0]["partitions"][0]["timestamp"] = at
+            answer = await conn.ask(wire.LIST_OFFSETS, version, **values)
+            ((p,),) = [t.partitions for t in answer.topics]
+            what = f"ListOffsets v{version} at {at}"
+            if version < since:
+                assert p.error_code == wire.error("unsupported_version"), what
+                continue
+            _ok(p.error_code)
+            assert (int(p.offset), int(p.timestamp)) == (offset, timestamp), what
 
 
 def _span(r: tuple[int, int]) -> tuple[int, int]:

@@ -3,7 +3,7 @@ decision (unit tests and a property: never the active segment, never at or above
 high watermark, only a prefix, the start only moving up), segment deletion on a log,
 reads below the start, the log-start-offset-checkpoint, a follower's log starting over,
 a crash at every step of a segment deletion, and the time index (against a scan of
-every record, rebuilt when missing or damaged)."""
+every record, rebuilt when missing or damaged) with the largest timestamp below a bound."""
 
 from __future__ import annotations
 
@@ -338,6 +338,62 @@ def test_offsets_by_timestamp_skip_records_below_the_log_start() -> None:
     assert plog.offset_for_timestamp(0) == 4
     assert plog.offset_for_timestamp(1_006) == 6
     assert plog.offset_for_timestamp(2_000) is None
+
+
+@given(
+    st.lists(st.lists(st.integers(0, 5_000), min_size=1, max_size=5), min_size=1, max_size=30),
+    st.integers(0, 160),
+    st.integers(0, 160),
+    st.booleans(),
+)
+@settings(max_examples=examples(100), deadline=None)
+def test_the_largest_timestamp_is_that_of_the_records_between_the_log_start_and_the_bound(
+    batches: list[list[int]], start: int, bound: int, restart: bool
+) -> None:
+    """ListOffsets' max-timestamp: whatever the timestamps, the log start and the bound
+    (the HW) cutting batches and segments, the largest timestamp of the records between
+    them, as a scan of every record finds it, and the first record stamped with it."""
+    fs = FaultyFileSystem()
+    plog = PartitionLog.open(fs, PDIR, CONFIG)
+    stamps: list[int] = []
+    for batch in batches:
+        plog.append_records(
+            [Record(b"v".ljust(40, b"."), timestamp=t) for t in batch],
+            leader_epoch=1,
+            timestamp=0,
+        )
+        stamps += batch
+    plog.flush()
+    start = min(start, len(stamps))
+    plog.advance_log_start(start)
+    if restart:
+        plog.close()
+        plog = PartitionLog.open(fs, PDIR, CONFIG)
+        plog.advance_log_start(start)
+    between = stamps[start:bound]
+    expected = max(between) if between else None
+    assert plog.max_timestamp(bound) == expected
+    if expected is not None:
+        assert plog.offset_for_timestamp(expected, bound) == start + between.index(expected)
+
+
+def test_a_truncation_that_cuts_the_largest_timestamp_away_forgets_it() -> None:
+    """A follower's truncation (divergence) leaves the segment's largest timestamp that of
+    what it kept: retention and max-timestamp read it."""
+    fs = FaultyFileSystem()
+    plog = PartitionLog.open(fs, PDIR, LogConfig(segment_bytes=4000, index_interval_bytes=150))
+    for t in (5, 9, 7, 3, 50, 4):
+        plog.append_records(
+            [Record(b"v".ljust(60, b"."), timestamp=t)], leader_epoch=1, timestamp=0
+        )
+    assert len(plog.segments) == 1
+    assert plog.max_timestamp() == 50
+    plog.truncate_to(4)
+    assert plog.segments[-1].max_timestamp == 9
+    assert plog.max_timestamp() == 9
+    assert plog.offset_for_timestamp(9) == 1
+    plog.append_records([Record(b"w", timestamp=8)], leader_epoch=2, timestamp=0)
+    assert plog.max_timestamp() == 9
 
 
 @pytest.mark.parametrize("damage", ["missing", "torn", "other segment's"])

@@ -1,6 +1,7 @@
 """The Spark tests' shared parts: one SparkSession (local mode) and one embedded cluster (API
 emulator, the real operator, three real brokers) for the whole package.
 
+The session has Spark's own Kafka source on its class path too (test_kafka_source.py).
 Spark's API blocks, the cluster's is asynchronous: the cluster and the producers
 live on an event loop in a thread of their own (`Background`), and tests hand it
 coroutines. Each test uses topics of its own; brokers a test killed are started
@@ -26,6 +27,7 @@ from epochlog.devcluster.local import DevSettings, LocalCluster
 from epochlog_spark.session import SHORT_RUN_JAVA_OPTIONS, local_session
 from tests.e2e.conftest import print_logs
 from tests.e2e.conftest import pytest_runtest_makereport as pytest_runtest_makereport
+from tests.interop.jars import SPARK_KAFKA, JarsMissing, jars
 
 T = TypeVar("T")
 
@@ -45,6 +47,15 @@ class Background:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join()
         self.loop.close()
+
+
+def kafka_source_jars() -> list[str]:
+    """Spark's own Kafka source for test_kafka_source.py (`make interop-jars` fetches it),
+    on the session's class path when it is there; that test fails when it is not."""
+    try:
+        return [str(p) for p in jars(SPARK_KAFKA)]
+    except JarsMissing:
+        return []
 
 
 def spark_settings() -> DevSettings:
@@ -67,6 +78,7 @@ def spark() -> Iterator[SparkSession]:
         "epochlog-tests",
         worker_env={"EPOCHLOG_LOG_LEVEL": "warning"},
         java_options=SHORT_RUN_JAVA_OPTIONS,
+        jars=kafka_source_jars(),
     )
     yield session
     session.stop()

@@ -16,8 +16,11 @@ the HTTP API's, in Kafka's messages and error codes.
   leader's log gets `diverging_epoch` instead of records: it has read what an unclean
   election took back, and truncates (KIP-320). There are no fetch sessions on this
   listener: session id 0 tells the client to send full requests (KIP-227 allows it).
-- ListOffsets: earliest (-2), latest (-1) and by timestamp, behind the KIP-207 gate
-  (a new leader answers OFFSET_NOT_AVAILABLE until its high watermark is known).
+- ListOffsets: earliest (-2), latest (-1), by timestamp and max-timestamp (-3, v7+),
+  behind the KIP-207 gate (a new leader answers OFFSET_NOT_AVAILABLE until its high
+  watermark is known); earliest-local (-4, v8+) is the earliest and latest-tiered (-5,
+  v9+) none (-1), as Kafka answers them without tiered storage. A lookup by time that
+  finds no record below the high watermark is answered -1, as Kafka answers it.
 - Metadata: `metadata.ClusterView`; topics a principal may not describe are left out
   of an answer for all topics and refused by name when asked for. The controller id is
   the answering broker, as a KRaft broker names a live broker: what clients send to the
@@ -44,7 +47,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from typing import Any
+from typing import Any, Final
 
 import structlog
 
@@ -60,7 +63,7 @@ from epochlog.resources import KAFKA_OFFSETS_TOPIC, partition_name
 from epochlog.security.access import Operation
 from epochlog.security.principal import Principal
 from epochlog_broker.broker import Broker
-from epochlog_broker.core import EARLIEST, LATEST, ReadAsk
+from epochlog_broker.core import EARLIEST, LATEST, MAX_TIMESTAMP, ReadAsk
 from epochlog_broker.gate import Gate
 from epochlog_broker.kafka import wire
 from epochlog_broker.kafka.admin import KafkaAdmin
@@ -74,8 +77,24 @@ from epochlog_broker.replication.messages import Acks
 log = structlog.get_logger("epochlog.broker")
 
 NO_EPOCH = -1
+NO_TIMESTAMP = -1
+UNKNOWN_OFFSET = -1
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP_AT = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+SPECIAL_TIMESTAMPS: Final[dict[int, tuple[str, int]]] = {
+    LATEST_TIMESTAMP: (LATEST, 1),
+    EARLIEST_TIMESTAMP: (EARLIEST, 1),
+    MAX_TIMESTAMP_AT: (MAX_TIMESTAMP, 7),
+    # Without tiered storage the local log is the whole log.
+    EARLIEST_LOCAL_TIMESTAMP: (EARLIEST, 8),
+    LATEST_TIERED_TIMESTAMP: (LATEST, 9),
+}
+"""ListOffsets' special timestamps: what the core is asked, and the version each came
+with (KIP-734, KIP-405, KIP-1005). In an older version, or not here (-6, Kafka's
+earliest-pending-upload of v11), one is answered UNSUPPORTED_VERSION, as Kafka does."""
 MAX_PRODUCER_EPOCH = 32767
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 NO_TOPIC_ID = wire.NO_TOPIC_ID
@@ -423,41 +442,52 @@ class KafkaHandlers:
                 entry: dict[str, Any] = {
                     "partition_index": index,
                     "error_code": wire.error("none"),
-                    "timestamp": -1,
-                    "offset": -1,
+                    "timestamp": NO_TIMESTAMP,
+                    "offset": UNKNOWN_OFFSET,
                     "leader_epoch": NO_EPOCH,
                 }
                 parts.append(entry)
                 if not self._topic_allowed(who, Operation.DESCRIBE, topic.name):
                     entry["error_code"] = wire.error("topic_authorization_failed")
                     continue
-                ts = int(p.timestamp)
-                at: str | int
-                if ts == LATEST_TIMESTAMP:
-                    at = LATEST
-                elif ts == EARLIEST_TIMESTAMP:
-                    at = EARLIEST
-                elif ts >= 0:
-                    at = ts
-                else:
-                    entry["error_code"] = wire.error("invalid_request")
-                    continue
                 epoch = int(getattr(p, "current_leader_epoch", NO_EPOCH))
-                try:
-                    offset, leader_epoch = self.broker.list_offsets(
-                        partition_name(topic.name, index), at, None if epoch < 0 else epoch
-                    )
-                except EpochlogError as exc:
-                    entry["error_code"] = kafka_error(exc)
-                    continue
-                entry["offset"] = offset
-                entry["leader_epoch"] = leader_epoch
-                if isinstance(at, int):
-                    entry["timestamp"] = self._timestamp_at(
-                        partition_name(topic.name, index), offset, leader_epoch
-                    )
+                self._list_offset(
+                    partition_name(topic.name, index),
+                    int(p.timestamp),
+                    None if epoch < 0 else epoch,
+                    req.api_version,
+                    entry,
+                )
             out.append({"name": topic.name, "partitions": parts})
         return wire.build(cls, throttle_time=wire.NO_THROTTLE, topics=out)
+
+    def _list_offset(
+        self, name: str, ts: int, epoch: int | None, version: int, entry: dict[str, Any]
+    ) -> None:
+        """One partition's ListOffsets answer, filled into `entry`. A lookup by time (or
+        max-timestamp) that finds no record answers no offset and no timestamp (-1), as
+        Kafka does; the latest tiered offset, with no tiered storage, is none either."""
+        at: str | int = ts
+        if ts < 0:
+            special = SPECIAL_TIMESTAMPS.get(ts)
+            if special is None or version < special[1]:
+                entry["error_code"] = wire.error("unsupported_version")
+                return
+            at = special[0]
+        try:
+            offset, leader_epoch = self.broker.list_offsets(name, at, epoch)
+        except EpochlogError as exc:
+            entry["error_code"] = kafka_error(exc)
+            return
+        if ts == LATEST_TIERED_TIMESTAMP:
+            return
+        if ts >= 0 or ts == MAX_TIMESTAMP_AT:
+            stamp = self._timestamp_at(name, offset, leader_epoch)
+            if stamp == NO_TIMESTAMP:
+                return  # no record at or after the time: the HW the core answers is none
+            entry["timestamp"] = stamp
+        entry["offset"] = offset
+        entry["leader_epoch"] = leader_epoch
 
     def _timestamp_at(self, name: str, offset: int, leader_epoch: int) -> int:
         """The timestamp of the record at `offset` (Kafka answers a lookup by time with

@@ -130,6 +130,12 @@ class TimeIndex:
     def last_timestamp(self) -> int:
         return self.timestamps[-1] if self.timestamps else -1
 
+    def largest_before(self, offset: int) -> int:
+        """The largest timestamp of the batches before the last entry at or below `offset`
+        (that entry's own timestamp); -1 if there is no such entry."""
+        i = bisect.bisect_right(self.offsets, offset)
+        return self.timestamps[i - 1] if i else -1
+
     def lookup(self, timestamp: int) -> int:
         """An offset from which scanning finds the first record at or after `timestamp`:
         that of the last entry below it (the segment's base offset if there is none)."""

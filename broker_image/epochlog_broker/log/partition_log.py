@@ -808,6 +808,32 @@ class PartitionLog:
                 return found
         return None
 
+    def max_timestamp(self, upper_bound: int | None = None) -> int | None:
+        """The largest timestamp of a record from the log start to below `upper_bound`
+        (e.g. the HW); None if there is none. With `offset_for_timestamp` of it, the
+        first record stamped with it: Kafka's ListOffsets max-timestamp (KIP-734).
+
+        A segment wholly in that range answers with its largest timestamp; the ones the
+        log start or the bound cut are scanned (`Segment.max_timestamp_between`)."""
+        self._check_usable()
+        limit = (
+            self.log_end_offset if upper_bound is None else min(upper_bound, self.log_end_offset)
+        )
+        start = self._log_start_offset
+        best: int | None = None
+        for seg in list(self.segments):
+            if seg.base_offset >= limit:
+                break
+            if seg.next_offset <= max(start, seg.base_offset):
+                continue  # below the log start, or empty
+            if seg.base_offset >= start and seg.next_offset <= limit:
+                stamp: int | None = seg.max_timestamp
+            else:
+                stamp = seg.max_timestamp_between(start, limit)
+            if stamp is not None:
+                best = stamp if best is None else max(best, stamp)
+        return best
+
     # -- log start ------------------------------------------------------------------
 
     def advance_log_start(self, offset: int) -> bool:

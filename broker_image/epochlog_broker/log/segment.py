@@ -265,6 +265,55 @@ class Segment:
                     return r.offset
         return None
 
+    def max_timestamp_between(self, min_offset: int, limit: int) -> int | None:
+        """The largest timestamp of a record in [min_offset, limit) in this segment; None
+        if it holds none.
+
+        From the segment's first batch, the time index answers for every batch before
+        its last entry at or below `limit` and only the batches from there are scanned;
+        from inside the segment (a log start there), the scan starts at the batch holding
+        `min_offset`. A batch the range cuts is decoded, the others answer from their
+        headers."""
+        if min_offset <= self.base_offset:
+            _, pos = self.index.lookup(limit)
+            known = self.time_index.largest_before(limit)
+            best = None if known < 0 else known
+        else:
+            _, pos = self.index.lookup(min_offset)
+            best = None
+        for item in iter_batches(self.file, pos, self.size):
+            if isinstance(item, ScanFailure):
+                raise self.corrupt(item.position, item.reason)
+            p, h = item
+            if h.base_offset >= limit:
+                break
+            if h.next_offset <= min_offset:
+                continue
+            if h.base_offset >= min_offset and h.next_offset <= limit:
+                stamp = h.max_timestamp
+            else:
+                inside = [
+                    r.timestamp
+                    for r in decode_records(self.file.pread(h.size, p), h)
+                    if min_offset <= r.offset < limit
+                ]
+                if not inside:
+                    continue
+                stamp = max(inside)
+            best = stamp if best is None else max(best, stamp)
+        return best
+
+    def _recount_max_timestamp(self) -> None:
+        """`max_timestamp` of what a truncation kept: the last time index entry's (every
+        batch before it) and the batches from that entry on."""
+        _, pos = self.index.last()
+        best = self.time_index.last_timestamp()
+        for item in iter_batches(self.file, pos, self.size):
+            if isinstance(item, ScanFailure):
+                raise self.corrupt(item.position, item.reason)
+            best = max(best, item[1].max_timestamp)
+        self.max_timestamp = best
+
     # -- reading ----------------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int, upper_bound: int | None) -> list[RecordBatch]:
@@ -393,6 +442,9 @@ class Segment:
         )
         self.next_offset = offset
         self.bytes_since_index = self.size - self.index.last()[1]
+        # What was cut may have held the largest timestamp (retention and ListOffsets'
+        # max-timestamp read it).
+        self._recount_max_timestamp()
 
     def apply_redo(self) -> bool:
         """Finish a mid-batch truncation interrupted by a crash; True if one was applied."""
