@@ -41,6 +41,7 @@ import enum
 import hashlib
 import hmac
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, Self
 
@@ -213,19 +214,21 @@ class AccessPolicy(_Strict):
 
     def allows(self, principal: Principal, operation: Operation, topic: str) -> bool:
         """Whether `principal` may do `operation` on `topic`."""
-        if principal.is_cluster:
-            return True
-        if principal.kind is not Kind.USER:
-            return False
-        return any(rule.matches(principal, operation, topic) for rule in self.acls)
+        return self._granted(principal, lambda rule: rule.matches(principal, operation, topic))
 
     def allows_group(self, principal: Principal, operation: Operation, group: str) -> bool:
         """Whether `principal` may do `operation` on Kafka consumer group `group`."""
+        return self._granted(
+            principal, lambda rule: rule.matches_group(principal, operation, group)
+        )
+
+    def _granted(self, principal: Principal, grants: Callable[[AclEntry], bool]) -> bool:
+        """Brokers and the operator may do everything; a user what one of its rules grants."""
         if principal.is_cluster:
             return True
         if principal.kind is not Kind.USER:
             return False
-        return any(rule.matches_group(principal, operation, group) for rule in self.acls)
+        return any(grants(rule) for rule in self.acls)
 
 
 def token_digest(token: str) -> str:

@@ -296,6 +296,22 @@ def brute_force(stamps: list[int], at: int, start: int = 0) -> int | None:
     return next((o for o, t in enumerate(stamps) if o >= start and t >= at), None)
 
 
+def _stamped_log(fs: FaultyFileSystem, batches: list[list[int]]) -> tuple[PartitionLog, list[int]]:
+    """A log of one batch per list, its records stamped with the list's timestamps, flushed;
+    and every record's timestamp, in offset order."""
+    plog = PartitionLog.open(fs, PDIR, CONFIG)
+    stamps: list[int] = []
+    for batch in batches:
+        plog.append_records(
+            [Record(b"v".ljust(40, b"."), timestamp=t) for t in batch],
+            leader_epoch=1,
+            timestamp=0,
+        )
+        stamps += batch
+    plog.flush()
+    return plog, stamps
+
+
 @given(
     st.lists(st.lists(st.integers(0, 5_000), min_size=1, max_size=5), min_size=1, max_size=30),
     st.integers(-1, 5_100),
@@ -309,16 +325,7 @@ def test_offsets_by_timestamp_answer_the_first_record_at_or_after_it(
     scan from its entry find the same offset as a scan of every record; also after a
     clean restart (indexes from their files) and a crash (indexes rebuilt)."""
     fs = FaultyFileSystem()
-    plog = PartitionLog.open(fs, PDIR, CONFIG)
-    stamps: list[int] = []
-    for batch in batches:
-        plog.append_records(
-            [Record(b"v".ljust(40, b"."), timestamp=t) for t in batch],
-            leader_epoch=1,
-            timestamp=0,
-        )
-        stamps += batch
-    plog.flush()
+    plog, stamps = _stamped_log(fs, batches)
     if restart:
         plog.close()
         plog = PartitionLog.open(fs, PDIR, CONFIG)
@@ -354,16 +361,7 @@ def test_the_largest_timestamp_is_that_of_the_records_between_the_log_start_and_
     (the HW) cutting batches and segments, the largest timestamp of the records between
     them, as a scan of every record finds it, and the first record stamped with it."""
     fs = FaultyFileSystem()
-    plog = PartitionLog.open(fs, PDIR, CONFIG)
-    stamps: list[int] = []
-    for batch in batches:
-        plog.append_records(
-            [Record(b"v".ljust(40, b"."), timestamp=t) for t in batch],
-            leader_epoch=1,
-            timestamp=0,
-        )
-        stamps += batch
-    plog.flush()
+    plog, stamps = _stamped_log(fs, batches)
     start = min(start, len(stamps))
     plog.advance_log_start(start)
     if restart:
