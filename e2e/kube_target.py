@@ -671,26 +671,37 @@ class KubeTarget:
         *,
         labels: Mapping[str, str] | None = None,
         secret: str | None = None,
+        files: str | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         """Start a pod of the broker image running `command` (once; no restarts), with
-        the Secret `secret`, if given, at /etc/epochlog/user."""
+        the Secret `secret`, if given, at /etc/epochlog/user, the ConfigMap `files`
+        (`config_map`), if given, at /opt/client, and the environment `env`."""
         container: dict[str, Any] = {
             "name": "run",
             "image": self.broker_image(),
             "imagePullPolicy": "IfNotPresent",
             "command": list(command),
+            "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
+            "volumeMounts": [],
         }
         spec: dict[str, Any] = {
             "restartPolicy": "Never",
             "automountServiceAccountToken": False,
             "securityContext": {"runAsUser": 10001, "runAsNonRoot": True},
             "containers": [container],
+            "volumes": [],
         }
         if secret is not None:
-            container["volumeMounts"] = [
+            container["volumeMounts"].append(
                 {"name": "user", "mountPath": "/etc/epochlog/user", "readOnly": True}
-            ]
-            spec["volumes"] = [{"name": "user", "secret": {"secretName": secret}}]
+            )
+            spec["volumes"].append({"name": "user", "secret": {"secretName": secret}})
+        if files is not None:
+            container["volumeMounts"].append(
+                {"name": "files", "mountPath": "/opt/client", "readOnly": True}
+            )
+            spec["volumes"].append({"name": "files", "configMap": {"name": files}})
         body = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -728,6 +739,18 @@ class KubeTarget:
         """A pod of the broker image running `command` to its end: its exit code and log."""
         await self.start_pod(name, command, labels=labels)
         return await self.pod_result(name)
+
+    async def config_map(self, name: str, files: Mapping[str, bytes]) -> None:
+        """A ConfigMap `name` holding `files` (binary, each under 1 MiB in all), for a
+        client pod (`start_pod`'s `files`)."""
+        data = {k: base64.b64encode(v).decode() for k, v in files.items()}
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name},
+            "binaryData": data,
+        }
+        await self._kube(self.core.create_namespaced_config_map, self.namespace, body)
 
     async def user_secret(self, name: str, user: str = "admin") -> None:
         """A Secret `name` with a user's certificate and key (tls.crt, tls.key, from the

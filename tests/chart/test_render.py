@@ -19,6 +19,7 @@ import yaml
 from epochlog.crd import CRD_FILE, crd_yaml, partition_crd
 from epochlog.devcluster.pods import is_hook, plan
 from epochlog.kubeapi.registry import types_of_crd
+from epochlog.resources import KAFKA_OFFSETS_TOPIC, partition_name
 from epochlog.security.access import AccessPolicy, Operation, scram_entry
 from epochlog.security.principal import Kind, Principal
 from tests.chart.chart import (
@@ -65,6 +66,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "tests": {"enabled": False},
     },
     "pipeline": {"pipeline": {"enabled": True}},
+    "no-kafka": {"broker": {"kafka": {"enabled": False}}},
     "pipeline-plaintext": {"pipeline": {"enabled": True}, "tls": {"enabled": False}},
     "selectors": {
         "fullnameOverride": "log",
@@ -135,6 +137,9 @@ BAD_VALUES: dict[str, dict[str, Any]] = {
     "pull policy": {"operator": {"image": {"pullPolicy": "Sometimes"}}},
     "empty repository": {"broker": {"image": {"repository": ""}}},
     "port": {"broker": {"port": 70000}},
+    "kafka port": {"broker": {"kafka": {"port": 0}}},
+    "no offsets partitions": {"broker": {"kafka": {"offsetsPartitions": 0}}},
+    "kafka as text": {"broker": {"kafka": {"enabled": "on"}}},
     "token digest": {
         "broker": {"accessPolicy": {"tokens": [{"principal": "User:a", "sha256": "x"}]}}
     },
@@ -188,6 +193,12 @@ BAD_VALUES: dict[str, dict[str, Any]] = {
 def test_the_values_schema_refuses_bad_values(name: str) -> None:
     with pytest.raises(helm.HelmValuesError):
         render(BAD_VALUES[name])
+
+
+def test_a_kafka_port_that_another_listener_has_is_refused_by_name() -> None:
+    for taken in ({"port": 9092}, {"probePort": 9092}):
+        with pytest.raises(helm.HelmRenderError, match=r"broker\.kafka\.port 9092 is also"):
+            render({"broker": taken})
 
 
 def test_the_values_schema_describes_the_default_values() -> None:
@@ -338,6 +349,55 @@ def test_the_parts_of_a_tls_release_find_each_other() -> None:
     assert {e["name"] for e in op_container["env"]} >= {"POD_NAME"}  # its peering identity
 
 
+def test_kafka_clients_bootstrap_from_the_client_service_and_reach_each_broker_by_its_own() -> None:
+    objects = objects_of({}, namespace=NAMESPACE)
+    _, broker = _broker(objects)
+    args = _args(broker)
+    op = _args(operator_container(objects))
+    port = int(str(args["--kafka-port"]))
+    assert {p["name"]: p["containerPort"] for p in broker["ports"]}["kafka"] == port
+    # Each broker advertises its own Service's name, a name in its certificate, on a
+    # port that Service forwards to the pod's Kafka port, as for the client port.
+    advertised = str(args["--kafka-advertised-address"]).replace("$(POD_NAME)", f"{BROKER}-1")
+    host, advertised_port = advertised.rsplit(":", 1)
+    assert host == f"{BROKER}-1.{NAMESPACE}.svc"
+    assert any(_host_matches(p, host) for p in str(op["--broker-hosts"]).split(","))
+    for name in (f"{BROKER}-1", f"{RELEASE}-client", BROKER):
+        ports = {p["name"]: p for p in one(objects, "Service", name)["spec"]["ports"]}
+        assert ports["kafka"]["port"] == int(advertised_port)
+        assert ports["kafka"]["targetPort"] == "kafka"
+    # The offsets Partitions the brokers are told of exist, named as the brokers look for
+    # them, replicated as any topic's, kept forever and across an uninstall.
+    count = int(str(args["--kafka-offsets-partitions"]))
+    offsets = [p for p in find(objects, "Partition") if p["spec"]["topic"] == KAFKA_OFFSETS_TOPIC]
+    assert sorted(p["spec"]["partition"] for p in offsets) == list(range(count))
+    for p in offsets:
+        assert p["metadata"]["name"] == partition_name(KAFKA_OFFSETS_TOPIC, p["spec"]["partition"])
+        assert (p["spec"]["replicationFactor"], p["spec"]["minInsyncReplicas"]) == (3, 2)
+        assert p["spec"]["retentionMs"] == -1
+        assert p["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        assert not is_hook(p)
+
+    one_broker = objects_of({"broker": {"replicas": 1}}, namespace=NAMESPACE)
+    for p in find(one_broker, "Partition"):
+        assert (p["spec"]["replicationFactor"], p["spec"]["minInsyncReplicas"]) == (1, 1)
+    fewer = objects_of({"broker": {"kafka": {"offsetsPartitions": 3}}}, namespace=NAMESPACE)
+    assert _args(_broker(fewer)[1])["--kafka-offsets-partitions"] == "3"
+    assert len([p for p in find(fewer, "Partition") if not is_hook(p)]) == 3
+
+
+def test_without_the_kafka_listener_no_port_is_open_and_no_offsets_partition_made() -> None:
+    objects = objects_of({"broker": {"kafka": {"enabled": False}}}, namespace=NAMESPACE)
+    _, broker = _broker(objects)
+    assert not any(flag.startswith("--kafka") for flag in _args(broker))
+    assert [p["name"] for p in broker["ports"]] == ["client", "probes"]
+    for service in find(objects, "Service"):
+        assert "kafka" not in {p["name"] for p in service["spec"]["ports"]}
+    broker_np = one(objects, "NetworkPolicy", BROKER)
+    assert 9092 not in [p["port"] for rule in broker_np["spec"]["ingress"] for p in rule["ports"]]
+    assert [p for p in find(objects, "Partition") if not is_hook(p)] == []
+
+
 def test_plaintext_is_an_explicit_choice() -> None:
     objects = objects_of({"tls": {"enabled": False}}, namespace=NAMESPACE)
     _, broker = _broker(objects)
@@ -413,6 +473,7 @@ def test_network_policies_let_clients_brokers_and_the_operator_reach_only_their_
     assert broker_np["spec"]["policyTypes"] == ["Ingress", "Egress"]
     assert [p["port"] for rule in broker_np["spec"]["ingress"] for p in rule["ports"]] == [
         8080,
+        9092,
         8090,
     ]
     egress_ports = [p["port"] for rule in broker_np["spec"]["egress"] for p in rule["ports"]]
