@@ -108,6 +108,10 @@ async def _cluster_demo(
             f"isr {list(st.isr)}"
         )
 
+    if kafka:
+        # Kafka consumer groups keep their offsets there (the chart makes them too).
+        await cluster.offsets_partitions(progress)
+
     act: PipelineAct | None = None
     if spark:
         act = PipelineAct(

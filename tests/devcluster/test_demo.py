@@ -57,6 +57,16 @@ def test_demo_loses_nothing_acknowledged(tmp_path: Path) -> None:
     # The Kafka act: kafka-python read what epochlog's client read, and the other way round.
     assert "the same as epochlog's client" in out, out
     assert "NOT the same" not in out, out
+    # ... in a consumer group, which committed the end of each partition into the offsets
+    # Partition its coordinator leads.
+    assert "in consumer group demo-audit" in out, out
+    group = re.search(
+        r"group demo-audit committed \{(.*)\} \(the end of each partition\) into "
+        r"epochlog\.consumer-offsets-\d+, whose leader, broker (\d), is its coordinator",
+        out,
+    )
+    assert group is not None, out
+    assert "None" not in group.group(1), out
     wrote = re.search(r"kafka-python wrote (\d+) records .* read (\d+) of them back", out)
     assert wrote is not None, out
     assert wrote.group(1) == wrote.group(2), out
