@@ -275,6 +275,85 @@ async def test_librdkafka_produces_through_a_leader_sigkill_and_reads_what_epoch
     assert await _read_all(cluster, NAME) == read
 
 
+async def test_every_codec_librdkafka_compresses_with_is_stored_and_read_back(
+    local_cluster: LocalCluster,
+) -> None:
+    """librdkafka compresses each batch with the producer's compression.type (snappy as one
+    raw block, lz4 frames, zstd, gzip); the listener inflates it, and kafka-python's
+    consumer and epochlog's client read every record back at its acknowledged offset."""
+    from confluent_kafka import Producer
+
+    cluster = local_cluster
+    topic = "codecs"
+    codecs = ["gzip", "snappy", "lz4", "zstd"]
+    names = [f"{topic}-{i}" for i in range(len(codecs))]
+    for name in names:
+        await create_partition(cluster, name, (1, 2, 3))
+    conf = _librdkafka_tls(cluster)
+
+    def produce(partition: int, codec: str) -> dict[bytes, int]:
+        acked: dict[bytes, int] = {}
+        errors: list[Any] = []
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is not None:
+                errors.append(err)
+            else:
+                acked[msg.value()] = msg.offset()
+
+        producer = Producer(
+            {
+                **conf,
+                "enable.idempotence": True,
+                "acks": "all",
+                "compression.type": codec,
+                "linger.ms": 20,
+            }
+        )
+        for i in range(300):
+            # Repetitive values, so that every batch compresses.
+            value = b"%s record %d " % (codec.encode(), i) * 8
+            producer.produce(topic, value=value, partition=partition, on_delivery=delivered)
+        while producer.flush(1) > 0:
+            pass
+        assert not errors, errors
+        return acked
+
+    acked: dict[int, dict[bytes, int]] = {}
+    for partition, codec in enumerate(codecs):
+        acked[partition] = await asyncio.to_thread(produce, partition, codec)
+        assert sorted(acked[partition].values()) == list(range(300)), codec
+
+    ends = dict.fromkeys(range(len(codecs)), 300)
+    seen = await asyncio.to_thread(_kafka_python_reads, cluster, topic, ends)
+    for partition, codec in enumerate(codecs):
+        got = {v.encode(): o for o, v in seen[partition]}
+        assert got == acked[partition], codec
+        held = await _read_all(cluster, names[partition])
+        assert {v: o for o, v in held} == acked[partition], codec
+
+
+def _kafka_python_reads(
+    cluster: LocalCluster, topic: str, ends: dict[int, int]
+) -> dict[int, list[tuple[int, str]]]:
+    consumer = KafkaConsumer(
+        bootstrap_servers=cluster.kafka_bootstrap,
+        enable_auto_commit=False,
+        **kafka_python_tls(cluster),
+    )
+    out: dict[int, list[tuple[int, str]]] = {p: [] for p in ends}
+    try:
+        parts = [TopicPartition(topic, p) for p in ends]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        while any(len(out[p]) < ends[p] for p in ends):
+            for tp, messages in consumer.poll(timeout_ms=1000).items():
+                out[tp.partition] += [(m.offset, m.value.decode()) for m in messages]
+    finally:
+        consumer.close()
+    return out
+
+
 def _request(api_key: int, version: int, leader_epoch: int, offset: int) -> dict[str, Any]:
     """The values of a request of `api_key` (any version: fields a version lacks are
     dropped by `wire.build`)."""

@@ -117,7 +117,7 @@ def topic_configs(assignment: PartitionAssignment | None, cfg: BrokerConfig) -> 
             "uncompressed",
             ConfigSource.DEFAULT_CONFIG,
             ConfigType.STRING,
-            "Records are stored uncompressed: a gzip batch is inflated on the way in.",
+            "Records are stored uncompressed: a compressed batch is inflated on the way in.",
         ),
         _from_broker(
             "max.message.bytes",

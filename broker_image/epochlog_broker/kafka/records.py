@@ -8,10 +8,15 @@ checks as the HTTP API's. A consumer gets each stored epochlog batch back as one
 batch (`encode_stored`) with the same base offset, partitionLeaderEpoch, timestamps and
 producer fields, so a client's KIP-320 checks see the epoch that appended each record.
 
+A compressed batch (gzip, snappy, lz4 or zstd, as Kafka's producers write them: snappy
+raw or in xerial's framing, lz4 in the frame format) is inflated on the way in and its
+records are stored uncompressed; it may inflate to no more than its records may hold
+(`max_record_bytes` each) nor than `MAX_INFLATED_BYTES`, checked while inflating, so a
+small batch cannot make the broker allocate without bound.
+
 What epochlog's log cannot hold is refused, not approximated: transactional and control
-batches, compression other than none and gzip (gzip is inflated on the way in and the
-records are stored uncompressed), header values that are null, more than one batch in a
-partition's produce data (Kafka refuses it too from Produce v3 on).
+batches, header values that are null, more than one batch in a partition's produce data
+(Kafka refuses it too from Produce v3 on).
 
 No I/O here: bytes in, records out.
 """
@@ -23,6 +28,9 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import cramjam
+import lz4.frame
+import zstandard
 from crc32c import crc32c
 
 from epochlog.protocol.batch import BatchHeader, LogRecord, Record
@@ -40,6 +48,16 @@ _LENGTH_FROM = 12
 
 COMPRESSION_MASK = 0x07
 GZIP = 1
+SNAPPY = 2
+LZ4 = 3
+ZSTD = 4
+CODECS = {GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
+MAX_INFLATED_BYTES = 64 * 1024 * 1024
+"""The most a compressed batch inflates to (raised to `max_record_bytes` when that is
+larger, so that one record of the largest size fits)."""
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEAD = 16
+"""The magic, then a version and a compatible version (big-endian int32 each)."""
 TIMESTAMP_LOG_APPEND = 0x08
 TRANSACTIONAL = 0x10
 CONTROL = 0x20
@@ -156,20 +174,9 @@ def decode_produced(data: bytes | None, max_record_bytes: int) -> ProducedBatch:
         )
     body = buf[HEAD_SIZE:end]
     compression = attributes & COMPRESSION_MASK
-    if compression == GZIP:
-        try:
-            inflater = zlib.decompressobj(wbits=31)
-            # Bounded: a small gzip stream must not inflate past what may be appended.
-            body = memoryview(inflater.decompress(body, max_record_bytes * count + 1))
-        except zlib.error as exc:
-            raise KafkaRecordsError("corrupt_message", f"gzip data: {exc}") from None
-        if len(body) > max_record_bytes * count:
-            raise KafkaRecordsError("message_too_large", "inflated records exceed the limit")
-    elif compression:
-        raise KafkaRecordsError(
-            "unsupported_compression_type",
-            f"compression type {compression}: only none and gzip are supported",
-        )
+    if compression:
+        limit = min(max_record_bytes * count, max(MAX_INFLATED_BYTES, max_record_bytes))
+        body = memoryview(inflate(compression, body, limit))
     records: list[Record] = []
     payload = 0
     pos = 0
@@ -224,6 +231,105 @@ def decode_produced(data: bytes | None, max_record_bytes: int) -> ProducedBatch:
         else None
     )
     return ProducedBatch(records, producer, payload)
+
+
+# -- compression ---------------------------------------------------------------------------
+
+
+def inflate(compression: int, data: memoryview, limit: int) -> bytes:
+    """The records of a batch compressed with `compression`, at most `limit` bytes of
+    them (`message_too_large` beyond); `corrupt_message` for data that is no such
+    stream, `unsupported_compression_type` for a codec Kafka does not have."""
+    name = CODECS.get(compression)
+    if name is None:
+        raise KafkaRecordsError(
+            "unsupported_compression_type", f"compression type {compression} does not exist"
+        )
+    try:
+        if compression == GZIP:
+            out = _gunzip(data, limit)
+        elif compression == SNAPPY:
+            out = _unsnappy(data, limit)
+        elif compression == LZ4:
+            out = _unlz4(data, limit)
+        else:
+            out = _unzstd(data, limit)
+    except KafkaRecordsError:
+        raise
+    except Exception as exc:  # each library raises its own kinds for bad data
+        raise KafkaRecordsError("corrupt_message", f"{name} data: {exc}") from None
+    if len(out) > limit:
+        raise KafkaRecordsError(
+            "message_too_large", f"{name} records inflate past the limit of {limit} bytes"
+        )
+    return out
+
+
+def _gunzip(data: memoryview, limit: int) -> bytes:
+    inflater = zlib.decompressobj(wbits=31)
+    out = inflater.decompress(data, limit + 1)
+    if len(out) <= limit and not inflater.eof:
+        raise KafkaRecordsError("corrupt_message", "gzip data ends before its stream does")
+    return out
+
+
+def _unsnappy(data: memoryview, limit: int) -> bytes:
+    """Raw snappy (librdkafka, kafka-python) or xerial's framing of raw blocks (Kafka's
+    Java producer): each block's inflated length, its first varint, is checked against
+    what is left of `limit` before the block is inflated."""
+    if bytes(data[: len(_XERIAL_MAGIC)]) != _XERIAL_MAGIC:
+        return _snappy_block(data, limit)
+    out = bytearray()
+    pos = _XERIAL_HEAD
+    if len(data) < pos:
+        raise KafkaRecordsError("corrupt_message", "snappy data: a xerial header cut short")
+    while pos < len(data):
+        if pos + 4 > len(data):
+            raise KafkaRecordsError("corrupt_message", "snappy data: a block length cut short")
+        (size,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        if size < 0 or pos + size > len(data):
+            raise KafkaRecordsError("corrupt_message", "snappy data: a block runs past the data")
+        out += _snappy_block(data[pos : pos + size], limit - len(out))
+        pos += size
+    return bytes(out)
+
+
+def _snappy_block(block: memoryview, limit: int) -> bytes:
+    size, shift, pos = 0, 0, 0
+    while True:
+        if pos >= len(block) or shift > 28:
+            raise KafkaRecordsError("corrupt_message", "snappy data: a bad length varint")
+        byte = block[pos]
+        size |= (byte & 0x7F) << shift
+        pos += 1
+        shift += 7
+        if not byte & 0x80:
+            break
+    if size > limit:
+        raise KafkaRecordsError(
+            "message_too_large", f"snappy records inflate past the limit of {limit} bytes"
+        )
+    return bytes(cramjam.snappy.decompress_raw(bytes(block)))
+
+
+def _unlz4(data: memoryview, limit: int) -> bytes:
+    inflater = lz4.frame.LZ4FrameDecompressor()
+    out = inflater.decompress(bytes(data), max_length=limit + 1)
+    if len(out) <= limit and not inflater.eof:
+        raise KafkaRecordsError("corrupt_message", "lz4 data ends before its frame does")
+    return bytes(out)
+
+
+def _unzstd(data: memoryview, limit: int) -> bytes:
+    reader = zstandard.ZstdDecompressor().stream_reader(bytes(data), read_across_frames=True)
+    out = bytearray()
+    while len(out) <= limit:
+        chunk = reader.read(min(limit + 1 - len(out), 1 << 20))
+        if not chunk:
+            break
+        out += chunk
+    return bytes(out)
 
 
 # -- fetch: epochlog batches out as Kafka batches ------------------------------------------
