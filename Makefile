@@ -65,7 +65,9 @@ test: venv interop-jars
 demo: venv
 	$(BIN)/epochlog demo
 
-bench: venv
+# interop-jars: besides its jars, it installs the Java runtime and Maven that side_by_side
+# and kafka_perf_tools need to fetch and run Kafka's own jars (benchmarks/kafka_cluster.py).
+bench: venv interop-jars
 	$(BIN)/python -m benchmarks.log_bench
 	$(BIN)/python -m benchmarks.retention_bench
 	$(BIN)/python -m benchmarks.broker_bench
@@ -77,6 +79,7 @@ bench: venv
 	$(BIN)/python -m benchmarks.round_trip
 	$(BIN)/python -m benchmarks.scale_bench --partitions 10,100,300
 	$(BIN)/python -m benchmarks.side_by_side
+	$(BIN)/python -m benchmarks.kafka_perf_tools
 
 soak: venv
 	HYPOTHESIS_PROFILE=soak $(PYTEST) --timeout 3600

@@ -1,5 +1,5 @@
 """Apache Kafka on this machine for the side-by-side benchmark: its jars, a three-node KRaft
-cluster on loopback, and its own producer benchmark.
+cluster on loopback, and its own producer benchmark, which `kafka_perf_tools` runs too.
 
 - `kafka_lib`: the jars of one Kafka version (`org.apache.kafka:kafka_2.13` and
   `kafka-tools`, with their dependencies, as `benchmarks/kafka/pom.xml` lists
@@ -17,7 +17,11 @@ cluster on loopback, and its own producer benchmark.
   heartbeat interval are given by the caller. Nodes can be SIGKILLed and started
   again with the same configuration and data;
 - `producer_performance`: one run of Kafka's `ProducerPerformance`
-  (kafka-producer-perf-test) against the cluster, its summary line parsed.
+  (kafka-producer-perf-test) against the cluster, its summary line parsed;
+- `run_tool`: one of Kafka's tools (`java_command`, as kafka-run-class.sh runs it)
+  against any bootstrap, epochlog's Kafka listener too
+  (`benchmarks.kafka_perf_tools`); `producer_performance_args` and `summaries`
+  build ProducerPerformance's command line and read every summary it printed.
 
 Everything here is synchronous: processes are started and waited for with
 `subprocess`, the cluster is asked with confluent-kafka's AdminClient.
@@ -28,7 +32,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import os
 import re
 import shutil
 import signal
@@ -63,7 +66,9 @@ JVM_OPTS = (
     "-Djava.awt.headless=true",
 )
 TOOL_HEAP = "512m"
-"""kafka-producer-perf-test.sh's heap."""
+"""kafka-producer-perf-test.sh's and kafka-consumer-perf-test.sh's heap."""
+PRODUCER_PERFORMANCE = "org.apache.kafka.tools.ProducerPerformance"
+CONSUMER_PERFORMANCE = "org.apache.kafka.tools.ConsumerPerformance"
 
 
 class KafkaError(Exception):
@@ -109,6 +114,23 @@ def kafka_lib(version: str = KAFKA_VERSION, cache: Path = CACHE) -> Path:
     shutil.rmtree(lib, ignore_errors=True)
     partial.rename(lib)
     return lib
+
+
+def java_command(lib: Path, heap: str, logs: Path, main: str, *args: str) -> list[str]:
+    """`java` running class `main` from the jars in `lib` as kafka-run-class.sh runs it:
+    `heap` as -Xmx and -Xms, its JVM options, warnings logged under `logs`."""
+    return [
+        "java",
+        f"-Xmx{heap}",
+        f"-Xms{heap}",
+        *JVM_OPTS,
+        f"-Dlog4j2.configurationFile={LOG4J2}",
+        f"-Dkafka.logs.dir={logs}",
+        "-cp",
+        f"{lib}/*",
+        main,
+        *args,
+    ]
 
 
 def java_version() -> str:
@@ -235,22 +257,8 @@ class KafkaCluster:
         assert process is not None
         return process.pid
 
-    def classpath(self) -> str:
-        return f"{self.lib}/*"
-
     def java(self, heap: str, logs: Path, main: str, *args: str) -> list[str]:
-        return [
-            "java",
-            f"-Xmx{heap}",
-            f"-Xms{heap}",
-            *JVM_OPTS,
-            f"-Dlog4j2.configurationFile={LOG4J2}",
-            f"-Dkafka.logs.dir={logs}",
-            "-cp",
-            self.classpath(),
-            main,
-            *args,
-        ]
+        return java_command(self.lib, heap, logs, main, *args)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -380,10 +388,25 @@ class KafkaCluster:
         return None if best is None else best[0]
 
 
-# -- ProducerPerformance --------------------------------------------------------------------
+# -- Kafka's performance tools ---------------------------------------------------------------
+
+
+def run_tool(
+    lib: Path, logs: Path, main: str, args: Sequence[str], timeout_s: float = 900.0
+) -> subprocess.CompletedProcess[str]:
+    """Run one of Kafka's tools (class `main` from the jars in `lib`, the heap of its
+    script) to its end; KafkaError with its errors when it exits with a failure."""
+    logs.mkdir(parents=True, exist_ok=True)
+    cmd = java_command(lib, TOOL_HEAP, logs, main, *args)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    if done.returncode != 0:
+        name = main.rsplit(".", 1)[-1]
+        raise KafkaError(f"{name} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return done
+
 
 SUMMARY = re.compile(
-    r"(?P<records>\d+) (?:steady state )?records sent, (?P<rate>[\d.]+) records/sec "
+    r"(?P<records>\d+) (?P<steady>steady state )?records sent, (?P<rate>[\d.]+) records/sec "
     r"\((?P<mb>[\d.]+) MB/sec\), (?P<avg>[\d.]+) ms avg latency, (?P<max>[\d.]+) ms max "
     r"latency, (?P<p50>\d+) ms 50th, (?P<p95>\d+) ms 95th, (?P<p99>\d+) ms 99th, "
     r"(?P<p999>\d+) ms 99.9th"
@@ -392,32 +415,81 @@ SUMMARY = re.compile(
 
 @dataclass(frozen=True)
 class PerfResult:
-    """ProducerPerformance's summary: rates over the records it counted, latencies from
-    `send()` to the acknowledgement's callback, in whole milliseconds."""
+    """A ProducerPerformance summary: rates over the records it counted (only those
+    acknowledged without an error), latencies from `send()` to the acknowledgement's
+    callback, in whole milliseconds (the average in fractions)."""
 
     records: int
     records_per_s: float
+    mib_per_s: float
+    """What it prints as MB/sec: MiB of values per second."""
     avg_ms: float
     p50_ms: float
     p99_ms: float
+    steady: bool
+    """The summary of the records after `--warmup-records` only."""
     line: str
+
+
+def summaries(output: str) -> list[PerfResult]:
+    """Every summary line of ProducerPerformance's output, in order: the run's, then
+    (with warm-up records) the steady state's."""
+    return [
+        PerfResult(
+            int(m["records"]),
+            float(m["rate"]),
+            float(m["mb"]),
+            float(m["avg"]),
+            float(m["p50"]),
+            float(m["p99"]),
+            m["steady"] is not None,
+            m.group(0),
+        )
+        for m in SUMMARY.finditer(output)
+    ]
 
 
 def parse_summary(output: str) -> PerfResult:
     """The last summary line of ProducerPerformance's output (with warm-up records, the
     steady-state one, which it prints last)."""
-    found = list(SUMMARY.finditer(output))
+    found = summaries(output)
     if not found:
         raise KafkaError(f"no summary line in ProducerPerformance's output: {output[-2000:]}")
-    m = found[-1]
-    return PerfResult(
-        int(m["records"]),
-        float(m["rate"]),
-        float(m["avg"]),
-        float(m["p50"]),
-        float(m["p99"]),
-        m.group(0),
-    )
+    return found[-1]
+
+
+def producer_performance_args(
+    bootstrap: str,
+    topic: str,
+    record_size: int,
+    records: int,
+    throughput: float,
+    props: dict[str, str],
+    warmup_records: int = 0,
+    config: Path | None = None,
+) -> list[str]:
+    """ProducerPerformance's arguments: `records` of `record_size` bytes to `topic` at
+    `throughput` records/s (-1: as fast as it goes), producer properties `props`, and
+    those of the file `config` (TLS settings, say) below them."""
+    args = [
+        "--topic",
+        topic,
+        "--bootstrap-server",
+        bootstrap,
+        "--num-records",
+        str(records),
+        "--record-size",
+        str(record_size),
+        "--throughput",
+        str(int(throughput)) if throughput > 0 else "-1",
+    ]
+    if warmup_records:
+        args += ["--warmup-records", str(warmup_records)]
+    if config is not None:
+        args += ["--command-config", str(config)]
+    if props:
+        args += ["--command-property", *(f"{k}={v}" for k, v in props.items())]
+    return args
 
 
 def producer_performance(
@@ -430,35 +502,10 @@ def producer_performance(
     warmup_records: int = 0,
     timeout_s: float = 900.0,
 ) -> PerfResult:
-    """One run of `org.apache.kafka.tools.ProducerPerformance` (`throughput` records/s,
-    -1 for as fast as it goes)."""
-    logs = cluster.root / "tools"
-    logs.mkdir(exist_ok=True)
-    args: Sequence[str] = (
-        "--topic",
-        topic,
-        "--bootstrap-server",
-        cluster.bootstrap,
-        "--num-records",
-        str(records),
-        "--record-size",
-        str(record_size),
-        "--throughput",
-        str(int(throughput)) if throughput > 0 else "-1",
-        "--command-property",
-        *(f"{k}={v}" for k, v in props.items()),
+    """One run of ProducerPerformance against `cluster` (`throughput` records/s, -1 for as
+    fast as it goes)."""
+    args = producer_performance_args(
+        cluster.bootstrap, topic, record_size, records, throughput, props, warmup_records
     )
-    if warmup_records:
-        args = (*args, "--warmup-records", str(warmup_records))
-    cmd = cluster.java(TOOL_HEAP, logs, "org.apache.kafka.tools.ProducerPerformance", *args)
-    done = subprocess.run(
-        cmd,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-        env={**os.environ},
-    )
-    if done.returncode != 0:
-        raise KafkaError(f"ProducerPerformance failed ({done.returncode}): {done.stderr[-2000:]}")
+    done = run_tool(cluster.lib, cluster.root / "tools", PRODUCER_PERFORMANCE, args, timeout_s)
     return parse_summary(done.stdout)
