@@ -340,6 +340,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
             kafka_port=None if args.kafka_port in (None, "") else int(args.kafka_port),
             kafka_advertised_address=args.kafka_advertised_address or None,
             kafka_offsets_partitions=int(args.kafka_offsets_partitions),
+            kafka_offsets_rewrite_records=int(args.kafka_offsets_rewrite_records),
             **_probe_listen(args.probe_listen),
         )
         if args.segment_bytes is not None:
@@ -759,6 +760,15 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"Partitions of {KAFKA_OFFSETS_TOPIC} that hold consumer groups' offsets; the "
         "same on every broker, and those Partitions must exist (default "
         f"{DEFAULT_KAFKA_OFFSETS_PARTITIONS})",
+    )
+    broker.add_argument(
+        "--kafka-offsets-rewrite-records",
+        type=int,
+        default=env("EPOCHLOG_KAFKA_OFFSETS_REWRITE_RECORDS", "10000"),
+        metavar="N",
+        help="rewrite an offsets Partition this broker coordinates once it holds more than N "
+        "records and twice the offsets it keeps: its offsets appended again, the records "
+        "below them deleted, as Kafka compacts __consumer_offsets (default 10000)",
     )
     broker.add_argument(
         "--controller",

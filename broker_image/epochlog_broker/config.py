@@ -110,6 +110,10 @@ class BrokerConfig:
     kafka_offsets_partitions: int = DEFAULT_KAFKA_OFFSETS_PARTITIONS
     """Partitions of the Kafka consumer groups' offsets topic (the same on every broker:
     a group's coordinator is the leader of partition crc32(group) % this)."""
+    kafka_offsets_rewrite_records: int = 10_000
+    """An offsets Partition holding more records than this and than twice the offsets
+    it keeps is rewritten by its coordinator: the offsets appended again, the records
+    below them deleted (what log compaction does for Kafka's __consumer_offsets)."""
     probe_host: str | None = None
     probe_port: int | None = None
     """Also serve GET /healthz, /readyz, /metrics and /openapi.json, and nothing else, on
@@ -137,6 +141,8 @@ class BrokerConfig:
             raise ValueError(f"port {self.port} out of range")
         if self.kafka_offsets_partitions < 1:
             raise ValueError("there must be at least one Kafka offsets partition")
+        if self.kafka_offsets_rewrite_records < 1:
+            raise ValueError("an offsets Partition must be allowed at least one record")
         if self.kafka_port is not None and not 0 <= self.kafka_port < 65536:
             raise ValueError(f"Kafka port {self.kafka_port} out of range")
         if self.probe_port is not None and not 0 <= self.probe_port < 65536:

@@ -15,6 +15,15 @@ by rejoining after a failover) and their committed offsets (`offsets.OffsetTable
   offset that a failover could take back.
 - The shell of `Group`: it parks JoinGroup and SyncGroup requests in futures, answers
   them with the replies the group returns, and wakes at the groups' next deadline.
+- Rewriting, in place of Kafka's log compaction of __consumer_offsets: once an
+  offsets Partition holds more than `rewrite_records` records past its log start and
+  more than twice the offsets its table keeps, the shard holds new commits back, waits
+  for those in flight to be answered, appends every offset of its table again (acks=all,
+  in its leader epoch) and then deletes the records below the first of them
+  (DeleteRecords). Read from its new log start, the Partition gives the table it had;
+  a coordinator taking over between the append and the deletion reads the old records
+  first and the rewritten ones after, which win. So a coordinator's load reads about
+  as many records as there are offsets, not every commit ever made.
 - A broker no longer leading an offsets Partition (looked at once a second while it
   coordinates any; nothing runs on a broker that coordinates nothing) drops its shard:
   parked requests are told NOT_COORDINATOR and their clients find the new one.
@@ -68,6 +77,10 @@ LOAD_READ_BYTES: Final = 1 << 20
 LEADERSHIP_CHECK_MS: Final = 1000
 COMMIT_TIMEOUT_MS: Final = 5000
 """Kafka's offsets.commit.timeout.ms default."""
+REWRITE_CHUNK: Final = 1000
+"""Records per append of a rewrite (each is one request's worth, well below its limit)."""
+REWRITE_TIMEOUT_MS: Final = 30_000
+"""How long a rewrite's deletion waits for the in-sync replicas' log starts."""
 
 
 def _now_ms() -> int:
@@ -94,13 +107,39 @@ class Shard:
         default_factory=dict
     )
     loaded: asyncio.Future[None] | None = None
+    log_start: int = 0
+    """The Partition's log start offset as last known (at load, after a rewrite)."""
+    in_flight: int = 0
+    """Commits appended and not yet answered."""
+    answered: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set while no commit is in flight."""
+    open: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set unless a rewrite holds new commits back."""
+    rewriting: asyncio.Task[None] | None = None
+    rewrite_from: int = 0
+    """Records below this are not counted towards the next rewrite: after a failed one,
+    as many commits again as the limit before the next try."""
+    log_end: int = 0
+    """The end of the last commit appended."""
+
+    def __post_init__(self) -> None:
+        self.answered.set()
+        self.open.set()
 
 
 class GroupCoordinator:
-    def __init__(self, broker: Broker, *, partitions: int, initial_delay_ms: int) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        *,
+        partitions: int,
+        initial_delay_ms: int,
+        rewrite_records: int = 10_000,
+    ) -> None:
         self.broker = broker
         self.partitions = partitions
         self.initial_delay_ms = initial_delay_ms
+        self.rewrite_records = rewrite_records
         self._shards: dict[str, Shard] = {}
         self._wake = asyncio.Event()
         self._timer: asyncio.Task[None] | None = None
@@ -165,6 +204,8 @@ class GroupCoordinator:
             del self._shards[shard.name]
         if shard.loaded is not None and not shard.loaded.done():
             shard.loaded.cancel()
+        if shard.rewriting is not None and not shard.rewriting.done():
+            shard.rewriting.cancel()
         for waiter in shard.parked.values():
             if not waiter.done():
                 waiter.set_exception(CoordinatorError("not_coordinator"))
@@ -186,6 +227,7 @@ class GroupCoordinator:
                 leader_epoch=epoch,
             )
         offset, _ = broker.list_offsets(name, EARLIEST, epoch)
+        shard.log_start = offset
         skipped = 0
         while offset < log_end:
             found = broker.current_core().read(
@@ -358,6 +400,10 @@ class GroupCoordinator:
                 records.append(Record(value, key, timestamp=now))
         if not records:
             return errors
+        # A rewrite appends the table's offsets as they are: none may be in flight then.
+        await shard.open.wait()
+        shard.in_flight += 1
+        shard.answered.clear()
         try:
             done = await self.broker.produce(
                 shard.name,
@@ -377,9 +423,82 @@ class GroupCoordinator:
                 error=code,
             )
             return [code if err == NONE else err for err in errors]
+        finally:
+            shard.in_flight -= 1
+            if not shard.in_flight:
+                shard.answered.set()
         for i, r in enumerate(records):
             shard.table.apply(done.base_offset + i, r.key, r.value)
+        self._maybe_rewrite(shard, done.base_offset + len(records))
         return errors
+
+    def _maybe_rewrite(self, shard: Shard, log_end: int) -> None:
+        shard.log_end = max(shard.log_end, log_end)
+        held = log_end - max(shard.log_start, shard.rewrite_from)
+        if shard.rewriting is None and held > max(
+            self.rewrite_records, 2 * len(shard.table.stored_at)
+        ):
+            shard.rewriting = asyncio.create_task(
+                self._rewrite(shard), name=f"rewrite-{shard.name}"
+            )
+
+    async def _rewrite(self, shard: Shard) -> None:
+        """Append every offset of the shard's table again, then delete what is below."""
+        first: int | None = None
+        rewritten = 0
+        try:
+            shard.open.clear()
+            try:
+                await shard.answered.wait()
+                records = [
+                    Record(value, key, timestamp=c.commit_ms)
+                    for group_id, offsets in shard.table.groups.items()
+                    for (topic, partition), c in offsets.items()
+                    for key, value in [encode(group_id, topic, partition, c)]
+                ]
+                for i in range(0, len(records), REWRITE_CHUNK):
+                    chunk = records[i : i + REWRITE_CHUNK]
+                    done = await self.broker.produce(
+                        shard.name,
+                        chunk,
+                        acks=Acks.ALL,
+                        timeout_ms=COMMIT_TIMEOUT_MS,
+                        leader_epoch=shard.leader_epoch,
+                        producer=None,
+                    )
+                    first = done.base_offset if first is None else first
+                    for j, r in enumerate(chunk):
+                        shard.table.apply(done.base_offset + j, r.key, r.value)
+                    rewritten += len(chunk)
+                if first is None:  # no offset to keep: every record was unreadable
+                    first = shard.table.next_offset
+            finally:
+                shard.open.set()
+            start, _ = await self.broker.delete_records(
+                shard.name, first, shard.leader_epoch, REWRITE_TIMEOUT_MS
+            )
+            log.info(
+                "group_offsets_rewritten",
+                partition=shard.name,
+                leader_epoch=shard.leader_epoch,
+                offsets=rewritten,
+                log_start_offset=start,
+                previous_log_start_offset=shard.log_start,
+            )
+            shard.log_start = start
+        except EpochlogError as exc:
+            # Deposed, or too few replicas: tried again once the limit is passed again.
+            shard.rewrite_from = shard.log_end
+            log.warning(
+                "group_offsets_rewrite_failed",
+                partition=shard.name,
+                leader_epoch=shard.leader_epoch,
+                offsets=rewritten,
+                error=type(exc).__name__,
+                message=str(exc),
+            )
+        finally:
+            shard.rewriting = None
 
     async def committed(self, group_id: str) -> dict[tuple[str, int], Committed]:
         shard = await self.shard(group_id)

@@ -68,6 +68,7 @@ class KafkaListener:
             broker,
             partitions=broker.config.kafka_offsets_partitions,
             initial_delay_ms=INITIAL_REBALANCE_DELAY_MS,
+            rewrite_records=broker.config.kafka_offsets_rewrite_records,
         )
         self.handlers = KafkaHandlers(broker, gate, view, self.coordinator)
         self.max_frame = broker.config.max_request_bytes + HEADER_SLACK
