@@ -19,7 +19,8 @@ gone it would find no leader at all.
 - The new leader's Kafka listener says where the epoch of the records read ends
   (OffsetForLeaderEpoch, every version), answers a Fetch v12 whose `last_fetched_epoch`
   ends below its offset with `diverging_epoch` and no records, and serves the new records
-  to a fetch from the divergence point.
+  to a fetch from the divergence point; DescribeConfigs says the topic allows unclean
+  elections.
 - Java's consumer and librdkafka detect the truncation through the epoch
   (OffsetForLeaderEpoch). Without a reset policy they report it and return no record
   after it: Java's LogTruncationException naming the divergence offset and epoch,
@@ -64,6 +65,7 @@ from epochlog.devcluster.nemesis import Workload, WorkloadConfig
 from epochlog.resources import PartitionStatus
 from epochlog.security.tls import TlsFiles, client_context
 from epochlog_broker.kafka import wire
+from epochlog_broker.kafka.admin import TOPIC_RESOURCE
 from tests.e2e.conftest import e2e_settings, print_logs
 from tests.e2e.helpers import (
     create_partition,
@@ -488,6 +490,10 @@ async def test_the_new_leaders_listener_says_where_the_read_epoch_ends(run: Run)
         assert int(p.diverging_epoch.epoch) == -1
         assert _records(p.records, run.divergence) == run.final[run.divergence :]
         assert int(p.high_watermark) == len(run.final)
+        # DescribeConfigs says the topic allows what happened (as its Partition's spec).
+        answer = await conn.ask(wire.DESCRIBE_CONFIGS, 4, **_unclean_config())
+        ((entry,),) = [r.configs for r in answer.results]
+        assert (entry.name, entry.value) == ("unclean.leader.election.enable", "true")
     finally:
         await conn.close()
 
@@ -500,6 +506,15 @@ def _records(data: bytes | None, start: int) -> list[tuple[int, str]]:
     while (batch := batches.next_batch()) is not None:
         out += [(r.offset, bytes(r.value or b"").decode()) for r in batch if r.offset >= start]
     return out
+
+
+def _unclean_config() -> dict[str, Any]:
+    resource = {
+        "resource_type": TOPIC_RESOURCE,
+        "resource_name": TOPIC,
+        "configuration_keys": ["unclean.leader.election.enable"],
+    }
+    return {"resources": [resource], "include_synonyms": False, "include_documentation": False}
 
 
 def _epoch_query(epoch: int, current: int) -> dict[str, Any]:
