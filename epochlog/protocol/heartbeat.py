@@ -308,6 +308,9 @@ class PartitionAssignment(WireModel):
     """The Partition's spec.segmentMs (None: segments roll by size only)."""
     adding_replicas: tuple[BrokerId, ...] = Field(default=(), exclude_if=lambda v: not v)
     """Replicas a reassignment adds: their catch-up fetches are throttled."""
+    unclean_leader_election: bool = Field(default=False, exclude_if=lambda v: not v)
+    """The Partition's spec.uncleanLeaderElection, which brokers only report (Kafka's
+    DescribeConfigs): the controller alone decides elections. Left out when off."""
 
     @classmethod
     def from_status(
@@ -337,6 +340,7 @@ class PartitionAssignment(WireModel):
             segment_bytes=None if spec is None else spec.segment_bytes,
             segment_ms=None if spec is None else spec.segment_ms,
             adding_replicas=status.adding_replicas,
+            unclean_leader_election=spec is not None and spec.unclean_leader_election,
         )
 
 

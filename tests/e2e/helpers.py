@@ -29,7 +29,12 @@ _PAIR = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)')
 
 
 async def create_partition(
-    cluster: LocalCluster, name: str, replicas: Sequence[int], *, min_insync_replicas: int = 2
+    cluster: LocalCluster,
+    name: str,
+    replicas: Sequence[int],
+    *,
+    min_insync_replicas: int = 2,
+    unclean_leader_election: bool = False,
 ) -> PartitionStatus:
     """A Partition whose replica order (preferred leader first) fixes who is elected next;
     returns its status once the first replica leads and serves it."""
@@ -37,9 +42,11 @@ async def create_partition(
     manifest = partition_manifest(
         topic,
         int(index),
+        replication_factor=len(replicas),
         min_insync_replicas=min_insync_replicas,
         replica_lag_time_max_ms=cluster.settings.replica_lag_time_max_ms,
         replicas=replicas,
+        unclean_leader_election=unclean_leader_election,
     )
     await cluster.apply(manifest)
     status = await cluster.wait_leader(name)

@@ -166,6 +166,7 @@ async def test_kafka_python_admin_deletes_records_describes_configs_and_cannot_c
             "retention.ms": str(RETENTION_MS),
             "segment.bytes": str(SEGMENT_BYTES),
             "segment.ms": str((1 << 63) - 1),
+            "unclean.leader.election.enable": "false",
         }
         assert all(c["read_only"] for c in configs.values())
         assert configs["retention.ms"]["config_source"] == "DYNAMIC_TOPIC_CONFIG"

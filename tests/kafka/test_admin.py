@@ -8,6 +8,7 @@ from epochlog_broker.config import BrokerConfig
 from epochlog_broker.kafka.admin import (
     NEVER_MS,
     ConfigSource,
+    ConfigType,
     broker_configs,
     selected,
     topic_configs,
@@ -21,10 +22,11 @@ SPEC_KEYS = {
     "retention.ms",
     "segment.bytes",
     "segment.ms",
+    "unclean.leader.election.enable",
 }
 
 
-def _assignment(**spec: int) -> PartitionAssignment:
+def _assignment(**spec: int | bool) -> PartitionAssignment:
     wire = {"name": "orders-3", "leader": 2, "leaderEpoch": 1, "partitionEpoch": 1}
     wire.update(isr=[2], replicas=[2], topic="orders", partition=3)
     return PartitionAssignment.model_validate({**wire, **spec})
@@ -43,6 +45,15 @@ def test_what_the_spec_sets_is_the_topics_own_and_the_rest_is_a_default() -> Non
     assert entries["min.insync.replicas"].source is ConfigSource.DEFAULT_CONFIG
     # No segmentMs: segments roll by size only, Kafka's "never".
     assert entries["segment.ms"].value == str(NEVER_MS)
+
+
+def test_unclean_leader_election_is_the_specs_and_off_by_default() -> None:
+    off = {e.name: e for e in topic_configs(_assignment(), CONFIG)}
+    on = {e.name: e for e in topic_configs(_assignment(unclean_leader_election=True), CONFIG)}
+    key = "unclean.leader.election.enable"
+    assert (off[key].value, off[key].source) == ("false", ConfigSource.DEFAULT_CONFIG)
+    assert (on[key].value, on[key].source) == ("true", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    assert on[key].type is ConfigType.BOOLEAN
 
 
 def test_a_broker_flag_off_its_default_is_a_static_broker_config() -> None:

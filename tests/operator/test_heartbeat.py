@@ -124,6 +124,22 @@ def test_assignment_names_the_topic_and_index_from_the_spec() -> None:
     assert (back.topic, back.partition) == ("orders", 3)
 
 
+def test_assignment_says_whether_the_spec_allows_an_unclean_election() -> None:
+    """Brokers answer it in DescribeConfigs; left out when off, so that an assignment of a
+    Partition that does not allow it is no longer than before."""
+    status = PartitionStatus(
+        leader=1, leader_epoch=1, partition_epoch=1, isr=(1, 2), replicas=(1, 2)
+    )
+    for allowed in (False, True):
+        spec = PartitionSpec(
+            topic="orders", partition=3, replication_factor=2, unclean_leader_election=allowed
+        )
+        wire = PartitionAssignment.from_status("orders-3", status, spec).model_dump(mode="json")
+        assert ("uncleanLeaderElection" in wire) is allowed
+        back = PartitionAssignment.model_validate(wire)
+        assert back.unclean_leader_election is allowed
+
+
 def test_an_incremental_heartbeat_names_its_session() -> None:
     with pytest.raises(ValidationError, match="names the session it continues"):
         BrokerHeartbeat.model_validate({**WIRE, "full": False})

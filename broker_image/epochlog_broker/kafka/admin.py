@@ -15,11 +15,11 @@ of CreateTopics.
   are set on the Partition resources and the broker's flags, never over Kafka). A
   topic's entries come from the controller's assignment of a partition of it that this
   broker hosts, which carries the Partition's spec (retention.ms, retention.bytes,
-  segment.bytes, segment.ms, min.insync.replicas); each Partition has a spec of its
-  own, so the lowest index hosted here answers for the topic. A topic this broker hosts
-  no partition of (the other brokers' listings, `ClusterView`, know it) gets the entries
-  that do not depend on a spec only: a broker learns a spec only with a replica.
-  unclean.leader.election.enable is not answered: the assignment does not carry it.
+  segment.bytes, segment.ms, min.insync.replicas, unclean.leader.election.enable); each
+  Partition has a spec of its own, so the lowest index hosted here answers for the
+  topic. A topic this broker hosts no partition of (the other brokers' listings,
+  `ClusterView`, know it) gets the entries that do not depend on a spec only: a broker
+  learns a spec only with a replica.
   `config_source` says where a value comes from: DEFAULT_CONFIG for epochlog's default,
   DYNAMIC_TOPIC_CONFIG for a value the Partition's spec sets, STATIC_BROKER_CONFIG for
   a broker flag that is not at its default. A topic is described to a principal that may
@@ -180,6 +180,18 @@ def _spec_configs(a: PartitionAssignment, log: LogConfig) -> list[ConfigEntry]:
         ),
         segment_bytes,
         _segment_ms(a.segment_ms, log.segment_ms),
+        ConfigEntry(
+            "unclean.leader.election.enable",
+            "true" if a.unclean_leader_election else "false",
+            (
+                ConfigSource.DYNAMIC_TOPIC_CONFIG
+                if a.unclean_leader_election
+                else ConfigSource.DEFAULT_CONFIG
+            ),
+            ConfigType.BOOLEAN,
+            "spec.uncleanLeaderElection: whether a replica outside the ISR may be elected "
+            "when no ISR member can lead (what it held beyond that replica is lost).",
+        ),
     ]
 
 
