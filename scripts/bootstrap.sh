@@ -4,7 +4,8 @@
 # operator extras, spark.txt those and the spark extra (`make lock` writes both).
 # Nothing is resolved here, so a fresh clone installs what CI installed when the
 # lock was written. Installs the Debian packages it needs when they are missing
-# (python3 venv support; a Java runtime when the spark extra is asked for).
+# (python3 venv support; a Java runtime when the spark extra is asked for, kcat for
+# the dev extra).
 # Idempotent: re-installs only when pyproject.toml, the lock or the extras change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,6 +46,12 @@ fi
 
 if [[ ",$extras," == *",spark,"* ]] && ! command -v java >/dev/null 2>&1; then
     apt_install openjdk-17-jre-headless
+fi
+
+# kcat (librdkafka's command-line client) is one of the Kafka clients the dev extra's
+# interop tests run against the Kafka listener (tests/e2e/test_kafka_kcat.py).
+if [[ ",$extras," == *",dev,"* ]] && ! command -v kcat >/dev/null 2>&1; then
+    apt_install kcat
 fi
 
 if [ ! -x "$venv/bin/python" ]; then
