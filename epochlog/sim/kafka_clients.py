@@ -20,7 +20,8 @@ Kafka's answers told them, as a Kafka client would know it:
   with its batch's partitionLeaderEpoch. After a leader change it validates its
   position with OffsetForLeaderEpoch, and a `diverging_epoch` in a fetch answer is
   judged as that query's answer (`epochlog.client.divergence`, as `SimConsumer`): a
-  truncation under it is recorded as a `TruncationSeen`.
+  truncation under it is recorded as a `TruncationSeen`. OFFSET_OUT_OF_RANGE below
+  the log start moves it to the earliest offset (auto.offset.reset=earliest).
 - `SimKafkaOffsetsClient`: ListOffsets (latest, v9) with `current_leader_epoch`; the
   offset and leader epoch of each partition answered without error.
 
@@ -54,6 +55,7 @@ from epochlog.sim.world import TIMEOUT, Process
 from epochlog_broker.replication.messages import Acks, EpochEndOffset
 
 LATEST_TIMESTAMP: Final = -1
+EARLIEST_TIMESTAMP: Final = -2
 KAFKA_ACKS: Final[dict[Acks, int]] = {Acks.ALL: -1, Acks.LEADER: 1}
 OUTCOME_UNKNOWN: Final = frozenset(
     {ErrorCode.request_timed_out, ErrorCode.not_enough_replicas_after_append}
@@ -186,6 +188,9 @@ class SimKafkaConsumer(_KafkaClient, SimFetchingConsumer):
             self.after(self.config.backoff_ms, self.act)
             return
         for partition, (part, last), entry in zip(partitions, asks, result, strict=True):
+            if _code(entry) is ErrorCode.offset_out_of_range:
+                self._reset(leader, partition, part)
+                continue
             if _code(entry) is not ErrorCode.none:
                 continue
             if "diverging_epoch" in entry:
@@ -219,6 +224,37 @@ class SimKafkaConsumer(_KafkaClient, SimFetchingConsumer):
             r.question, r.answering = step, answering
         else:
             self._judged(partition, step, answering)
+
+    def _reset(self, leader: int, partition: str, part: KafkaFetchPart) -> None:
+        """OFFSET_OUT_OF_RANGE: the position goes to the earliest offset, as Kafka's
+        consumer with auto.offset.reset=earliest, forgetting the epochs read below it;
+        taken only past the position (retention removed the records there): a position
+        moves back only on a truncation its epochs showed."""
+        topic, index = topic_index(partition)
+        asked = [(topic, index, part.current_leader_epoch)]
+
+        def answered(result: object) -> None:
+            self._answered_request(KAFKA_LIST_OFFSETS, result)
+            if not isinstance(result, list):
+                return
+            [entry] = result
+            r = self.reading[partition]
+            earliest = int(entry["offset"])
+            if _code(entry) is not ErrorCode.none or r.question is not None:
+                return
+            if r.position == part.fetch_offset and earliest > r.position:
+                r.position = earliest
+                r.consumed.clear()
+
+        self.world.call(
+            self,
+            leader,
+            lambda dst, reply: _broker(dst).handle_kafka_list_offsets(
+                asked, EARLIEST_TIMESTAMP, reply
+            ),
+            answered,
+            self.config.request_timeout_ms,
+        )
 
     def _ask_epoch_end(self, partition: str, leader: int, step: Ask, epoch: int) -> None:
         topic, index = topic_index(partition)

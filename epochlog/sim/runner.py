@@ -948,8 +948,8 @@ class _Nemesis:
         self.sim.heal_links(links)
 
 
-def run_seed(seed: int, settings: RunSettings) -> ScheduleResult:
-    started = time.perf_counter()
+def play(seed: int, settings: RunSettings) -> Sim:
+    """One random schedule played out: faults, heal, settle; not yet judged."""
     sim = build(seed, settings)
     sim.start()
     sim.start_clients(producers=2, consumers=1, offsets=1)
@@ -960,6 +960,12 @@ def run_seed(seed: int, settings: RunSettings) -> ScheduleResult:
     sim.advance(settings.settle_ms // 2)
     sim.stop_producers()
     sim.advance(settings.settle_ms - settings.settle_ms // 2)
+    return sim
+
+
+def run_seed(seed: int, settings: RunSettings) -> ScheduleResult:
+    started = time.perf_counter()
+    sim = play(seed, settings)
     violations = sim.check(LIVENESS_BOUND_MS)
     return ScheduleResult(
         seed=seed,

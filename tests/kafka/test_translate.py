@@ -12,6 +12,7 @@ from epochlog.protocol.batch import Record, RecordBatch, encode_batch
 from epochlog.protocol.errors import (
     FencedLeaderEpochError,
     NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
     RequestTimedOutError,
 )
 from epochlog_broker.core import BatchReadResult, ProduceDone, ProducerFields
@@ -128,13 +129,26 @@ def test_a_fetch_ask_is_bounded_and_carries_the_readers_epoch() -> None:
         (EpochEndOffset(3, 50), None),  # the epoch ends past the position
         (EpochEndOffset(3, 40), {"epoch": 3, "end_offset": 40}),  # ends below it
         (EpochEndOffset(2, 30), {"epoch": 2, "end_offset": 30}),  # the leader holds no 3
-        (EpochEndOffset(-1, 20), {"epoch": -1, "end_offset": 20}),  # its history begins above
     ],
 )
 def test_diverging_epoch_when_the_last_fetched_epoch_ends_below_the_position(
     end: EpochEndOffset, diverging: dict[str, int] | None
 ) -> None:
     assert translate.diverging_epoch(end, 3, 45) == diverging
+
+
+@pytest.mark.parametrize("end", [EpochEndOffset(-1, 50), EpochEndOffset(-1, -1)])
+def test_a_last_fetched_epoch_the_leaders_history_does_not_reach_is_out_of_range(
+    end: EpochEndOffset,
+) -> None:
+    """Found by the simulator (seed 9500157): retention moved t-0's log start to 185 past
+    a Kafka consumer's position 150, whose records were all of epoch 1, which the
+    leader's epoch history no longer held. The Fetch answered divergingEpoch (-1, 185)
+    again and again; the consumer found nothing truncated below its position and asked
+    again, for good. Kafka answers OFFSET_OUT_OF_RANGE when it cannot tell where the last
+    fetched epoch ends (`Partition.fetchRecords`), and the consumer resets its position."""
+    with pytest.raises(OffsetOutOfRangeError):
+        translate.diverging_epoch(end, 3, 45)
 
 
 def test_list_offsets_and_epoch_queries_are_answered_as_kafka_answers_them() -> None:

@@ -6,6 +6,7 @@ checker as every other client.
   back, once each, and the run keeps every property.
 - Across an unclean election a Kafka consumer finds the truncation under it, by
   OffsetForLeaderEpoch after the leader change or by a Fetch answer's divergingEpoch.
+- A Kafka consumer that retention passed by reads on from the log start (seed 9500157).
 - The Kafka producer records only what an answer said: REQUEST_TIMED_OUT and no answer
   leave the batch open, an acknowledgement records its base offset.
 """
@@ -23,6 +24,7 @@ from epochlog.sim.clients import (
     _Batch,
 )
 from epochlog.sim.kafka_clients import SimKafkaConsumer, SimKafkaProducer
+from epochlog.sim.runner import FAULTS, RunSettings, play
 from epochlog.sim.scenario import Sim, spec
 from epochlog.sim.world import TIMEOUT
 from epochlog_broker.kafka import wire
@@ -141,3 +143,19 @@ def test_the_kafka_producer_records_only_what_an_answer_said() -> None:
     assert len(sim.history.acks) == 2
     assert producer.producer_epoch == 1  # given up: a new epoch, the batch stays open
     assert "t-0" not in producer.waiting
+
+
+def test_a_kafka_consumer_that_retention_passed_by_reads_on_from_the_log_start() -> None:
+    """Found by the simulator (seed 9500157): retention moved t-0's log start past the
+    Kafka consumer's position, and the leader's epoch history no longer held the epoch of
+    its last record. The Fetch answered divergingEpoch (-1, log start) for good, and the
+    consumer stayed where it was to the end of the run. Kafka answers
+    OFFSET_OUT_OF_RANGE there; the consumer resets to the earliest offset
+    (auto.offset.reset=earliest) and reads on."""
+    sim = play(9500157, RunSettings(faults=frozenset(FAULTS)))
+    assert not sim.check(), "the schedule keeps every property"
+    [reader] = [c for c in sim.clients if isinstance(c, SimKafkaConsumer)]
+    for partition in reader.partitions:
+        leader = sim.leader(partition)
+        assert leader is not None
+        assert reader.position[partition] == sim.high_watermark(partition, leader), partition

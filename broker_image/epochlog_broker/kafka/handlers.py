@@ -14,7 +14,9 @@ the HTTP API's, in Kafka's messages and error codes.
   epoch (FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH). With `last_fetched_epoch` (Fetch
   v12, KIP-595) a consumer whose last batch's epoch ends below its position in this
   leader's log gets `diverging_epoch` instead of records: it has read what an unclean
-  election took back, and truncates (KIP-320). There are no fetch sessions on this
+  election took back, and truncates (KIP-320); when this log's epoch history begins
+  above that epoch (retention removed it) it gets OFFSET_OUT_OF_RANGE, as Kafka answers,
+  and resets its position. There are no fetch sessions on this
   listener: session id 0 tells the client to send full requests (KIP-227 allows it).
 - ListOffsets: earliest (-2), latest (-1), by timestamp and max-timestamp (-3, v7+),
   behind the KIP-207 gate (a new leader answers OFFSET_NOT_AVAILABLE until its high

@@ -13,10 +13,11 @@ core's arguments or the Kafka partition entry (a dict in kio's field names, whic
   batch as the core's produce takes it: records, idempotent-producer fields, acks),
   `produce_answer` (the core's `ProduceDone` or the error raised: error code and
   base offset), `produce_refused` (a partition the listener refuses before the core).
-- Fetch: `fetch_entry` (a partition's answer before the core is asked),
-  `read_ask` (the core's `ReadAsk`), `diverging_epoch` (KIP-595's check, from the
-  core's `epoch_end`), `fetch_answer` (a core read result: records as Kafka batches,
-  high watermark, log start, or the error), `has_news` (answer without waiting).
+- Fetch: `fetch_entry` (a partition's answer before the core is asked), `read_ask`
+  (the core's `ReadAsk`), `diverging_epoch` (KIP-595's check, from the core's
+  `epoch_end`; OFFSET_OUT_OF_RANGE where the log cannot tell, as Kafka's),
+  `fetch_answer` (a core read result: records as Kafka batches, high watermark, log
+  start, or the error), `has_news` (answer without waiting).
 - ListOffsets: `offsets_entry`, `offsets_at` (a timestamp as the core's
   `list_offsets` takes it), `wants_timestamp`, `offsets_answer`.
 - OffsetForLeaderEpoch: `epoch_end_entry`, `epoch_end_answer`.
@@ -33,7 +34,7 @@ from typing import Any, Final
 
 from epochlog.protocol.batch import Record, decode_records
 from epochlog.protocol.epochs import NO_EPOCH
-from epochlog.protocol.errors import EpochlogError
+from epochlog.protocol.errors import EpochlogError, OffsetOutOfRangeError
 from epochlog_broker.core import (
     EARLIEST,
     LATEST,
@@ -172,7 +173,17 @@ def read_ask(
 def diverging_epoch(end: EpochEndOffset, last_fetched: int, offset: int) -> dict[str, int] | None:
     """KIP-595's check at the leader, from where the reader's last fetched epoch ends in
     this log (the core's `epoch_end`): None when it ends at or past the offset fetched
-    from, else the Fetch answer's `diverging_epoch` (the reader truncates there)."""
+    from, else the Fetch answer's `diverging_epoch` (the reader truncates there).
+
+    A log whose epoch history begins above the last fetched epoch (retention removed
+    it, or the log started over at a leader's log start) cannot tell where it ends:
+    `OffsetOutOfRangeError`, as Kafka's `Partition.fetchRecords` answers, and the
+    reader resets its position. A divergence there would send it to ask again for good."""
+    if end.epoch == NO_EPOCH or end.end_offset == UNKNOWN_OFFSET:
+        raise OffsetOutOfRangeError(
+            f"where leader epoch {last_fetched} ends is unknown: this log's epoch history "
+            f"begins at offset {end.end_offset}, above it"
+        )
     if end.epoch == last_fetched and end.end_offset >= offset:
         return None
     return {"epoch": end.epoch, "end_offset": end.end_offset}
