@@ -22,8 +22,9 @@ back to the divergence offset, as Kafka's consumer with a reset policy does.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from epochlog.checker.history import Ack, History, OffsetSeen, Read, TruncationSeen
 from epochlog.client.divergence import (
@@ -44,6 +45,12 @@ from epochlog.sim.nodes import SimBroker, SimPartitionStore
 from epochlog.sim.world import TIMEOUT, Process, World
 from epochlog_broker.core import BatchReadResult, ProduceDone, ProducerFields, ReadAsk, ReadResult
 from epochlog_broker.replication.messages import Acks, EpochEndOffset
+
+KAFKA_PRODUCE: Final = "produce"
+KAFKA_FETCH: Final = "fetch"
+KAFKA_LIST_OFFSETS: Final = "list_offsets"
+KAFKA_OFFSET_FOR_LEADER_EPOCH: Final = "offset_for_leader_epoch"
+"""The Kafka requests the Kafka clients send, as `SimClient.kafka_requests` counts them."""
 
 
 def _broker(p: Process) -> SimBroker:
@@ -66,6 +73,9 @@ class ClientConfig:
     `SimFetchingConsumer`, `SimManyOffsetsClient`), instead of one partition each."""
     fetch_max_bytes: int = 4096
     partition_max_bytes: int = 2048
+    kafka: bool = False
+    """Kafka clients (`epochlog.sim.kafka_clients`) among the others: one producer, the
+    consumers and the ListOffsets callers speak Kafka's messages."""
 
 
 class SimClient(Process):
@@ -84,6 +94,8 @@ class SimClient(Process):
         self.partitions = sorted(store.items)
         self.request_sizes: Counter[int] = Counter()
         """Requests of many partitions sent, by how many partitions they carried."""
+        self.kafka_requests: Counter[str] = Counter()
+        """Kafka requests answered, by API (`epochlog.sim.kafka_clients`' clients)."""
 
     def leader_of(self, partition: str) -> tuple[int, int] | None:
         status = self.store.status(partition)
@@ -174,19 +186,19 @@ class SimProducer(SimClient):
         acks = Acks.ALL if rng.random() < self.config.acks_all_share else Acks.LEADER
         return values, acks
 
-    def _acknowledged(self, partition: str, values: list[str], done: ProduceDone) -> None:
+    def _acknowledged(
+        self, partition: str, values: list[str], base_offset: int, leader_epoch: int
+    ) -> None:
         """An acks=all answer: each value written at its offset, in the epoch answering."""
         for i, v in enumerate(values):
             self.history.acks.append(
-                Ack(
-                    self.name, partition, v, done.base_offset + i, done.leader_epoch, self.world.now
-                )
+                Ack(self.name, partition, v, base_offset + i, leader_epoch, self.world.now)
             )
 
     def _answered(self, partition: str, values: list[str], acks: Acks, result: object) -> None:
         if isinstance(result, ProduceDone) and result.error is None:
             if acks is Acks.ALL:
-                self._acknowledged(partition, values, result)
+                self._acknowledged(partition, values, result.base_offset, result.leader_epoch)
             self.sequence[partition] = self.sequence.get(partition, 0) + len(values)
             self.batch = None
             self.after(self.think(), self.act)
@@ -201,6 +213,11 @@ class SimProducer(SimClient):
             self.sequence.clear()
             self.batch = None
         self.after(self.think() + self.config.backoff_ms, self.act)
+
+
+def _records(records: Iterable[LogRecord]) -> list[tuple[int, bytes | None, int]]:
+    """Records read as `SimConsumer._take` takes them: (offset, value, leader epoch)."""
+    return [(r.offset, r.value, r.leader_epoch) for r in records]
 
 
 def _outcome_unknown(error: object) -> bool:
@@ -275,7 +292,14 @@ class SimConsumer(SimClient):
         if not isinstance(result, ReadResult):
             self.after(self.config.backoff_ms, self.act)
             return
-        self._take(partition, leader, offset, result, result.records)
+        self._take(
+            partition,
+            leader,
+            offset,
+            result.high_watermark,
+            result.leader_epoch,
+            _records(result.records),
+        )
         self.after(self.think(), self.act)
 
     def _take(
@@ -283,37 +307,33 @@ class SimConsumer(SimClient):
         partition: str,
         leader: int,
         offset: int,
-        result: ReadResult | BatchReadResult,
-        records: Sequence[LogRecord],
+        high_watermark: int,
+        leader_epoch: int,
+        records: Sequence[tuple[int, bytes | None, int]],
     ) -> None:
-        """What one partition's read answered: its high watermark seen, and its records
-        taken unless the position moved or the leader epoch changed meanwhile."""
+        """What one partition's read answered at `leader_epoch`: its high watermark seen,
+        and its records, (offset, value, leader epoch) each, taken unless the position
+        moved or the leader epoch changed meanwhile."""
         self.history.offsets.append(
             OffsetSeen(
-                self.name,
-                partition,
-                "hw",
-                result.high_watermark,
-                result.leader_epoch,
-                leader,
-                self.world.now,
+                self.name, partition, "hw", high_watermark, leader_epoch, leader, self.world.now
             )
         )
         r = self.reading[partition]
-        changed = self.validates and len(r.consumed) and result.leader_epoch != r.validated_epoch
+        changed = self.validates and len(r.consumed) and leader_epoch != r.validated_epoch
         if r.position != offset or changed:
             # Moved since, or another leader epoch: validate before taking anything more.
             return
-        r.validated_epoch = result.leader_epoch
-        for rec in records:
-            if rec.offset < r.position:
+        r.validated_epoch = leader_epoch
+        for rec_offset, rec_value, rec_epoch in records:
+            if rec_offset < r.position:
                 continue  # a stored batch may start below the position asked for
-            value = (rec.value or b"").decode()
+            value = (rec_value or b"").decode()
             self.history.reads.append(
-                Read(self.name, partition, rec.offset, value, self.world.now, rec.leader_epoch)
+                Read(self.name, partition, rec_offset, value, self.world.now, rec_epoch)
             )
-            r.position = rec.offset + 1
-            r.consumed.consumed(rec.leader_epoch, rec.offset)
+            r.position = rec_offset + 1
+            r.consumed.consumed(rec_epoch, rec_offset)
 
     def _validate(self, partition: str, leader: int, epoch: int) -> None:
         r = self.reading[partition]
@@ -323,6 +343,11 @@ class SimConsumer(SimClient):
             self.after(self.think(), self.act)
             return
         r.question = step
+        self._ask_epoch_end(partition, leader, step, epoch)
+
+    def _ask_epoch_end(self, partition: str, leader: int, step: Ask, epoch: int) -> None:
+        """Ask `leader` (known by `epoch`) where `step.epoch` ends; `_epoch_answered`
+        takes (`EpochEndOffset`, the answering leader epoch) or anything else for none."""
         self.world.call(
             self,
             leader,
@@ -416,6 +441,8 @@ class _Batch:
     acks: Acks
     sequence: int
     attempts: int = 0
+    leader_epoch: int = -1
+    """The leader epoch the partition's leader was known by when the batch last went."""
 
 
 class SimBatchingProducer(SimProducer):
@@ -462,8 +489,13 @@ class SimBatchingProducer(SimProducer):
             led = self.leader_of(batch.partition)
             if led is not None and led[0] == leader and batch.acks is first.acks:
                 batch.attempts += 1
+                batch.leader_epoch = led[1]
                 sent.append((batch, led[1]))
         self.request_sizes[len(sent)] += 1
+        self._send(leader, sent, first.acks)
+
+    def _send(self, leader: int, sent: list[tuple[_Batch, int]], acks: Acks) -> None:
+        """One produce of every batch in `sent` (with its partition's leader epoch)."""
         parts = [
             (
                 b.partition,
@@ -476,7 +508,7 @@ class SimBatchingProducer(SimProducer):
         self.world.call(
             self,
             leader,
-            lambda dst, reply: _broker(dst).handle_produce_many(parts, first.acks, reply),
+            lambda dst, reply: _broker(dst).handle_produce_many(parts, acks, reply),
             lambda result: self._answered_many([b for b, _ in sent], result),
             self.config.request_timeout_ms,
             duplicable=False,
@@ -495,24 +527,34 @@ class SimBatchingProducer(SimProducer):
         for batch, answer in zip(batches, answers, strict=True):
             if self.waiting.get(batch.partition) is not batch:
                 continue  # given up while this request was out
-            if isinstance(answer, ProduceDone) and answer.error is None:
+            written = self._written(batch, answer)
+            if written is not None:
                 if batch.acks is Acks.ALL:
-                    self._acknowledged(batch.partition, batch.values, answer)
+                    self._acknowledged(batch.partition, batch.values, *written)
                 self.sequence[batch.partition] = batch.sequence + len(batch.values)
                 del self.waiting[batch.partition]
                 acked = True
                 continue
             failed = True
-            error = answer.error if isinstance(answer, ProduceDone) else answer
-            retriable = _outcome_unknown(error) or (
-                isinstance(error, EpochlogError) and error.retriable
-            )
-            if not retriable or batch.attempts >= self.max_retries:
+            if not self._retriable(answer) or batch.attempts >= self.max_retries:
                 give_up = True
         self.mixed_answers += acked and failed
         if give_up:
             self._new_epoch()
         self.after(self.think() + (self.config.backoff_ms if failed else 0), self.act)
+
+    @staticmethod
+    def _written(batch: _Batch, answer: object) -> tuple[int, int] | None:
+        """(base offset, leader epoch) when `answer` acknowledges `batch`, else None."""
+        if isinstance(answer, ProduceDone) and answer.error is None:
+            return answer.base_offset, answer.leader_epoch
+        return None
+
+    @staticmethod
+    def _retriable(answer: object) -> bool:
+        """Whether a batch `answer` did not acknowledge may be sent again as it was."""
+        error = answer.error if isinstance(answer, ProduceDone) else answer
+        return _outcome_unknown(error) or (isinstance(error, EpochlogError) and error.retriable)
 
     def _new_epoch(self) -> None:
         self.producer_epoch += 1
@@ -540,14 +582,22 @@ class SimFetchingConsumer(SimConsumer):
         if self._needs_validation(partition, epoch):
             self._validate(partition, leader, epoch)
             return
-        asks: list[ReadAsk] = []
+        parts: list[tuple[str, int]] = []
         for p in self.partitions:
             led = self.leader_of(p)
             if led is None or led[0] != leader or self._needs_validation(p, led[1]):
                 continue
-            position = self.reading[p].position
-            asks.append(ReadAsk(p, position, self.config.partition_max_bytes, led[1]))
-        self.request_sizes[len(asks)] += 1
+            parts.append((p, led[1]))
+        self.request_sizes[len(parts)] += 1
+        self._fetch(leader, parts)
+
+    def _fetch(self, leader: int, parts: list[tuple[str, int]]) -> None:
+        """One fetch from `leader` of every (partition, leader epoch) in `parts`, each at
+        its position."""
+        asks = [
+            ReadAsk(p, self.reading[p].position, self.config.partition_max_bytes, epoch)
+            for p, epoch in parts
+        ]
         self.world.call(
             self,
             leader,
@@ -569,8 +619,15 @@ class SimFetchingConsumer(SimConsumer):
             return
         for ask, answer in zip(asks, result, strict=True):
             if isinstance(answer, BatchReadResult):
-                records = [rec for b in answer.batches for rec in b.records()]
-                self._take(ask.name, leader, ask.offset, answer, records)
+                records = _records(rec for b in answer.batches for rec in b.records())
+                self._take(
+                    ask.name,
+                    leader,
+                    ask.offset,
+                    answer.high_watermark,
+                    answer.leader_epoch,
+                    records,
+                )
         self.after(self.think(), self.act)
 
 
@@ -589,6 +646,10 @@ class SimManyOffsetsClient(SimOffsetsClient):
             led = self.leader_of(p)
             if led is not None and led[0] == leader:
                 asks.append((p, led[1]))
+        self._ask_latest(leader, asks)
+
+    def _ask_latest(self, leader: int, asks: list[tuple[str, int | None]]) -> None:
+        """One ListOffsets (latest) at `leader` of every (partition, leader epoch)."""
         self.world.call(
             self,
             leader,

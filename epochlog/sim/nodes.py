@@ -12,6 +12,9 @@ outlives controller restarts, checks resourceVersion on every write, and can
 delete a Partition and create it again with a new resourceVersion and no status,
 while the brokers keep their data).
 A broker's disk can be lost (`SimBroker.wipe`): it boots next on an empty one.
+A broker answers Kafka's Produce, Fetch, ListOffsets and OffsetForLeaderEpoch
+(`handle_kafka_*`) through the Kafka listener's own translation
+(`epochlog_broker.kafka.translate`) into the same core calls.
 
 Both record ground truth in the run's `History` for the checker.
 """
@@ -23,12 +26,19 @@ import functools
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Final
 
 from epochlog.checker.history import Deleted, History, Refusal, StatusWrite, UncleanElection
 from epochlog.protocol.batch import Record
 from epochlog.protocol.errors import EpochlogError, InvalidRequestError
 from epochlog.protocol.heartbeat import BrokerHeartbeat, HeartbeatResponse
-from epochlog.resources import ConditionStatus, ConditionType, PartitionSpec, PartitionStatus
+from epochlog.resources import (
+    ConditionStatus,
+    ConditionType,
+    PartitionSpec,
+    PartitionStatus,
+    partition_name,
+)
 from epochlog.sim import legacy as legacy_mod
 from epochlog.sim.world import CONTROLLER, TIMEOUT, Process, World
 from epochlog_broker.core import (
@@ -43,6 +53,8 @@ from epochlog_broker.core import (
     SendSession,
     SendToLeader,
 )
+from epochlog_broker.kafka import translate
+from epochlog_broker.kafka.records import KafkaRecordsError
 from epochlog_broker.log.config import LogConfig
 from epochlog_broker.log.partition_log import PartitionLog
 from epochlog_broker.log.simfs import CrashFileSystem, ProcessStopped
@@ -92,6 +104,8 @@ class SimConfig:
     flush_delay_ms: tuple[int, int] = (2, 20)
     """Group commit: an fsync follows the first unsynced append this much later."""
     request_timeout_ms: int = 1000
+    max_record_bytes: int = 1024 * 1024
+    """The largest record a Kafka produce may carry (the broker's --max-record-bytes)."""
     clock_skew_ms: int = 2000
     """Brokers' clocks differ from the controller's by up to this much either way."""
     segment_bytes: int = 16 * 1024
@@ -117,6 +131,31 @@ class ProduceRequest:
     partition: str
     values: tuple[str, ...]
     acks: Acks
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaProducePart:
+    """One partition of a Kafka Produce on the simulated network: its record batch."""
+
+    topic: str
+    index: int
+    records: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaFetchPart:
+    """One partition of a Kafka Fetch (v12) on the simulated network, in Kafka's fields."""
+
+    topic: str
+    index: int
+    fetch_offset: int
+    current_leader_epoch: int
+    last_fetched_epoch: int
+    partition_max_bytes: int
+
+
+KAFKA_LIST_OFFSETS_VERSION: Final = 9
+"""The ListOffsets version simulated Kafka clients send (the newest this listener takes)."""
 
 
 @dataclass
@@ -600,13 +639,25 @@ class SimBroker(Process):
         reply: Reply,
         producer: ProducerFields | None = None,
     ) -> None:
+        records = [Record(v.encode(), timestamp=self.now) for v in values]
+        self._produce(partition, records, acks, leader_epoch, reply, producer)
+
+    def _produce(
+        self,
+        partition: str,
+        records: list[Record],
+        acks: Acks,
+        leader_epoch: int | None,
+        reply: Reply,
+        producer: ProducerFields | None,
+    ) -> None:
+        """The core's produce: `reply` gets its `ProduceDone`, or the error it raised."""
         core = self.core
         assert core is not None
         rid = self._next_request
         self._next_request += 1
         self._waiters[rid] = reply
         try:
-            records = [Record(v.encode(), timestamp=self.now) for v in values]
             effects = core.produce(
                 partition,
                 records,
@@ -700,6 +751,140 @@ class SimBroker(Process):
             reply(self.core.epoch_end(partition, epoch, leader_epoch=leader_epoch))
         except EpochlogError as exc:
             reply(exc)
+
+    # -- the Kafka protocol ------------------------------------------------------------------
+
+    def handle_kafka_produce(
+        self, parts: Sequence[KafkaProducePart], acks: int, reply: Reply
+    ) -> None:
+        """A Kafka Produce of many partitions, answered as the Kafka listener answers it:
+        each partition's record batch through `translate.produce_call` into the core's
+        produce (no leader epoch: Kafka's Produce carries none), its outcome through
+        `translate.produce_answer`; one reply with every partition's entry (Kafka's
+        fields), in the order asked, once all are answered."""
+        kind = translate.produce_acks(acks)
+        entries: list[dict[str, Any]] = [{} for _ in parts]
+        left = len(parts)
+
+        def answered(i: int, entry: dict[str, Any]) -> None:
+            nonlocal left
+            entries[i] = entry
+            left -= 1
+            if left == 0:
+                reply(entries)
+
+        for i, part in enumerate(parts):
+            if kind is None:
+                answered(i, translate.produce_refused(part.index, "invalid_required_acks")[0])
+                continue
+            try:
+                call = translate.produce_call(part.records, kind, self.config.max_record_bytes)
+            except KafkaRecordsError as exc:
+                answered(i, translate.produce_answer(part.index, kind, exc)[0])
+                continue
+            self._produce(
+                partition_name(part.topic, part.index),
+                call.records,
+                call.acks,
+                None,
+                functools.partial(self._kafka_produced, part.index, kind, i, answered),
+                call.producer,
+            )
+
+    @staticmethod
+    def _kafka_produced(
+        index: int,
+        acks: Acks,
+        i: int,
+        answered: Callable[[int, dict[str, Any]], None],
+        result: object,
+    ) -> None:
+        assert isinstance(result, ProduceDone | EpochlogError), result
+        answered(i, translate.produce_answer(index, acks, result)[0])
+
+    def handle_kafka_fetch(
+        self, parts: Sequence[KafkaFetchPart], max_bytes: int, reply: Reply
+    ) -> None:
+        """A Kafka Fetch of many partitions (a consumer's), answered at once as the Kafka
+        listener answers it: KIP-595's check of `last_fetched_epoch`
+        (`translate.diverging_epoch`), then the core's `read_many`, each result through
+        `translate.fetch_answer`; one reply with every partition's entry, in the order
+        asked."""
+        core = self.core
+        assert core is not None
+        entries = [translate.fetch_entry(p.index) for p in parts]
+        asks: list[tuple[int, ReadAsk]] = []
+        for i, part in enumerate(parts):
+            ask = translate.read_ask(
+                partition_name(part.topic, part.index),
+                part.fetch_offset,
+                part.partition_max_bytes,
+                max_bytes,
+                part.current_leader_epoch,
+            )
+            if part.last_fetched_epoch >= 0:
+                try:
+                    end, _epoch = core.epoch_end(
+                        ask.name, part.last_fetched_epoch, leader_epoch=ask.leader_epoch
+                    )
+                except EpochlogError as exc:
+                    translate.error_answer(entries[i], exc)
+                    continue
+                diverging = translate.diverging_epoch(end, part.last_fetched_epoch, ask.offset)
+                if diverging is not None:
+                    entries[i]["diverging_epoch"] = diverging
+                    continue
+            asks.append((i, ask))
+        if asks:
+            results, _news = core.read_many([a for _i, a in asks], max_bytes=max_bytes)
+            for (i, _ask), result in zip(asks, results, strict=True):
+                translate.fetch_answer(entries[i], result)
+        reply(entries)
+
+    def handle_kafka_epoch_end(
+        self, topic: str, index: int, epoch: int, current_leader_epoch: int, reply: Reply
+    ) -> None:
+        """A Kafka OffsetForLeaderEpoch of one partition (a reader's, KIP-320), answered as
+        the Kafka listener answers it (`translate.epoch_end_answer`): the entry."""
+        core = self.core
+        assert core is not None
+        entry = translate.epoch_end_entry(index)
+        try:
+            end, _epoch = core.epoch_end(
+                partition_name(topic, index),
+                epoch,
+                leader_epoch=translate.epoch_or_none(current_leader_epoch),
+            )
+        except EpochlogError as exc:
+            translate.epoch_end_answer(entry, exc)
+        else:
+            translate.epoch_end_answer(entry, end)
+        reply(entry)
+
+    def handle_kafka_list_offsets(
+        self, parts: Sequence[tuple[str, int, int]], timestamp: int, reply: Reply
+    ) -> None:
+        """A Kafka ListOffsets (the newest version) of many partitions, each (topic, index,
+        current leader epoch), for one timestamp (latest, earliest), answered as the Kafka
+        listener answers those (`translate.offsets_at`, `translate.offsets_answer`)."""
+        core = self.core
+        assert core is not None
+        assert not translate.wants_timestamp(timestamp), "lookups by time are not simulated"
+        at = translate.offsets_at(timestamp, KAFKA_LIST_OFFSETS_VERSION)
+        assert at is not None
+        entries = []
+        for topic, index, current in parts:
+            entry = translate.offsets_entry(index)
+            entries.append(entry)
+            try:
+                offset, leader_epoch = core.list_offsets(
+                    partition_name(topic, index), at, leader_epoch=translate.epoch_or_none(current)
+                )
+            except EpochlogError as exc:
+                translate.error_answer(entry, exc)
+                continue
+            translate.offsets_answer(entry, timestamp, offset, leader_epoch, translate.NO_TIMESTAMP)
+        reply(entries)
 
     def batch_bounds(self, partition: str, upto: int) -> list[tuple[int, int]]:
         """(base offset, last offset) of the batches of a live replica's log that start at

@@ -1,4 +1,5 @@
-"""A readable account of a failed run: the violation, the schedule, the replicas' logs."""
+"""A readable account of a failed run: the violation, the schedule, the replicas' logs,
+and what the clients sent (the Kafka requests answered, by client and API)."""
 
 from __future__ import annotations
 
@@ -79,4 +80,19 @@ def render(sim: Sim, violations: Sequence[Violation], *, max_faults: int = 60) -
             )
     acked = sum(1 for a in sim.history.acks)
     lines.append(f"acknowledged records: {acked}; records read: {len(sim.history.reads)}")
+    kafka = _kafka_requests(sim)
+    if kafka:
+        lines.append(
+            "Kafka requests answered: " + ", ".join(f"{api} {n}" for api, n in kafka.items())
+        )
     return "\n".join(lines)
+
+
+def _kafka_requests(sim: Sim) -> dict[str, int]:
+    """The Kafka requests the run's Kafka clients had answered, by API, by client."""
+    out: dict[str, int] = {}
+    for c in sim.clients:
+        for api, n in sorted(c.kafka_requests.items()):
+            key = f"{c.name} {api}"
+            out[key] = out.get(key, 0) + n
+    return out

@@ -45,7 +45,15 @@ from typing import Final
 from epochlog.checker.checks import Violation
 from epochlog.protocol.heartbeat import HeartbeatResponse
 from epochlog.resources import PartitionSpec
-from epochlog.sim.clients import ClientConfig, SimBatchingProducer, SimFetchingConsumer
+from epochlog.sim.clients import (
+    KAFKA_FETCH,
+    KAFKA_LIST_OFFSETS,
+    KAFKA_OFFSET_FOR_LEADER_EPOCH,
+    KAFKA_PRODUCE,
+    ClientConfig,
+    SimBatchingProducer,
+    SimFetchingConsumer,
+)
 from epochlog.sim.legacy import check_names
 from epochlog.sim.nodes import SimConfig
 from epochlog.sim.scenario import Sim, spec
@@ -122,6 +130,16 @@ REPLICA_REQUEST_TIMEOUT_MS: Final = (500, 5000)
 """How long a follower waits for a leader's answer, drawn per seed: fast, or the
 broker's default (`--replica-request-timeout-ms`); fast on a lossy network."""
 
+KAFKA_SHARE: Final = 1 / 3
+"""The share of runs whose clients include Kafka's (`ClientConfig.kafka`)."""
+KAFKA_STATS: Final = {
+    KAFKA_PRODUCE: "kafka_produces",
+    KAFKA_FETCH: "kafka_fetches",
+    KAFKA_LIST_OFFSETS: "kafka_list_offsets",
+    KAFKA_OFFSET_FOR_LEADER_EPOCH: "kafka_epoch_queries",
+}
+"""A run's count of the Kafka requests its clients had answered, by API."""
+
 LIVENESS_BOUND_MS: Final = 10_000
 
 
@@ -196,6 +214,9 @@ def build(seed: int, settings: RunSettings) -> Sim:
     # Three runs in four use requests of many partitions, as the client library sends them;
     # the rest one partition per request, as older clients and the CLI do.
     many = random.Random(seed ^ 0x3A11).random() < 0.75
+    # One run in three has Kafka clients: a producer, the consumer and the ListOffsets
+    # caller speak Kafka's messages, answered through the Kafka listener's translation.
+    kafka = random.Random(seed ^ 0x4AF4).random() < KAFKA_SHARE
     return Sim(
         seed,
         brokers=3,
@@ -203,7 +224,7 @@ def build(seed: int, settings: RunSettings) -> Sim:
         legacy=settings.legacy,
         network=network,
         config=config,
-        clients=ClientConfig(many=many),
+        clients=ClientConfig(many=many, kafka=kafka),
     )
 
 
@@ -927,8 +948,8 @@ class _Nemesis:
         self.sim.heal_links(links)
 
 
-def run_seed(seed: int, settings: RunSettings) -> ScheduleResult:
-    started = time.perf_counter()
+def play(seed: int, settings: RunSettings) -> Sim:
+    """One random schedule played out: faults, heal, settle; not yet judged."""
     sim = build(seed, settings)
     sim.start()
     sim.start_clients(producers=2, consumers=1, offsets=1)
@@ -939,6 +960,12 @@ def run_seed(seed: int, settings: RunSettings) -> ScheduleResult:
     sim.advance(settings.settle_ms // 2)
     sim.stop_producers()
     sim.advance(settings.settle_ms - settings.settle_ms // 2)
+    return sim
+
+
+def run_seed(seed: int, settings: RunSettings) -> ScheduleResult:
+    started = time.perf_counter()
+    sim = play(seed, settings)
     violations = sim.check(LIVENESS_BOUND_MS)
     return ScheduleResult(
         seed=seed,
@@ -956,6 +983,7 @@ def run_seed(seed: int, settings: RunSettings) -> ScheduleResult:
             "recoveries": sim.controller.recoveries,
             "silent_passed_over": sim.controller.silent_passed_over,
             **_many_partition_stats(sim),
+            **_kafka_stats(sim),
         },
     )
 
@@ -970,6 +998,15 @@ def _many_partition_stats(sim: Sim) -> dict[str, int]:
         if isinstance(c, SimBatchingProducer):
             mixed += c.mixed_answers
     return {"many_partition_requests": many, "mixed_answers": mixed}
+
+
+def _kafka_stats(sim: Sim) -> dict[str, int]:
+    """Kafka requests the clients had answered, by API (`KAFKA_STATS`)."""
+    out = dict.fromkeys(KAFKA_STATS.values(), 0)
+    for c in sim.clients:
+        for api, n in c.kafka_requests.items():
+            out[KAFKA_STATS[api]] += n
+    return out
 
 
 def _run_quiet(args: tuple[int, RunSettings]) -> ScheduleResult:
@@ -1049,6 +1086,8 @@ def main(
         "silent_passed_over": 0,
         "many_partition_requests": 0,
         "mixed_answers": 0,
+        "kafka_runs": 0,
+        **dict.fromkeys(KAFKA_STATS.values(), 0),
     }
     first_failure: ScheduleResult | None = None
     step = max(1, seeds // 20)
@@ -1060,6 +1099,7 @@ def main(
         preferred += result.stats.get("preferred_elections", 0)
         for kind in counts:
             counts[kind] += result.stats.get(kind, 0)
+        counts["kafka_runs"] += any(result.stats.get(k, 0) for k in KAFKA_STATS.values())
         if result.violations:
             failed += 1
             checks = sorted({v.check for v in result.violations})
@@ -1089,6 +1129,10 @@ def main(
         f"{counts['many_partition_requests']} requests of many partitions, "
         f"{counts['mixed_answers']} answering some partitions acknowledged and some "
         "refused; "
+        f"{counts['kafka_runs']} schedule(s) with Kafka clients, whose "
+        f"{counts['kafka_produces']} Kafka produces, {counts['kafka_fetches']} fetches, "
+        f"{counts['kafka_list_offsets']} ListOffsets and "
+        f"{counts['kafka_epoch_queries']} OffsetForLeaderEpoch were answered and judged; "
         f"{sim_ms / 1000:.0f} s simulated in {wall:.1f} s ({events} events)"
     )
     if first_failure is not None:

@@ -172,18 +172,36 @@ class Sim:
 
     def start_clients(self, producers: int = 2, consumers: int = 1, offsets: int = 1) -> None:
         node = 100
+        for kind in self._client_kinds(producers, consumers, offsets):
+            c = kind(self.world, node, self.store, self.history, self.client_config)
+            c.start()
+            self.clients.append(c)
+            node += 1
+
+    def _client_kinds(
+        self, producers: int, consumers: int, offsets: int
+    ) -> list[type[SimProducer] | type[SimConsumer] | type[SimOffsetsClient]]:
+        """Which clients run: of many partitions per request or of one, and with
+        `ClientConfig.kafka` the first producer, the consumers and the ListOffsets
+        callers Kafka's."""
         many = self.client_config.many
-        kinds: list[tuple[int, type[SimProducer] | type[SimConsumer] | type[SimOffsetsClient]]] = [
-            (producers, SimBatchingProducer if many else SimProducer),
-            (consumers, SimFetchingConsumer if many else SimConsumer),
-            (offsets, SimManyOffsetsClient if many else SimOffsetsClient),
+        producer: type[SimProducer] = SimBatchingProducer if many else SimProducer
+        consumer: type[SimConsumer] = SimFetchingConsumer if many else SimConsumer
+        offsets_client: type[SimOffsetsClient] = SimManyOffsetsClient if many else SimOffsetsClient
+        first_producer = producer
+        if self.client_config.kafka:
+            # kafka-python builds and decodes their batches: imported only when they run.
+            from epochlog.sim import kafka_clients
+
+            first_producer = kafka_clients.SimKafkaProducer
+            consumer = kafka_clients.SimKafkaConsumer
+            offsets_client = kafka_clients.SimKafkaOffsetsClient
+        return [
+            *([first_producer] if producers else []),
+            *[producer] * max(0, producers - 1),
+            *[consumer] * consumers,
+            *[offsets_client] * offsets,
         ]
-        for count, kind in kinds:
-            for _ in range(count):
-                c = kind(self.world, node, self.store, self.history, self.client_config)
-                c.start()
-                self.clients.append(c)
-                node += 1
 
     def stop_producers(self) -> None:
         for c in self.clients:

@@ -14,7 +14,9 @@ the HTTP API's, in Kafka's messages and error codes.
   epoch (FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH). With `last_fetched_epoch` (Fetch
   v12, KIP-595) a consumer whose last batch's epoch ends below its position in this
   leader's log gets `diverging_epoch` instead of records: it has read what an unclean
-  election took back, and truncates (KIP-320). There are no fetch sessions on this
+  election took back, and truncates (KIP-320); when this log's epoch history begins
+  above that epoch (retention removed it) it gets OFFSET_OUT_OF_RANGE, as Kafka answers,
+  and resets its position. There are no fetch sessions on this
   listener: session id 0 tells the client to send full requests (KIP-227 allows it).
 - ListOffsets: earliest (-2), latest (-1), by timestamp and max-timestamp (-3, v7+),
   behind the KIP-207 gate (a new leader answers OFFSET_NOT_AVAILABLE until its high
@@ -47,11 +49,11 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from typing import Any, Final
+from typing import Any
 
 import structlog
 
-from epochlog.protocol.batch import decode_records
+from epochlog.protocol.epochs import NO_EPOCH
 from epochlog.protocol.errors import (
     INTERNAL_ERROR,
     EpochlogError,
@@ -63,38 +65,20 @@ from epochlog.resources import KAFKA_OFFSETS_TOPIC, partition_name
 from epochlog.security.access import Operation
 from epochlog.security.principal import Principal
 from epochlog_broker.broker import Broker
-from epochlog_broker.core import EARLIEST, LATEST, MAX_TIMESTAMP, ReadAsk
+from epochlog_broker.core import ReadAsk
 from epochlog_broker.gate import Gate
-from epochlog_broker.kafka import wire
+from epochlog_broker.kafka import translate, wire
 from epochlog_broker.kafka.admin import KafkaAdmin
 from epochlog_broker.kafka.coordinator import GroupCoordinator
-from epochlog_broker.kafka.errors import kafka_error, result_label
+from epochlog_broker.kafka.errors import kafka_error
 from epochlog_broker.kafka.group_apis import GroupApis
 from epochlog_broker.kafka.metadata import ClusterView, brokers, topics
-from epochlog_broker.kafka.records import KafkaRecordsError, decode_produced, encode_batch
+from epochlog_broker.kafka.records import KafkaRecordsError
+from epochlog_broker.kafka.translate import ProduceCall
 from epochlog_broker.replication.messages import Acks
 
 log = structlog.get_logger("epochlog.broker")
 
-NO_EPOCH = -1
-NO_TIMESTAMP = -1
-UNKNOWN_OFFSET = -1
-LATEST_TIMESTAMP = -1
-EARLIEST_TIMESTAMP = -2
-MAX_TIMESTAMP_AT = -3
-EARLIEST_LOCAL_TIMESTAMP = -4
-LATEST_TIERED_TIMESTAMP = -5
-SPECIAL_TIMESTAMPS: Final[dict[int, tuple[str, int]]] = {
-    LATEST_TIMESTAMP: (LATEST, 1),
-    EARLIEST_TIMESTAMP: (EARLIEST, 1),
-    MAX_TIMESTAMP_AT: (MAX_TIMESTAMP, 7),
-    # Without tiered storage the local log is the whole log.
-    EARLIEST_LOCAL_TIMESTAMP: (EARLIEST, 8),
-    LATEST_TIERED_TIMESTAMP: (LATEST, 9),
-}
-"""ListOffsets' special timestamps: what the core is asked, and the version each came
-with (KIP-734, KIP-405, KIP-1005). In an older version, or not here (-6, Kafka's
-earliest-pending-upload of v11), one is answered UNSUPPORTED_VERSION, as Kafka does."""
 MAX_PRODUCER_EPOCH = 32767
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 NO_TOPIC_ID = wire.NO_TOPIC_ID
@@ -244,20 +228,12 @@ class KafkaHandlers:
         *,
         transactional: bool,
     ) -> tuple[str, dict[str, Any]]:
-        entry: dict[str, Any] = {
-            "index": index,
-            "base_offset": -1,
-            "log_append_time": None,
-            "log_start_offset": -1,
-            "record_errors": [],
-            "error_message": None,
-        }
         name = partition_name(topic, index)
         started = time.perf_counter()
         result = INTERNAL_ERROR  # unless answered: an exception escaped
         try:
-            result = await self._append_one(
-                topic, name, data, acks, timeout_ms, who, entry, transactional=transactional
+            entry, result = await self._append_one(
+                topic, index, data, acks, timeout_ms, who, transactional=transactional
             )
         finally:
             m = self.broker.metrics
@@ -269,55 +245,49 @@ class KafkaHandlers:
     async def _append_one(
         self,
         topic: str,
-        name: str,
+        index: int,
         data: bytes | None,
         acks: Acks | None,
         timeout_ms: int,
         who: Principal,
-        entry: dict[str, Any],
         *,
         transactional: bool,
-    ) -> str:
-        """Append one partition's batch, filling in its answer; the metrics' `result`."""
+    ) -> tuple[dict[str, Any], str]:
+        """Append one partition's batch: its answer, and the metrics' `result`."""
         broker = self.broker
+        if acks is None:
+            return translate.produce_refused(index, "invalid_required_acks")
+        if transactional:
+            return translate.produce_refused(
+                index, "transactional_id_authorization_failed", "transactions are not supported"
+            )
+        if not self._topic_allowed(who, Operation.WRITE, topic):
+            return translate.produce_refused(index, "topic_authorization_failed")
+        if topic == KAFKA_OFFSETS_TOPIC:
+            return translate.produce_refused(
+                index,
+                "invalid_topic_exception",
+                f"{topic} is internal: only group coordinators append",
+            )
+        name = partition_name(topic, index)
+        call: ProduceCall | None = None
         try:
-            if acks is None:
-                return _refused(entry, "invalid_required_acks")
-            if transactional:
-                return _refused(
-                    entry, "transactional_id_authorization_failed", "transactions are not supported"
-                )
-            if not self._topic_allowed(who, Operation.WRITE, topic):
-                return _refused(entry, "topic_authorization_failed")
-            if topic == KAFKA_OFFSETS_TOPIC:
-                return _refused(
-                    entry,
-                    "invalid_topic_exception",
-                    f"{topic} is internal: only group coordinators append",
-                )
-            batch = decode_produced(data, broker.config.max_record_bytes)
+            call = translate.produce_call(data, acks, broker.config.max_record_bytes)
             done = await broker.produce(
                 name,
-                batch.records,
-                acks=acks,
+                call.records,
+                acks=call.acks,
                 timeout_ms=timeout_ms,
                 leader_epoch=None,
-                producer=batch.producer,
+                producer=call.producer,
             )
         except (EpochlogError, KafkaRecordsError) as exc:
-            entry["error_code"] = kafka_error(exc)
-            entry["error_message"] = str(exc)[:500]
-            if isinstance(exc, KafkaRecordsError):
-                return result_label(exc.error)
-            if exc.code == EpochlogCode.NOT_LEADER_OR_FOLLOWER:
+            if isinstance(exc, EpochlogError) and exc.code == EpochlogCode.NOT_LEADER_OR_FOLLOWER:
                 self.view.forget()
-            return str(exc.code)
-        entry["error_code"] = wire.error("none")
-        if acks is not Acks.NONE:
-            entry["base_offset"] = done.base_offset
-        broker.metrics.produce_records.labels(name).inc(len(batch.records))
-        broker.metrics.produce_bytes.labels(name).inc(batch.payload_bytes)
-        return "ok"
+            return translate.produce_answer(index, acks, exc)
+        broker.metrics.produce_records.labels(name).inc(len(call.records))
+        broker.metrics.produce_bytes.labels(name).inc(call.payload_bytes)
+        return translate.produce_answer(index, acks, done)
 
     # -- Fetch -----------------------------------------------------------------------------
 
@@ -342,53 +312,36 @@ class KafkaHandlers:
         for topic in body.topics:
             for p in topic.partitions:
                 index = int(p.partition)
-                entry = self._fetch_entry(index)
+                entry = translate.fetch_entry(index)
                 entries[(topic.topic, index)] = entry
-                name = partition_name(topic.topic, index)
                 if not self._topic_allowed(who, Operation.READ, topic.topic):
                     entry["error_code"] = wire.error("topic_authorization_failed")
                     continue
-                epoch = int(getattr(p, "current_leader_epoch", NO_EPOCH))
-                leader_epoch = None if epoch < 0 else epoch
+                ask = translate.read_ask(
+                    partition_name(topic.topic, index),
+                    int(p.fetch_offset),
+                    int(p.partition_max_bytes),
+                    max_bytes,
+                    int(getattr(p, "current_leader_epoch", NO_EPOCH)),
+                )
                 last_fetched = int(getattr(p, "last_fetched_epoch", NO_EPOCH))
                 try:
-                    if last_fetched >= 0 and self._diverged(
-                        name, last_fetched, int(p.fetch_offset), leader_epoch, entry
-                    ):
+                    if last_fetched >= 0 and self._diverged(ask, last_fetched, entry):
                         continue
                 except EpochlogError as exc:
-                    entry["error_code"] = kafka_error(exc)
+                    translate.error_answer(entry, exc)
                     continue
-                part_bytes = max(1, min(int(p.partition_max_bytes), max_bytes))
-                asks.append(
-                    (
-                        topic.topic,
-                        index,
-                        ReadAsk(name, int(p.fetch_offset), part_bytes, leader_epoch),
-                    )
-                )
+                asks.append((topic.topic, index, ask))
         if asks:
             # As Kafka: an error or a divergence to report answers at once.
-            news = any(
-                e["error_code"] != wire.error("none") or "diverging_epoch" in e
-                for e in entries.values()
-            )
+            news = any(translate.has_news(e) for e in entries.values())
             results = await broker.read_many(
                 [a for _t, _i, a in asks],
                 max_bytes=max_bytes,
                 max_wait_ms=0 if news else max_wait_ms,
             )
             for (topic_name, index, _ask), result in zip(asks, results, strict=True):
-                entry = entries[(topic_name, index)]
-                if isinstance(result, EpochlogError):
-                    entry["error_code"] = kafka_error(result)
-                    continue
-                entry["high_watermark"] = result.high_watermark
-                entry["last_stable_offset"] = result.high_watermark
-                entry["log_start_offset"] = result.log_start_offset
-                entry["records"] = b"".join(
-                    encode_batch(b.header, decode_records(b.raw, b.header)) for b in result.batches
-                )
+                translate.fetch_answer(entries[(topic_name, index)], result)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (topic_name, _index), entry in entries.items():
             by_topic.setdefault(topic_name, []).append(entry)
@@ -400,34 +353,15 @@ class KafkaHandlers:
             responses=[{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
         )
 
-    @staticmethod
-    def _fetch_entry(index: int) -> dict[str, Any]:
-        return {
-            "partition_index": index,
-            "error_code": wire.error("none"),
-            "high_watermark": -1,
-            "last_stable_offset": -1,
-            "log_start_offset": -1,
-            "aborted_transactions": [],
-            "preferred_read_replica": -1,
-            # Empty, not null: librdkafka refuses a null record set.
-            "records": b"",
-        }
-
-    def _diverged(
-        self,
-        name: str,
-        last_fetched: int,
-        offset: int,
-        leader_epoch: int | None,
-        entry: dict[str, Any],
-    ) -> bool:
-        """KIP-595's check at the leader: does the reader's last fetched epoch end, in this
-        log, below the offset it fetches from? Then it says where (`diverging_epoch`)."""
-        end, _epoch = self.broker.epoch_end(name, last_fetched, leader_epoch)
-        if end.epoch == last_fetched and end.end_offset >= offset:
+    def _diverged(self, ask: ReadAsk, last_fetched: int, entry: dict[str, Any]) -> bool:
+        """KIP-595's check at the leader (`translate.diverging_epoch`): does the reader's
+        last fetched epoch end, in this log, below the offset it fetches from? Then its
+        answer says where (`diverging_epoch`)."""
+        end, _epoch = self.broker.epoch_end(ask.name, last_fetched, ask.leader_epoch)
+        diverging = translate.diverging_epoch(end, last_fetched, ask.offset)
+        if diverging is None:
             return False
-        entry["diverging_epoch"] = {"epoch": end.epoch, "end_offset": end.end_offset}
+        entry["diverging_epoch"] = diverging
         return True
 
     # -- ListOffsets -----------------------------------------------------------------------
@@ -439,13 +373,7 @@ class KafkaHandlers:
             parts = []
             for p in topic.partitions:
                 index = int(p.partition_index)
-                entry: dict[str, Any] = {
-                    "partition_index": index,
-                    "error_code": wire.error("none"),
-                    "timestamp": NO_TIMESTAMP,
-                    "offset": UNKNOWN_OFFSET,
-                    "leader_epoch": NO_EPOCH,
-                }
+                entry = translate.offsets_entry(index)
                 parts.append(entry)
                 if not self._topic_allowed(who, Operation.DESCRIBE, topic.name):
                     entry["error_code"] = wire.error("topic_authorization_failed")
@@ -454,7 +382,7 @@ class KafkaHandlers:
                 self._list_offset(
                     partition_name(topic.name, index),
                     int(p.timestamp),
-                    None if epoch < 0 else epoch,
+                    translate.epoch_or_none(epoch),
                     req.api_version,
                     entry,
                 )
@@ -464,30 +392,23 @@ class KafkaHandlers:
     def _list_offset(
         self, name: str, ts: int, epoch: int | None, version: int, entry: dict[str, Any]
     ) -> None:
-        """One partition's ListOffsets answer, filled into `entry`. A lookup by time (or
-        max-timestamp) that finds no record answers no offset and no timestamp (-1), as
-        Kafka does; the latest tiered offset, with no tiered storage, is none either."""
-        at: str | int = ts
-        if ts < 0:
-            special = SPECIAL_TIMESTAMPS.get(ts)
-            if special is None or version < special[1]:
-                entry["error_code"] = wire.error("unsupported_version")
-                return
-            at = special[0]
+        """One partition's ListOffsets answer, filled into `entry` (`translate`'s
+        `offsets_at` and `offsets_answer` around the core's `list_offsets`)."""
+        at = translate.offsets_at(ts, version)
+        if at is None:
+            entry["error_code"] = wire.error("unsupported_version")
+            return
         try:
             offset, leader_epoch = self.broker.list_offsets(name, at, epoch)
         except EpochlogError as exc:
             entry["error_code"] = kafka_error(exc)
             return
-        if ts == LATEST_TIERED_TIMESTAMP:
-            return
-        if ts >= 0 or ts == MAX_TIMESTAMP_AT:
-            stamp = self._timestamp_at(name, offset, leader_epoch)
-            if stamp == NO_TIMESTAMP:
-                return  # no record at or after the time: the HW the core answers is none
-            entry["timestamp"] = stamp
-        entry["offset"] = offset
-        entry["leader_epoch"] = leader_epoch
+        stamp = (
+            self._timestamp_at(name, offset, leader_epoch)
+            if translate.wants_timestamp(ts)
+            else translate.NO_TIMESTAMP
+        )
+        translate.offsets_answer(entry, ts, offset, leader_epoch, stamp)
 
     def _timestamp_at(self, name: str, offset: int, leader_epoch: int) -> int:
         """The timestamp of the record at `offset` (Kafka answers a lookup by time with
@@ -497,9 +418,9 @@ class KafkaHandlers:
                 name, offset, max_records=1, leader_epoch=leader_epoch
             )
         except EpochlogError:
-            return -1
+            return translate.NO_TIMESTAMP
         record = next((r for r in found.records if r.offset == offset), None)
-        return -1 if record is None else record.timestamp
+        return translate.NO_TIMESTAMP if record is None else record.timestamp
 
     # -- OffsetForLeaderEpoch --------------------------------------------------------------
 
@@ -513,12 +434,7 @@ class KafkaHandlers:
             parts = []
             for p in topic.partitions:
                 index = int(p.partition)
-                entry: dict[str, Any] = {
-                    "partition": index,
-                    "error_code": wire.error("none"),
-                    "leader_epoch": NO_EPOCH,
-                    "end_offset": -1,
-                }
+                entry = translate.epoch_end_entry(index)
                 parts.append(entry)
                 if replica >= 0:
                     entry["error_code"] = wire.error("cluster_authorization_failed")
@@ -526,18 +442,16 @@ class KafkaHandlers:
                 if not self._topic_allowed(who, Operation.READ, topic.topic):
                     entry["error_code"] = wire.error("topic_authorization_failed")
                     continue
-                current = int(p.current_leader_epoch)
                 try:
                     end, _epoch = self.broker.epoch_end(
                         partition_name(topic.topic, index),
                         int(p.leader_epoch),
-                        None if current < 0 else current,
+                        translate.epoch_or_none(int(p.current_leader_epoch)),
                     )
                 except EpochlogError as exc:
-                    entry["error_code"] = kafka_error(exc)
+                    translate.epoch_end_answer(entry, exc)
                     continue
-                entry["leader_epoch"] = end.epoch
-                entry["end_offset"] = end.end_offset
+                translate.epoch_end_answer(entry, end)
             out.append({"topic": topic.topic, "partitions": parts})
         return wire.build(cls, throttle_time=wire.NO_THROTTLE, topics=out)
 
@@ -569,14 +483,6 @@ class KafkaHandlers:
             producer_id=new_id,
             producer_epoch=new_epoch,
         )
-
-
-def _refused(entry: dict[str, Any], error: str, message: str | None = None) -> str:
-    """A partition's Produce refused before the core saw it: its answer filled in, and
-    the metrics' `result`."""
-    entry["error_code"] = wire.error(error)
-    entry["error_message"] = message
-    return result_label(error)
 
 
 def api_versions(version: int, error: str) -> Any:

@@ -1,0 +1,161 @@
+"""The simulator's Kafka clients (`epochlog.sim.kafka_clients`): kafka-python's batches
+through the Kafka listener's translation into the brokers' core, judged by the same
+checker as every other client.
+
+- Through a leader kill, what the Kafka producer was acknowledged the Kafka consumer reads
+  back, once each, and the run keeps every property.
+- Across an unclean election a Kafka consumer finds the truncation under it, by
+  OffsetForLeaderEpoch after the leader change or by a Fetch answer's divergingEpoch.
+- A Kafka consumer that retention passed by reads on from the log start (seed 9500157).
+- The Kafka producer records only what an answer said: REQUEST_TIMED_OUT and no answer
+  leave the batch open, an acknowledgement records its base offset.
+"""
+
+from __future__ import annotations
+
+from epochlog.checker.checks import Violation
+from epochlog.client.divergence import ConsumedEpochs, EpochStart
+from epochlog.sim.clients import (
+    KAFKA_FETCH,
+    KAFKA_LIST_OFFSETS,
+    KAFKA_OFFSET_FOR_LEADER_EPOCH,
+    KAFKA_PRODUCE,
+    ClientConfig,
+    _Batch,
+)
+from epochlog.sim.kafka_clients import SimKafkaConsumer, SimKafkaProducer
+from epochlog.sim.runner import FAULTS, RunSettings, play
+from epochlog.sim.scenario import Sim, spec
+from epochlog.sim.world import TIMEOUT
+from epochlog_broker.kafka import wire
+from epochlog_broker.replication.messages import Acks
+from tests.sim.helpers import status
+from tests.sim.test_unclean_readers import A, B, C, P, elected_uncleanly
+
+
+def test_kafka_clients_through_a_leader_kill_keep_every_property() -> None:
+    sim = Sim(
+        11,
+        brokers=3,
+        partitions=[spec("t", 0, replicas=(A, B, C)), spec("t", 1, replicas=(B, C, A))],
+        clients=ClientConfig(many=True, kafka=True),
+    )
+    sim.start()
+    sim.start_clients(producers=2, consumers=1, offsets=1)
+    kinds = [type(c).__name__ for c in sim.clients]
+    assert kinds == [
+        "SimKafkaProducer",
+        "SimBatchingProducer",
+        "SimKafkaConsumer",
+        "SimKafkaOffsetsClient",
+    ]
+    producer, _other, reader, offsets = sim.clients
+    sim.advance(3_000)
+    sim.kill(A, power_loss=True)
+    sim.advance(4_000)
+    sim.restart(A)
+    sim.advance(3_000)
+    sim.stop_producers()
+    sim.heal_all()
+    assert sim.wait_for(sim.replicated, 30_000)
+    sim.advance(3_000)
+    sim.assert_ok()
+    acked = {a.value for a in sim.history.acks if a.producer == producer.name}
+    read = [r.value for r in sim.history.reads if r.client == reader.name]
+    assert len(acked) > 100
+    assert acked <= set(read)
+    assert len(read) == len(set(read))
+    assert producer.kafka_requests[KAFKA_PRODUCE] > 10
+    assert reader.kafka_requests[KAFKA_FETCH] > 10
+    assert reader.kafka_requests[KAFKA_OFFSET_FOR_LEADER_EPOCH] > 0  # after the kill
+    assert offsets.kafka_requests[KAFKA_LIST_OFFSETS] > 10
+    assert any(o.client == offsets.name and o.kind == "latest" for o in sim.history.offsets)
+    report = sim.report([Violation("example", sim.now, "t-0", "a report shows the clients")])
+    assert f"{reader.name} {KAFKA_FETCH} {reader.kafka_requests[KAFKA_FETCH]}" in report
+
+
+def test_a_kafka_consumer_across_an_unclean_election_finds_the_truncation() -> None:
+    sim, [reader] = elected_uncleanly(SimKafkaConsumer)
+    assert sim.wait_for(lambda: reader.position[P] == 60, 10_000)
+    [found] = sim.history.truncations
+    assert (found.client, found.offset, found.position) == (reader.name, 20, 50)
+    assert found.leader_epoch == status(sim, P).leader_epoch
+    read = [r.value for r in sim.history.reads if r.client == reader.name and r.offset >= 20]
+    assert read[:30] == [f"n{n}" for n in range(30)]
+    assert read[30:] == [f"p{b}.{n}" for b in range(4) for n in range(10)]
+    assert reader.kafka_requests[KAFKA_OFFSET_FOR_LEADER_EPOCH] > 0
+    sim.heal_all()
+    assert sim.wait_for(sim.replicated, 30_000)
+    sim.assert_ok()
+
+
+def test_a_fetch_answering_a_diverging_epoch_tells_a_kafka_consumer_of_the_truncation() -> None:
+    """A consumer that read 0..49 in epoch 1 from A, and fetches from C (led uncleanly
+    from 20) without having asked C where its epoch ends: C's Fetch answers divergingEpoch
+    (epoch 1 ends at 20), and the consumer truncates there without an OffsetForLeaderEpoch."""
+    sim, [] = elected_uncleanly()
+    epoch = status(sim, P).leader_epoch
+    reader = SimKafkaConsumer(sim.world, 160, sim.store, sim.history, sim.client_config)
+    r = reader.reading[P]
+    r.position = 50
+    r.consumed = ConsumedEpochs((EpochStart(1, 0),))
+    r.consumed.consumed(1, 49)
+    r.validated_epoch = epoch  # as if it had validated with C: the fetch tells it
+    reader.start()
+    sim.clients.append(reader)
+    assert sim.wait_for(lambda: bool(sim.history.truncations), 5_000)
+    [found] = sim.history.truncations
+    assert (found.client, found.offset, found.position, found.leader_epoch) == (
+        reader.name,
+        20,
+        50,
+        epoch,
+    )
+    assert reader.kafka_requests[KAFKA_OFFSET_FOR_LEADER_EPOCH] == 0
+    assert sim.wait_for(lambda: reader.position[P] == 60, 5_000)
+    assert [r.offset for r in sim.history.reads if r.client == reader.name] == list(range(20, 60))
+
+
+def test_the_kafka_producer_records_only_what_an_answer_said() -> None:
+    sim = Sim(5, brokers=3, partitions=[spec("t", 0, replicas=(A, B, C))])
+    sim.start()
+    producer = SimKafkaProducer(sim.world, 170, sim.store, sim.history, sim.client_config)
+    batch = _Batch("t-0", ["v.1", "v.2"], Acks.ALL, sequence=0, attempts=1, leader_epoch=7)
+    producer.waiting["t-0"] = batch
+    timed_out = {"index": 0, "error_code": wire.error("request_timed_out"), "base_offset": -1}
+    producer._answered_many([batch], [timed_out])
+    producer._answered_many([batch], TIMEOUT)
+    assert sim.history.acks == []
+    assert producer.waiting["t-0"] is batch
+    assert producer.producer_epoch == 0  # retried as it was, not given up
+    acked = {"index": 0, "error_code": wire.error("none"), "base_offset": 12}
+    producer._answered_many([batch], [acked])
+    assert [(a.value, a.offset, a.leader_epoch) for a in sim.history.acks] == [
+        ("v.1", 12, 7),
+        ("v.2", 13, 7),
+    ]
+    assert "t-0" not in producer.waiting
+    assert producer.sequence["t-0"] == 2
+    refused = _Batch("t-0", ["v.3"], Acks.ALL, sequence=2, attempts=1)
+    producer.waiting["t-0"] = refused
+    out_of_order = {"index": 0, "error_code": wire.error("out_of_order_sequence_number")}
+    producer._answered_many([refused], [out_of_order])
+    assert len(sim.history.acks) == 2
+    assert producer.producer_epoch == 1  # given up: a new epoch, the batch stays open
+    assert "t-0" not in producer.waiting
+
+
+def test_a_kafka_consumer_that_retention_passed_by_reads_on_from_the_log_start() -> None:
+    """Found by the simulator (seed 9500157): retention moved t-0's log start past the
+    Kafka consumer's position, and the leader's epoch history no longer held the epoch of
+    its last record. The Fetch answered divergingEpoch (-1, log start) for good, and the
+    consumer stayed where it was to the end of the run. Kafka answers
+    OFFSET_OUT_OF_RANGE there; the consumer resets to the earliest offset
+    (auto.offset.reset=earliest) and reads on."""
+    sim = play(9500157, RunSettings(faults=frozenset(FAULTS)))
+    assert not sim.check(), "the schedule keeps every property"
+    [reader] = [c for c in sim.clients if isinstance(c, SimKafkaConsumer)]
+    for partition in reader.partitions:
+        leader = sim.leader(partition)
+        assert leader is not None
+        assert reader.position[partition] == sim.high_watermark(partition, leader), partition
