@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -21,9 +22,11 @@ from epochlog.devcluster.partitions import (
 )
 from epochlog.protocol.bodies import HostedPartition
 from epochlog.resources import PartitionStatus
+from epochlog.security.pki import DevPki
 from epochlog_broker.log.checkpoints import HighWatermarkCheckpoint
 from epochlog_broker.log.fs import OsFileSystem
 from tests import waiting
+from tests.e2e.conftest import e2e_settings
 
 _PAIR = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)')
 
@@ -183,3 +186,34 @@ class StatusPoll:
                     out.append(f"status #{i}: {field} {value} after {highest}: {s}")
                 top[field] = max(highest, value)
         return out
+
+
+def carol_cluster(tmp_path: Path, topic: str) -> LocalCluster:
+    """Three brokers (not started) with an access policy: admin may do everything, the
+    user carol (a certificate from the clients CA) may read and write `topic` only."""
+    settings = e2e_settings()
+    cluster = LocalCluster(tmp_path / "cluster", brokers=3, settings=settings)
+    DevPki(cluster.pki_dir).ensure([1, 2, 3], users=("admin", "carol"))
+    policy = {
+        "acls": [
+            {"principal": "User:admin", "topics": ["*"], "operations": ["all"]},
+            {"principal": "User:carol", "topics": [topic], "operations": ["read", "write"]},
+        ]
+    }
+    path = tmp_path / "access.yaml"
+    path.write_text(json.dumps(policy))  # JSON is YAML too
+    settings.broker_args = ("--access-policy", str(path))
+    return cluster
+
+
+async def kafka_answered(cluster: LocalCluster, broker: int, api_key: int) -> int:
+    """How many requests of `api_key` the broker's Kafka listener answered (its metrics)."""
+    url = cluster.probe_url(f"broker-{broker}") + "/metrics"
+    async with aiohttp.ClientSession() as http, http.get(url) as rsp:
+        text = await rsp.text()
+    found = re.search(
+        rf'^epochlog_kafka_requests_total{{api="{api_key}",outcome="answered"}} (\S+)$',
+        text,
+        re.MULTILINE,
+    )
+    return 0 if found is None else int(float(found[1]))

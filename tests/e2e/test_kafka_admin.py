@@ -21,7 +21,6 @@ clients present a user's certificate from the clients CA.
 from __future__ import annotations
 
 import asyncio
-import json
 import ssl
 from pathlib import Path
 from typing import Any
@@ -41,12 +40,11 @@ from epochlog.devcluster.local import LocalCluster
 from epochlog.devcluster.local_workload import read_back
 from epochlog.devcluster.partitions import partition_manifest
 from epochlog.resources import PartitionStatus
-from epochlog.security.pki import DevPki
 from epochlog.security.tls import TlsFiles, client_context
 from epochlog_broker.kafka import wire
 from epochlog_broker.kafka.admin import BROKER_RESOURCE, TOPIC_RESOURCE
-from tests.e2e.conftest import e2e_settings, print_logs
-from tests.e2e.helpers import create_partition
+from tests.e2e.conftest import print_logs
+from tests.e2e.helpers import carol_cluster, create_partition
 from tests.kafka.raw import KafkaConnection
 
 TOPIC = "admin"
@@ -261,18 +259,7 @@ def _user_tls(cluster: LocalCluster, user: str) -> tuple[dict[str, Any], ssl.SSL
 
 
 async def test_the_access_policy_decides_kafkas_admin_requests_per_topic(tmp_path: Path) -> None:
-    settings = e2e_settings()
-    cluster = LocalCluster(tmp_path / "cluster", brokers=3, settings=settings)
-    DevPki(cluster.pki_dir).ensure([1, 2, 3], users=("admin", "carol"))
-    policy = {
-        "acls": [
-            {"principal": "User:admin", "topics": ["*"], "operations": ["all"]},
-            {"principal": "User:carol", "topics": [TOPIC], "operations": ["read", "write"]},
-        ]
-    }
-    path = tmp_path / "access.yaml"
-    path.write_text(json.dumps(policy))  # JSON is YAML too
-    settings.broker_args = ("--access-policy", str(path))
+    cluster = carol_cluster(tmp_path, TOPIC)
     await cluster.up(example_partitions=False)
     try:
         await _create(cluster)

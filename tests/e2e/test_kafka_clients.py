@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import json
 import signal
 import ssl
 import struct
@@ -48,12 +47,11 @@ from epochlog.demo.kafka import kafka_python_tls
 from epochlog.devcluster.local import LocalCluster
 from epochlog.devcluster.local_workload import read_back
 from epochlog.resources import DEFAULT_RETENTION_MS, KAFKA_OFFSETS_TOPIC
-from epochlog.security.pki import DevPki
 from epochlog.security.tls import TlsFiles, client_context
 from epochlog_broker.kafka import wire
 from epochlog_broker.kafka.admin import BROKER_RESOURCE, TOPIC_RESOURCE
-from tests.e2e.conftest import e2e_settings, print_logs
-from tests.e2e.helpers import create_partition, status_of, until
+from tests.e2e.conftest import print_logs
+from tests.e2e.helpers import carol_cluster, create_partition, status_of, until
 from tests.kafka.raw import KafkaConnection
 
 TOPIC = "kafka"
@@ -855,18 +853,7 @@ async def _produce_metrics(cluster: LocalCluster, broker: int) -> dict[tuple[str
 
 
 async def test_the_access_policy_decides_per_topic_on_the_kafka_listener(tmp_path: Path) -> None:
-    settings = e2e_settings()
-    cluster = LocalCluster(tmp_path / "cluster", brokers=3, settings=settings)
-    DevPki(cluster.pki_dir).ensure([1, 2, 3], users=("admin", "carol"))
-    policy = {
-        "acls": [
-            {"principal": "User:admin", "topics": ["*"], "operations": ["all"]},
-            {"principal": "User:carol", "topics": [TOPIC], "operations": ["read", "write"]},
-        ]
-    }
-    path = tmp_path / "access.yaml"
-    path.write_text(json.dumps(policy))  # JSON is YAML too
-    settings.broker_args = ("--access-policy", str(path))
+    cluster = carol_cluster(tmp_path, TOPIC)
     await cluster.up(example_partitions=False)
     try:
         status = await create_partition(cluster, NAME, (1, 2, 3))

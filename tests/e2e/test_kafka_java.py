@@ -34,8 +34,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import aiohttp
-
 from epochlog.client import Client
 from epochlog.devcluster.local import LocalCluster
 from epochlog.devcluster.local_workload import read_back
@@ -43,7 +41,7 @@ from epochlog.resources import KAFKA_OFFSETS_TOPIC
 from epochlog.security.access import scram_entry
 from epochlog_broker.kafka import wire
 from tests.e2e.conftest import e2e_settings, print_logs
-from tests.e2e.helpers import create_partition, status_of, until
+from tests.e2e.helpers import create_partition, kafka_answered, status_of, until
 from tests.interop.java import (
     CONSOLE_CONSUMER,
     CONSOLE_PRODUCER,
@@ -146,19 +144,6 @@ def _parse_consumed(text: str) -> dict[int, list[Consumed]]:
         )
         out.setdefault(record.partition, []).append(record)
     return out
-
-
-async def _answered(cluster: LocalCluster, broker: int, api_key: int) -> int:
-    """How many requests of `api_key` the broker's Kafka listener answered (its metrics)."""
-    url = cluster.probe_url(f"broker-{broker}") + "/metrics"
-    async with aiohttp.ClientSession() as http, http.get(url) as rsp:
-        text = await rsp.text()
-    found = re.search(
-        rf'^epochlog_kafka_requests_total{{api="{api_key}",outcome="answered"}} (\S+)$',
-        text,
-        re.MULTILINE,
-    )
-    return 0 if found is None else int(float(found[1]))
 
 
 async def _check_read(cluster: LocalCluster, read: dict[int, list[Consumed]]) -> None:
@@ -320,7 +305,7 @@ async def test_kafkas_console_tools_write_through_a_leader_sigkill_and_read_ever
         read = _parse_consumed(consumed.read_text())
         # Each new leader was asked where the consumer's last epoch ends (KIP-320).
         for broker in (other, coordinator):
-            assert await _answered(cluster, broker, wire.OFFSET_FOR_LEADER_EPOCH) > 0, broker
+            assert await kafka_answered(cluster, broker, wire.OFFSET_FOR_LEADER_EPOCH) > 0, broker
         await _check_read(cluster, read)
         # Three tools that only read: at once.
         await asyncio.gather(

@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from epochlog.devcluster.local import LocalCluster
-from epochlog.security.pki import DevPki
-from tests.e2e.conftest import e2e_settings, print_logs
-from tests.e2e.helpers import create_partition, status_of, until
+from tests.e2e.conftest import print_logs
+from tests.e2e.helpers import carol_cluster, create_partition, status_of, until
 from tests.e2e.test_kafka_clients import _read_all
 
 TOPIC = "kcat"
@@ -193,18 +192,7 @@ async def test_kcat_writes_through_a_leader_sigkill_and_reads_and_lists_what_epo
 async def test_kcat_is_refused_a_topic_the_access_policy_does_not_give_its_user(
     tmp_path: Path,
 ) -> None:
-    settings = e2e_settings()
-    cluster = LocalCluster(tmp_path / "cluster", brokers=3, settings=settings)
-    DevPki(cluster.pki_dir).ensure([1, 2, 3], users=("admin", "carol"))
-    policy = {
-        "acls": [
-            {"principal": "User:admin", "topics": ["*"], "operations": ["all"]},
-            {"principal": "User:carol", "topics": [TOPIC], "operations": ["read", "write"]},
-        ]
-    }
-    path = tmp_path / "access.yaml"
-    path.write_text(json.dumps(policy))  # JSON is YAML too
-    settings.broker_args = ("--access-policy", str(path))
+    cluster = carol_cluster(tmp_path, TOPIC)
     await cluster.up(example_partitions=False)
     try:
         await create_partition(cluster, f"{TOPIC}-0", (1, 2, 3))

@@ -42,7 +42,6 @@ import contextlib
 import datetime
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -51,7 +50,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 import pytest_asyncio
 from kafka.record import MemoryRecords
@@ -71,6 +69,7 @@ from tests.e2e.helpers import (
     create_partition,
     gone,
     hosted,
+    kafka_answered,
     partition_events,
     status_of,
     until,
@@ -252,19 +251,6 @@ def _start_python(cluster: LocalCluster, tmp: Path, name: str, client: str, rese
     return Reader(name, client, reset, proc, out, log)
 
 
-async def _answered(cluster: LocalCluster, broker: int, api_key: int) -> int:
-    """How many requests of `api_key` the broker's Kafka listener answered (its metrics)."""
-    url = cluster.probe_url(f"broker-{broker}") + "/metrics"
-    async with aiohttp.ClientSession() as http, http.get(url) as rsp:
-        text = await rsp.text()
-    found = re.search(
-        rf'^epochlog_kafka_requests_total{{api="{api_key}",outcome="answered"}} (\S+)$',
-        text,
-        re.MULTILINE,
-    )
-    return 0 if found is None else int(float(found[1]))
-
-
 async def _read(cluster: LocalCluster) -> list[tuple[int, str]]:
     async with Client(cluster.bootstrap, credentials=cluster.credentials) as client:
         return await read_back(client, NAME)
@@ -372,11 +358,11 @@ async def run(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Run]:
             if e.get("reason") == "UncleanLeaderElection"
         ]
 
-        asked_before = await _answered(cluster, STALE, wire.OFFSET_FOR_LEADER_EPOCH)
+        asked_before = await kafka_answered(cluster, STALE, wire.OFFSET_FOR_LEADER_EPOCH)
         for reader in readers.values():
             reader.proc.send_signal(signal.SIGCONT)
         await _finish(readers, len(final))
-        asked = await _answered(cluster, STALE, wire.OFFSET_FOR_LEADER_EPOCH) - asked_before
+        asked = await kafka_answered(cluster, STALE, wire.OFFSET_FOR_LEADER_EPOCH) - asked_before
         yield Run(
             cluster=cluster,
             first=first,

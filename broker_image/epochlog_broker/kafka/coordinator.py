@@ -405,14 +405,7 @@ class GroupCoordinator:
         shard.in_flight += 1
         shard.answered.clear()
         try:
-            done = await self.broker.produce(
-                shard.name,
-                records,
-                acks=Acks.ALL,
-                timeout_ms=COMMIT_TIMEOUT_MS,
-                leader_epoch=shard.leader_epoch,
-                producer=None,
-            )
+            log_end = await self._append(shard, records)
         except EpochlogError as exc:
             code = _commit_error(exc)
             log.warning(
@@ -427,10 +420,23 @@ class GroupCoordinator:
             shard.in_flight -= 1
             if not shard.in_flight:
                 shard.answered.set()
+        self._maybe_rewrite(shard, log_end)
+        return errors
+
+    async def _append(self, shard: Shard, records: list[Record]) -> int:
+        """Commit records appended with acks=all in the shard's leader epoch and, once
+        acknowledged, in its table; the offset after the last of them."""
+        done = await self.broker.produce(
+            shard.name,
+            records,
+            acks=Acks.ALL,
+            timeout_ms=COMMIT_TIMEOUT_MS,
+            leader_epoch=shard.leader_epoch,
+            producer=None,
+        )
         for i, r in enumerate(records):
             shard.table.apply(done.base_offset + i, r.key, r.value)
-        self._maybe_rewrite(shard, done.base_offset + len(records))
-        return errors
+        return done.base_offset + len(records)
 
     def _maybe_rewrite(self, shard: Shard, log_end: int) -> None:
         shard.log_end = max(shard.log_end, log_end)
@@ -458,17 +464,8 @@ class GroupCoordinator:
                 ]
                 for i in range(0, len(records), REWRITE_CHUNK):
                     chunk = records[i : i + REWRITE_CHUNK]
-                    done = await self.broker.produce(
-                        shard.name,
-                        chunk,
-                        acks=Acks.ALL,
-                        timeout_ms=COMMIT_TIMEOUT_MS,
-                        leader_epoch=shard.leader_epoch,
-                        producer=None,
-                    )
-                    first = done.base_offset if first is None else first
-                    for j, r in enumerate(chunk):
-                        shard.table.apply(done.base_offset + j, r.key, r.value)
+                    end = await self._append(shard, chunk)
+                    first = end - len(chunk) if first is None else first
                     rewritten += len(chunk)
                 if first is None:  # no offset to keep: every record was unreadable
                     first = shard.table.next_offset
