@@ -612,6 +612,10 @@ class Broker:
         the leader epoch answering."""
         return self.current_core().epoch_end(name, epoch, leader_epoch=leader_epoch)
 
+    def log_start_offset(self, name: str) -> int:
+        """The log start offset of a Partition this broker hosts (after `epoch_end`, say)."""
+        return self.current_core().partitions[name].log.log_start_offset
+
     async def delete_records(
         self, name: str, before_offset: int, leader_epoch: int | None, timeout_ms: int
     ) -> tuple[int, int]:

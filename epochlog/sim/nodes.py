@@ -827,10 +827,13 @@ class SimBroker(Process):
                     end, _epoch = core.epoch_end(
                         ask.name, part.last_fetched_epoch, leader_epoch=ask.leader_epoch
                     )
+                    log_start = core.partitions[ask.name].log.log_start_offset
+                    diverging = translate.diverging_epoch(
+                        end, part.last_fetched_epoch, ask.offset, log_start
+                    )
                 except EpochlogError as exc:
                     translate.error_answer(entries[i], exc)
                     continue
-                diverging = translate.diverging_epoch(end, part.last_fetched_epoch, ask.offset)
                 if diverging is not None:
                     entries[i]["diverging_epoch"] = diverging
                     continue
@@ -849,16 +852,16 @@ class SimBroker(Process):
         core = self.core
         assert core is not None
         entry = translate.epoch_end_entry(index)
+        name = partition_name(topic, index)
         try:
             end, _epoch = core.epoch_end(
-                partition_name(topic, index),
-                epoch,
-                leader_epoch=translate.epoch_or_none(current_leader_epoch),
+                name, epoch, leader_epoch=translate.epoch_or_none(current_leader_epoch)
             )
         except EpochlogError as exc:
-            translate.epoch_end_answer(entry, exc)
+            translate.error_answer(entry, exc)
         else:
-            translate.epoch_end_answer(entry, end)
+            log_start = core.partitions[name].log.log_start_offset
+            translate.epoch_end_answer(entry, end, epoch, log_start)
         reply(entry)
 
     def handle_kafka_list_offsets(

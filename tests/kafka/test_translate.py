@@ -134,21 +134,48 @@ def test_a_fetch_ask_is_bounded_and_carries_the_readers_epoch() -> None:
 def test_diverging_epoch_when_the_last_fetched_epoch_ends_below_the_position(
     end: EpochEndOffset, diverging: dict[str, int] | None
 ) -> None:
-    assert translate.diverging_epoch(end, 3, 45) == diverging
+    assert translate.diverging_epoch(end, 3, 45, 0) == diverging
 
 
-@pytest.mark.parametrize("end", [EpochEndOffset(-1, 50), EpochEndOffset(-1, -1)])
-def test_a_last_fetched_epoch_the_leaders_history_does_not_reach_is_out_of_range(
-    end: EpochEndOffset,
-) -> None:
+def test_an_epoch_older_than_the_leaders_history_ends_where_that_history_begins() -> None:
+    """Found by the simulator (seed 9600064): every replica of t-0 lost its disk, and the
+    Partition started over at offset 0 in leaderEpoch 5 (an unclean recovery). A Kafka
+    consumer had read offsets up to 8 in epoch 4. The core answers (UNDEFINED, 0) for
+    epoch 4, older than the history [e5@0]; the listener turned that into
+    OFFSET_OUT_OF_RANGE, and the consumer reset its position and never reported the
+    truncation. Kafka answers (4, 0) (`LeaderEpochFileCache.endOffsetFor`), so its client
+    truncates to 0 and says so."""
+    started_over = EpochEndOffset(-1, 0)
+    assert translate.diverging_epoch(started_over, 4, 8, 0) == {"epoch": 4, "end_offset": 0}
+    epoch = translate.epoch_end_entry(0)
+    translate.epoch_end_answer(epoch, started_over, 4, 0)
+    assert (epoch["leader_epoch"], epoch["end_offset"]) == (4, 0)
+    # Where the history begins at or past the position, nothing read is in question.
+    assert translate.diverging_epoch(EpochEndOffset(-1, 8), 4, 8, 0) is None
+    # Never below the log start: Kafka's epoch history is cut there.
+    cut = translate.epoch_end_entry(0)
+    translate.epoch_end_answer(cut, EpochEndOffset(-1, 3), 4, 6)
+    assert (cut["leader_epoch"], cut["end_offset"]) == (4, 6)
+    assert translate.diverging_epoch(EpochEndOffset(-1, 3), 4, 8, 6) == {
+        "epoch": 4,
+        "end_offset": 6,
+    }
+
+
+def test_a_fetch_below_the_log_start_is_out_of_range_whatever_the_epochs_say() -> None:
     """Found by the simulator (seed 9500157): retention moved t-0's log start to 185 past
     a Kafka consumer's position 150, whose records were all of epoch 1, which the
     leader's epoch history no longer held. The Fetch answered divergingEpoch (-1, 185)
     again and again; the consumer found nothing truncated below its position and asked
-    again, for good. Kafka answers OFFSET_OUT_OF_RANGE when it cannot tell where the last
-    fetched epoch ends (`Partition.fetchRecords`), and the consumer resets its position."""
+    again, for good. Kafka answers OFFSET_OUT_OF_RANGE for a fetch below the log start
+    before it looks at epochs (`Partition.fetchRecords`), and the consumer resets its
+    position; also where this log cannot tell where the epoch ends at all."""
     with pytest.raises(OffsetOutOfRangeError):
-        translate.diverging_epoch(end, 3, 45)
+        translate.diverging_epoch(EpochEndOffset(-1, 185), 1, 150, 185)
+    with pytest.raises(OffsetOutOfRangeError):
+        translate.diverging_epoch(EpochEndOffset(1, 200), 1, 150, 185)
+    with pytest.raises(OffsetOutOfRangeError):
+        translate.diverging_epoch(EpochEndOffset(-1, -1), 3, 45, 0)
 
 
 def test_list_offsets_and_epoch_queries_are_answered_as_kafka_answers_them() -> None:
@@ -168,9 +195,9 @@ def test_list_offsets_and_epoch_queries_are_answered_as_kafka_answers_them() -> 
     translate.offsets_answer(tiered, -5, 30, 4, translate.NO_TIMESTAMP)
     assert tiered["offset"] == -1
     epoch = translate.epoch_end_entry(2)
-    translate.epoch_end_answer(epoch, EpochEndOffset(3, 41))
+    translate.epoch_end_answer(epoch, EpochEndOffset(3, 41), 3, 0)
     assert (epoch["partition"], epoch["leader_epoch"], epoch["end_offset"]) == (2, 3, 41)
     refused = translate.epoch_end_entry(2)
-    translate.epoch_end_answer(refused, FencedLeaderEpochError("t-2"))
+    translate.error_answer(refused, FencedLeaderEpochError("t-2"))
     assert refused["error_code"] == wire.error("fenced_leader_epoch")
     assert refused["end_offset"] == -1

@@ -6,7 +6,9 @@ checker as every other client.
   back, once each, and the run keeps every property.
 - Across an unclean election a Kafka consumer finds the truncation under it, by
   OffsetForLeaderEpoch after the leader change or by a Fetch answer's divergingEpoch.
-- A Kafka consumer that retention passed by reads on from the log start (seed 9500157).
+- A Kafka consumer that retention passed by reads on from the log start (seed 9500157),
+  and one whose Partition started over after an unclean recovery reports the truncation
+  (seed 9600064).
 - The Kafka producer records only what an answer said: REQUEST_TIMED_OUT and no answer
   leave the batch open, an acknowledgement records its base offset.
 """
@@ -159,3 +161,17 @@ def test_a_kafka_consumer_that_retention_passed_by_reads_on_from_the_log_start()
         leader = sim.leader(partition)
         assert leader is not None
         assert reader.position[partition] == sim.high_watermark(partition, leader), partition
+
+
+def test_a_kafka_consumer_whose_partition_started_over_reports_the_truncation() -> None:
+    """Found by the simulator (seed 9600064): every replica of t-0 lost its disk and the
+    Partition started over at offset 0 in leaderEpoch 5 (an unclean recovery), under a
+    Kafka consumer that had read records of epoch 4. The listener answered its fetch
+    OFFSET_OUT_OF_RANGE (no epoch at or below 4 in the history [e5@0]), the consumer
+    reset its position and never reported that what it had read was gone. As Kafka
+    answers, epoch 4 now ends where the history begins, the consumer truncates there, and
+    the run keeps every property."""
+    sim = play(9600064, RunSettings(faults=frozenset(FAULTS)))
+    assert not sim.check(), "the schedule keeps every property"
+    [reader] = [c for c in sim.clients if isinstance(c, SimKafkaConsumer)]
+    assert any(t.client == reader.name for t in sim.history.truncations)

@@ -14,10 +14,11 @@ the HTTP API's, in Kafka's messages and error codes.
   epoch (FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH). With `last_fetched_epoch` (Fetch
   v12, KIP-595) a consumer whose last batch's epoch ends below its position in this
   leader's log gets `diverging_epoch` instead of records: it has read what an unclean
-  election took back, and truncates (KIP-320); when this log's epoch history begins
-  above that epoch (retention removed it) it gets OFFSET_OUT_OF_RANGE, as Kafka answers,
-  and resets its position. There are no fetch sessions on this
-  listener: session id 0 tells the client to send full requests (KIP-227 allows it).
+  election took back, and truncates (KIP-320); an epoch older than this log's epoch
+  history ends, as Kafka answers, where that history begins (`translate.kafka_epoch_end`),
+  and a fetch below the log start gets OFFSET_OUT_OF_RANGE, whatever the epochs say.
+  There are no fetch sessions on this listener: session id 0 tells the client to send
+  full requests (KIP-227 allows it).
 - ListOffsets: earliest (-2), latest (-1), by timestamp and max-timestamp (-3, v7+),
   behind the KIP-207 gate (a new leader answers OFFSET_NOT_AVAILABLE until its high
   watermark is known); earliest-local (-4, v8+) is the earliest and latest-tiered (-5,
@@ -358,7 +359,8 @@ class KafkaHandlers:
         last fetched epoch end, in this log, below the offset it fetches from? Then its
         answer says where (`diverging_epoch`)."""
         end, _epoch = self.broker.epoch_end(ask.name, last_fetched, ask.leader_epoch)
-        diverging = translate.diverging_epoch(end, last_fetched, ask.offset)
+        log_start = self.broker.log_start_offset(ask.name)
+        diverging = translate.diverging_epoch(end, last_fetched, ask.offset, log_start)
         if diverging is None:
             return False
         entry["diverging_epoch"] = diverging
@@ -442,16 +444,15 @@ class KafkaHandlers:
                 if not self._topic_allowed(who, Operation.READ, topic.topic):
                     entry["error_code"] = wire.error("topic_authorization_failed")
                     continue
+                name, asked = partition_name(topic.topic, index), int(p.leader_epoch)
                 try:
                     end, _epoch = self.broker.epoch_end(
-                        partition_name(topic.topic, index),
-                        int(p.leader_epoch),
-                        translate.epoch_or_none(int(p.current_leader_epoch)),
+                        name, asked, translate.epoch_or_none(int(p.current_leader_epoch))
                     )
                 except EpochlogError as exc:
-                    translate.epoch_end_answer(entry, exc)
+                    translate.error_answer(entry, exc)
                     continue
-                translate.epoch_end_answer(entry, end)
+                translate.epoch_end_answer(entry, end, asked, self.broker.log_start_offset(name))
             out.append({"topic": topic.topic, "partitions": parts})
         return wire.build(cls, throttle_time=wire.NO_THROTTLE, topics=out)
 

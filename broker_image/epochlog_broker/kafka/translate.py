@@ -15,12 +15,13 @@ core's arguments or the Kafka partition entry (a dict in kio's field names, whic
   base offset), `produce_refused` (a partition the listener refuses before the core).
 - Fetch: `fetch_entry` (a partition's answer before the core is asked), `read_ask`
   (the core's `ReadAsk`), `diverging_epoch` (KIP-595's check, from the core's
-  `epoch_end`; OFFSET_OUT_OF_RANGE where the log cannot tell, as Kafka's),
+  `epoch_end` and the log start; OFFSET_OUT_OF_RANGE below the log start, as Kafka's),
   `fetch_answer` (a core read result: records as Kafka batches, high watermark, log
   start, or the error), `has_news` (answer without waiting).
 - ListOffsets: `offsets_entry`, `offsets_at` (a timestamp as the core's
   `list_offsets` takes it), `wants_timestamp`, `offsets_answer`.
-- OffsetForLeaderEpoch: `epoch_end_entry`, `epoch_end_answer`.
+- OffsetForLeaderEpoch: `epoch_end_entry`, `epoch_end_answer`; both it and Fetch answer
+  an epoch older than the log's epoch history as Kafka does (`kafka_epoch_end`).
 - Any of them: `error_answer` (the core's error as Kafka's code), `epoch_or_none`.
 
 The shell does what needs the network, the clock or the access policy: authorization,
@@ -170,19 +171,38 @@ def read_ask(
     return ReadAsk(name, fetch_offset, part_bytes, epoch_or_none(current_epoch))
 
 
-def diverging_epoch(end: EpochEndOffset, last_fetched: int, offset: int) -> dict[str, int] | None:
-    """KIP-595's check at the leader, from where the reader's last fetched epoch ends in
-    this log (the core's `epoch_end`): None when it ends at or past the offset fetched
-    from, else the Fetch answer's `diverging_epoch` (the reader truncates there).
+def kafka_epoch_end(end: EpochEndOffset, asked: int, log_start: int) -> EpochEndOffset:
+    """Where epoch `asked` ends, as Kafka answers it, from the core's `epoch_end`.
 
-    A log whose epoch history begins above the last fetched epoch (retention removed
-    it, or the log started over at a leader's log start) cannot tell where it ends:
-    `OffsetOutOfRangeError`, as Kafka's `Partition.fetchRecords` answers, and the
-    reader resets its position. A divergence there would send it to ask again for good."""
+    For an epoch older than every epoch of this log's history the core answers
+    (UNDEFINED, where the history begins); Kafka's leader answers (the epoch asked, that
+    offset), no lower than the log start (`LeaderEpochFileCache.endOffsetFor`, whose
+    history is cut at the log start). A reader positioned past it read records this
+    log does not vouch for (its history began over, after an unclean recovery): with
+    Kafka's answer its client sees the truncation, where UNDEFINED would make it reset
+    its position by policy and say nothing."""
+    if end.epoch == NO_EPOCH and end.end_offset != UNKNOWN_OFFSET:
+        return EpochEndOffset(asked, max(end.end_offset, log_start))
+    return end
+
+
+def diverging_epoch(
+    end: EpochEndOffset, last_fetched: int, offset: int, log_start: int
+) -> dict[str, int] | None:
+    """KIP-595's check at the leader, as Kafka's `Partition.fetchRecords` makes it, from
+    where the reader's last fetched epoch ends in this log (the core's `epoch_end`) and
+    the log start: None when it ends at or past the offset fetched from, else the Fetch
+    answer's `diverging_epoch` (the reader truncates there).
+
+    `OffsetOutOfRangeError` for an offset below the log start, whatever the epochs say
+    (retention went past the reader, which resets its position), and where this log
+    cannot tell where the epoch ends at all."""
+    if offset < log_start:
+        raise OffsetOutOfRangeError(f"offset {offset} is below the log start offset {log_start}")
+    end = kafka_epoch_end(end, last_fetched, log_start)
     if end.epoch == NO_EPOCH or end.end_offset == UNKNOWN_OFFSET:
         raise OffsetOutOfRangeError(
-            f"where leader epoch {last_fetched} ends is unknown: this log's epoch history "
-            f"begins at offset {end.end_offset}, above it"
+            f"where leader epoch {last_fetched} ends in this log is unknown"
         )
     if end.epoch == last_fetched and end.end_offset >= offset:
         return None
@@ -190,7 +210,8 @@ def diverging_epoch(end: EpochEndOffset, last_fetched: int, offset: int) -> dict
 
 
 def error_answer(entry: dict[str, Any], error: BaseException) -> None:
-    """A partition's entry (Fetch, ListOffsets) answered with the core's error."""
+    """A partition's entry (Fetch, ListOffsets, OffsetForLeaderEpoch) answered with the
+    core's error."""
     entry["error_code"] = kafka_error(error)
 
 
@@ -275,11 +296,13 @@ def epoch_end_entry(index: int) -> dict[str, Any]:
     }
 
 
-def epoch_end_answer(entry: dict[str, Any], end: EpochEndOffset | EpochlogError) -> None:
+def epoch_end_answer(
+    entry: dict[str, Any], end: EpochEndOffset, asked: int, log_start: int
+) -> None:
     """A reader's epoch query answered from the core's `epoch_end` (KIP-320): the largest
-    epoch at or below the one asked and where it ends in the leader's log, or the error."""
-    if isinstance(end, EpochlogError):
-        entry["error_code"] = kafka_error(end)
-        return
+    epoch at or below the one `asked` and where it ends in the leader's log (as Kafka
+    answers an epoch older than the log's history: `kafka_epoch_end`). The core's error
+    is `error_answer`'s."""
+    end = kafka_epoch_end(end, asked, log_start)
     entry["leader_epoch"] = end.epoch
     entry["end_offset"] = end.end_offset
