@@ -617,10 +617,21 @@ class _Nemesis:
         """Delete and create again. A third of the time just so; a third of the time a
         broker dies first, so that the new resource meets a replica that is down; a third
         of the time after a failover whose old leader is back but cut off from the other
-        brokers, so that it knows the new epoch while it still holds its old tail."""
+        brokers, so that it knows the new epoch while it still holds its old tail.
+
+        Not while every member of its recorded ISR has lost the disk it was in sync on
+        (`_isr_disks_lost`): until the controller has recovered it (uncleanly, saying
+        so), its status is the only record left of what that ISR acknowledged, and
+        deleting it with the operator's memory gone too (a controller restart) leaves
+        no record anywhere that a newer ISR existed (simulator seed 9600284: brokers 1 and
+        3, t-1's ISR, wiped for t-0's isr-disk-loss, the controller restarted, t-1
+        deleted; broker 2's older assignment named it in sync). No design can see that
+        loss; the README says so ("State that survives losing the resource")."""
         sim, rng = self.sim, self.rng
         if name not in sim.store.items:
             return  # still deleted: its creation is on its way
+        if self._isr_disks_lost(name):
+            return
         shape = rng.random()
         leader = sim.leader(name)
         if shape < 1 / 3 and leader is not None and sim.brokers[leader].alive:
@@ -666,6 +677,8 @@ class _Nemesis:
         )
         if name not in sim.store.items:
             return  # another re-create of it is under way
+        if self._isr_disks_lost(name):
+            return  # as in `_recreate`
         if knows or checks_left == 0:
             sim.delete_partition(name)
             sim.world.after(
@@ -691,6 +704,15 @@ class _Nemesis:
             and st.leader != b
             and any(self._disk_intact(m, st.isr_storage_ids.get(m)) for m in st.isr)
             for st in statuses
+        )
+
+    def _isr_disks_lost(self, name: str) -> bool:
+        """Every member of `name`'s recorded ISR has lost the disk it was in sync on."""
+        st = self.sim.status(name)
+        return (
+            st is not None
+            and bool(st.isr)
+            and not any(self._disk_intact(m, st.isr_storage_ids.get(m)) for m in st.isr)
         )
 
     def _disk_intact(self, member: int, recorded: str | None) -> bool:
