@@ -1,8 +1,8 @@
 """Kafka's partition entries to and from the broker core's calls: the part of the Kafka
 listener between a Kafka message and the core, with no I/O.
 
-The listener (`handlers.KafkaHandlers`) and the simulator's broker
-(`epochlog.sim.nodes.SimBroker`) both answer Kafka's Produce, Fetch, ListOffsets and
+The listener (`handlers.KafkaHandlers`) and the simulator's broker (`SimBroker`)
+both answer Kafka's Produce, Fetch, ListOffsets and
 OffsetForLeaderEpoch through these functions, so the translation the simulator's
 checker judges is the one that serves real clients. Each function is told one
 partition's part of a request, or what the core answered for it, and answers the
