@@ -32,7 +32,7 @@ from epochlog.sim.world import TIMEOUT
 from epochlog_broker.kafka import wire
 from epochlog_broker.replication.messages import Acks
 from tests.sim.helpers import status
-from tests.sim.test_unclean_readers import A, B, C, P, elected_uncleanly
+from tests.sim.test_unclean_readers import A, B, C, P, assert_truncation_found, elected_uncleanly
 
 
 def test_kafka_clients_through_a_leader_kill_keep_every_property() -> None:
@@ -78,13 +78,7 @@ def test_kafka_clients_through_a_leader_kill_keep_every_property() -> None:
 
 def test_a_kafka_consumer_across_an_unclean_election_finds_the_truncation() -> None:
     sim, [reader] = elected_uncleanly(SimKafkaConsumer)
-    assert sim.wait_for(lambda: reader.position[P] == 60, 10_000)
-    [found] = sim.history.truncations
-    assert (found.client, found.offset, found.position) == (reader.name, 20, 50)
-    assert found.leader_epoch == status(sim, P).leader_epoch
-    read = [r.value for r in sim.history.reads if r.client == reader.name and r.offset >= 20]
-    assert read[:30] == [f"n{n}" for n in range(30)]
-    assert read[30:] == [f"p{b}.{n}" for b in range(4) for n in range(10)]
+    assert_truncation_found(sim, reader)
     assert reader.kafka_requests[KAFKA_OFFSET_FOR_LEADER_EPOCH] > 0
     sim.heal_all()
     assert sim.wait_for(sim.replicated, 30_000)

@@ -66,8 +66,9 @@ def elected_uncleanly(*kinds: type[SimConsumer]) -> tuple[Sim, list[SimConsumer]
     return sim, readers
 
 
-def test_a_consumer_across_an_unclean_election_finds_the_truncation_through_epochs() -> None:
-    sim, [reader] = elected_uncleanly(SimConsumer)
+def assert_truncation_found(sim: Sim, reader: SimConsumer) -> None:
+    """After `elected_uncleanly`: the reader reported the truncation at 20 under its
+    position 50, in the new leader's epoch, and read the new leader's log from 20 on."""
     assert sim.wait_for(lambda: reader.position[P] == 60, 10_000)
     [found] = sim.history.truncations
     assert (found.client, found.offset, found.position) == (reader.name, 20, 50)
@@ -75,6 +76,11 @@ def test_a_consumer_across_an_unclean_election_finds_the_truncation_through_epoc
     read = [r.value for r in sim.history.reads if r.client == reader.name and r.offset >= 20]
     assert read[:30] == [f"n{n}" for n in range(30)]
     assert read[30:] == [f"p{b}.{n}" for b in range(4) for n in range(10)]
+
+
+def test_a_consumer_across_an_unclean_election_finds_the_truncation_through_epochs() -> None:
+    sim, [reader] = elected_uncleanly(SimConsumer)
+    assert_truncation_found(sim, reader)
     sim.heal_all()
     assert sim.wait_for(sim.replicated, 30_000)
     sim.assert_ok()
