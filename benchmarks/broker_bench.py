@@ -1,8 +1,8 @@
 """Broker throughput and latency on three real broker processes: RF3, acks=all, fsync on.
 
-Starts the embedded cluster (`epochlog.devcluster.local`: the Kubernetes API
+Starts the embedded cluster (`epochlog_tools.devcluster.local`: the Kubernetes API
 emulator, the real operator and three `epochlog broker` processes on loopback,
-started through `epochlog.harness`) under `--dir`, each broker with its own
+started through `epochlog_tools.harness`) under `--dir`, each broker with its own
 data directory, and measures:
 
 - produce throughput with acks=all for 100 B and 1 KiB records, with JSON
@@ -48,13 +48,13 @@ from typing import Any
 import aiohttp
 
 from benchmarks.log_bench import raw_write_fdatasync
-from epochlog.devcluster.local import DevSettings, LocalCluster
-from epochlog.devcluster.partitions import partition_manifest
-from epochlog.harness import READY_PATH, wait_healthy, wait_until
 from epochlog.logs import configure
 from epochlog.objects import PartitionObject
 from epochlog.protocol.batch import Record, encode_batch
 from epochlog.protocol.framing import BATCH_CONTENT_TYPE, unframe
+from epochlog_tools.devcluster.local import DevSettings, LocalCluster
+from epochlog_tools.devcluster.partitions import partition_manifest
+from epochlog_tools.harness import READY_PATH, wait_healthy, wait_until
 
 MiB = 1 << 20
 REQUEST_BYTES = 256 * 1024

@@ -2,7 +2,7 @@
 
 `make demo` users with many Partitions run the operator on the emulator, which
 answers every status write the operator makes. The bench starts the emulator
-in this process (`epochlog.kubeapi.apiserver.ApiServer`, the repo's CRDs),
+in this process (`epochlog_tools.kubeapi.apiserver.ApiServer`, the repo's CRDs),
 creates `--partitions` Partitions, keeps a watch open on them (as the operator
 and kubectl do), and then times, one request at a time over one keep-alive
 connection:
@@ -38,7 +38,6 @@ from typing import Any
 
 import aiohttp
 
-from epochlog.kubeapi.apiserver import ApiServer
 from epochlog.objects import API_VERSION
 from epochlog.resources import (
     Condition,
@@ -48,6 +47,7 @@ from epochlog.resources import (
     PartitionSpec,
     PartitionStatus,
 )
+from epochlog_tools.kubeapi.apiserver import ApiServer
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "default"

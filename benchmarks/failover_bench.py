@@ -1,7 +1,7 @@
 """Failover on the embedded cluster: from a leader's SIGKILL to the first acks=all write on the
 new leader.
 
-Starts the embedded cluster (`epochlog.devcluster.local`: API emulator,
+Starts the embedded cluster (`epochlog_tools.devcluster.local`: API emulator,
 operator, three brokers as real processes) with the dev default timings and
 one Partition with replicationFactor 3, then repeats: a steady acks=all
 producer (the real client, idempotent) writes to it; the leader is SIGKILLed;
@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epochlog.client import Client
-from epochlog.devcluster.local import DevSettings, LocalCluster
-from epochlog.devcluster.local_workload import SteadyProducer, Verdict, read_back, verify
-from epochlog.devcluster.partitions import partition_manifest
 from epochlog.logs import configure
+from epochlog_tools.devcluster.local import DevSettings, LocalCluster
+from epochlog_tools.devcluster.local_workload import SteadyProducer, Verdict, read_back, verify
+from epochlog_tools.devcluster.partitions import partition_manifest
 
 TOPIC = "failover"
 NAME = f"{TOPIC}-0"

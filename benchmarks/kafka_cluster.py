@@ -45,7 +45,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from benchmarks.scale_report import say
-from epochlog.harness import free_ports, port_free
+from epochlog_tools.harness import free_ports, port_free
 
 KAFKA_VERSION = "4.4.0"
 HERE = Path(__file__).resolve().parent / "kafka"

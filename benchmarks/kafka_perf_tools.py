@@ -1,7 +1,7 @@
 """Apache Kafka's own performance tools against epochlog's Kafka listener, next to
 epochlog's own client and the raw disk, in one run on one disk.
 
-On the embedded cluster (`epochlog.devcluster.local`: three broker processes, the
+On the embedded cluster (`epochlog_tools.devcluster.local`: three broker processes, the
 operator and the Kubernetes API emulator on loopback; every Partition on all three
 brokers, minInsyncReplicas 2, acks=all, every replica fsyncs what it counts), for
 1 KiB and 100 B records, the same number of records of each (`--records-1k`,
@@ -101,10 +101,10 @@ from benchmarks.kafka_cluster import (
 from benchmarks.log_bench import raw_write_fdatasync
 from benchmarks.scale_report import say
 from epochlog.client import LATEST, Client, Producer
-from epochlog.devcluster.local import DevSettings, LocalCluster
-from epochlog.devcluster.partitions import partition_manifest
 from epochlog.logs import configure
 from epochlog.resources import partition_name
+from epochlog_tools.devcluster.local import DevSettings, LocalCluster
+from epochlog_tools.devcluster.partitions import partition_manifest
 
 MiB = 1 << 20
 SIZES = (1024, 100)

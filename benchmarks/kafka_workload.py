@@ -26,7 +26,7 @@ The measurements mirror `benchmarks.failover_bench` and `benchmarks.scale_bench`
   those has a new leader in the metadata and until every one of those records is
   acknowledged;
 - both end by reading every partition back with a Consumer and checking each
-  acknowledged record with `epochlog.devcluster.local_workload.verify`, the check
+  acknowledged record with `epochlog_tools.devcluster.local_workload.verify`, the check
   the epochlog benchmarks use.
 
 Delivery reports are served by a thread of their own that polls the producer
@@ -61,7 +61,7 @@ from confluent_kafka.cimpl import NewTopic
 from benchmarks.kafka_cluster import NODES, KafkaCluster
 from benchmarks.scale_probes import cpu_seconds, rss_bytes
 from benchmarks.scale_report import say
-from epochlog.devcluster.local_workload import Verdict, WorkloadAck, verify
+from epochlog_tools.devcluster.local_workload import Verdict, WorkloadAck, verify
 
 MiB = 1 << 20
 PROGRESS_S = 5.0
@@ -254,7 +254,7 @@ class KafkaWriter:
 @dataclass
 class SteadyWriter:
     """`rate` records per second round robin over `partitions`, from a thread, until stopped;
-    as `epochlog.devcluster.local_workload.SteadyProducer` does on epochlog."""
+    as `epochlog_tools.devcluster.local_workload.SteadyProducer` does on epochlog."""
 
     writer: KafkaWriter
     partitions: Sequence[int]

@@ -1,7 +1,7 @@
 """The operator at scale: 1,000 Partitions and 10 scripted brokers against the API emulator.
 
 Runs the emulator and the operator as separate processes (through
-`epochlog.harness`) and ten scripted brokers (`epochlog.harness.scripted_brokers`)
+`epochlog_tools.harness`) and ten scripted brokers (`epochlog_tools.harness.scripted_brokers`)
 in this one, heartbeating over HTTP while their leaders take writes, so that
 high watermarks and lag move all the time. It reports:
 
@@ -17,7 +17,7 @@ high watermarks and lag move all the time. It reports:
 
 `--apiserver real` runs all of it against a real kube-apiserver with etcd (the test
 cluster's binaries, `EPOCHLOG_KUBE_BIN` or `cluster/build.sh`'s output;
-`epochlog.harness.kube_apiserver`) instead of the emulator.
+`epochlog_tools.harness.kube_apiserver`) instead of the emulator.
 
 The figures are printed; the goals are reported, not enforced.
 Run with `make bench` or `python -m benchmarks.operator_bench [--partitions N] ...`.
@@ -37,8 +37,10 @@ from typing import Any
 
 import aiohttp
 
-from epochlog.devcluster.partitions import PartitionEvent, partition_manifest, partitions_path
-from epochlog.harness import (
+from epochlog.objects import to_body
+from epochlog.resources import PartitionStatus
+from epochlog_tools.devcluster.partitions import PartitionEvent, partition_manifest, partitions_path
+from epochlog_tools.harness import (
     APISERVER_READY_PATH,
     READY_PATH,
     ManagedProcess,
@@ -50,10 +52,8 @@ from epochlog.harness import (
     url,
     wait_healthy,
 )
-from epochlog.harness.kube_apiserver import KubeApiServer
-from epochlog.harness.scripted_brokers import ScriptedBrokers
-from epochlog.objects import to_body
-from epochlog.resources import PartitionStatus
+from epochlog_tools.harness.kube_apiserver import KubeApiServer
+from epochlog_tools.harness.scripted_brokers import ScriptedBrokers
 
 REPO = Path(__file__).resolve().parents[1]
 PARTITIONS = partitions_path("default")

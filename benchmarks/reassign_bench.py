@@ -1,6 +1,6 @@
 """Reassignment on the embedded cluster: the time to move a replica holding 1 GiB to a new broker.
 
-Starts the embedded cluster (`epochlog.devcluster.local`: API emulator,
+Starts the embedded cluster (`epochlog_tools.devcluster.local`: API emulator,
 operator, four brokers as real processes) with the dev default timings, fills a
 Partition on brokers 1, 2, 3 with `--mib` MiB (acks=all, binary batches of
 large records), then sets its replicas to 1, 2, 4: broker 4 copies the whole
@@ -28,10 +28,10 @@ from pathlib import Path
 
 from epochlog.client import Client
 from epochlog.client.producer import Producer
-from epochlog.devcluster.local import DevSettings, LocalCluster
-from epochlog.devcluster.partitions import partition_manifest
 from epochlog.logs import configure
 from epochlog.resources import ConditionStatus, ConditionType, PartitionStatus
+from epochlog_tools.devcluster.local import DevSettings, LocalCluster
+from epochlog_tools.devcluster.partitions import partition_manifest
 
 TOPIC = "reassign"
 NAME = f"{TOPIC}-0"

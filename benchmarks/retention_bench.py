@@ -1,6 +1,6 @@
 """Produce throughput on real brokers while retention deletes segments, next to without.
 
-Starts the embedded cluster (`epochlog.devcluster.local`: API emulator, operator,
+Starts the embedded cluster (`epochlog_tools.devcluster.local`: API emulator, operator,
 three broker processes on loopback, plaintext) with the brokers checking retention
 every 100 ms instead of Kafka's five minutes, so that deletions happen during the
 measurement. Two Partitions on brokers 1, 2, 3 with 8 MiB segments: `kept-0` keeps
@@ -36,9 +36,9 @@ from benchmarks.broker_bench import (
     produce_throughput,
     ready_partitions,
 )
-from epochlog.devcluster.local import DevSettings, LocalCluster
-from epochlog.devcluster.partitions import partition_manifest
 from epochlog.logs import configure
+from epochlog_tools.devcluster.local import DevSettings, LocalCluster
+from epochlog_tools.devcluster.partitions import partition_manifest
 
 MiB = 1 << 20
 SEGMENT_BYTES = 8 * MiB

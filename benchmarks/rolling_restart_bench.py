@@ -1,11 +1,11 @@
 """A rolling restart of every broker under acks=all load: the longest wait for an acknowledgement.
 
-Starts the embedded cluster (`epochlog.devcluster.local`: API emulator, the
+Starts the embedded cluster (`epochlog_tools.devcluster.local`: API emulator, the
 real operator, three brokers as real processes) with the dev default timings
 (heartbeat 500 ms, session timeout 3 s), creates Partitions with
 replicationFactor 3 and minInsyncReplicas 2, and writes to all of them with
 the real idempotent producer (acks=all). Then it restarts the brokers one by
-one as a StatefulSet roll does (`epochlog.devcluster.rolling`: SIGTERM, start
+one as a StatefulSet roll does (`epochlog_tools.devcluster.rolling`: SIGTERM, start
 again, next once /readyz answers), while `IsrWatch` follows every status the
 API server publishes.
 
@@ -38,11 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epochlog.client import Client
-from epochlog.devcluster.local import DevSettings, LocalCluster
-from epochlog.devcluster.local_workload import SteadyProducer, WorkloadAck, read_back, verify
-from epochlog.devcluster.partitions import partition_manifest
-from epochlog.devcluster.rolling import IsrWatch, RollStep, rolling_restart
 from epochlog.logs import configure
+from epochlog_tools.devcluster.local import DevSettings, LocalCluster
+from epochlog_tools.devcluster.local_workload import SteadyProducer, WorkloadAck, read_back, verify
+from epochlog_tools.devcluster.partitions import partition_manifest
+from epochlog_tools.devcluster.rolling import IsrWatch, RollStep, rolling_restart
 
 TOPIC = "roll"
 

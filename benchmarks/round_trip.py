@@ -36,9 +36,9 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from epochlog.harness import free_ports
 from epochlog.security.pki import DevPki
 from epochlog.security.tls import TlsFiles, client_context, server_context
+from epochlog_tools.harness import free_ports
 
 TRANSPORTS = ("https", "framed")
 FRAME = struct.Struct(">I")

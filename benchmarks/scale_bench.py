@@ -1,7 +1,7 @@
 """The cost of the partition count: the same cluster with 10, 100, 300, 1,000 Partitions.
 
 For each count the bench starts a fresh embedded cluster
-(`epochlog.devcluster.local`: the Kubernetes API emulator, the operator and
+(`epochlog_tools.devcluster.local`: the Kubernetes API emulator, the operator and
 three brokers, real processes on loopback, brokers fsyncing to a temporary
 directory) with the dev default timings, and measures, in order:
 
@@ -85,14 +85,14 @@ from benchmarks.scale_probes import (
 from benchmarks.scale_report import BROKERS, Row, report, say, ticking
 from epochlog import collector
 from epochlog.client import Client, ClientError
-from epochlog.devcluster.local import DevClusterError, DevSettings, LocalCluster
-from epochlog.devcluster.local_workload import WorkloadAck, verify
-from epochlog.devcluster.partitions import NAMESPACE, partition_manifest, partitions_path
-from epochlog.harness import READY_PATH, wait_healthy, wait_until
 from epochlog.logs import configure
 from epochlog.objects import PartitionObject, to_body
 from epochlog.protocol.bodies import HostedRole
 from epochlog.protocol.errors import EpochlogError
+from epochlog_tools.devcluster.local import DevClusterError, DevSettings, LocalCluster
+from epochlog_tools.devcluster.local_workload import WorkloadAck, verify
+from epochlog_tools.devcluster.partitions import NAMESPACE, partition_manifest, partitions_path
+from epochlog_tools.harness import READY_PATH, wait_healthy, wait_until
 
 TOPIC = "scale"
 MiB = 1 << 20

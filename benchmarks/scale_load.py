@@ -14,7 +14,7 @@ All through the repo's own client (`epochlog.client.Producer`, idempotent, acks=
   acknowledged.
 
 Every acknowledgement is kept as a `WorkloadAck`, the form
-`epochlog.devcluster.local_workload.verify` checks.
+`epochlog_tools.devcluster.local_workload.verify` checks.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from epochlog.client import Client, ClientError, Producer, RecordMetadata
-from epochlog.devcluster.local_workload import WorkloadAck, read_back
+from epochlog_tools.devcluster.local_workload import WorkloadAck, read_back
 
 READERS = 8
 """Partitions read back at once."""

@@ -26,8 +26,8 @@ from pathlib import Path
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from epochlog.devcluster.partitions import NAMESPACE, PartitionEvent, partitions_path
 from epochlog.resources import PartitionStatus
+from epochlog_tools.devcluster.partitions import NAMESPACE, PartitionEvent, partitions_path
 
 WAKE_S = 0.5
 """`until` looks at its condition at least this often, also when no event arrives (the

@@ -85,9 +85,9 @@ from benchmarks.kafka_cluster import (
     producer_performance,
 )
 from benchmarks.scale_report import say
-from epochlog.devcluster.local import DevClusterError, DevSettings
-from epochlog.devcluster.local_workload import Verdict
 from epochlog.logs import configure
+from epochlog_tools.devcluster.local import DevClusterError, DevSettings
+from epochlog_tools.devcluster.local_workload import Verdict
 
 MiB = 1 << 20
 SIZES = (1024, 100)

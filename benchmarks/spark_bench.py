@@ -43,9 +43,9 @@ from pathlib import Path
 
 from epochlog.client import Client, Consumer, Producer
 from epochlog.client.ranges import RangeReader
-from epochlog.devcluster.local import DevSettings, LocalCluster
-from epochlog.devcluster.partitions import partition_manifest
 from epochlog.logs import configure
+from epochlog_tools.devcluster.local import DevSettings, LocalCluster
+from epochlog_tools.devcluster.partitions import partition_manifest
 
 PARTITIONS = 2
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from epochlog.devcluster import podman as pm
-from epochlog.devcluster.podman import BROKER_IMAGE, IMAGE_UID, OPERATOR_IMAGE, podman
-from epochlog.harness import ManagedProcess
+from epochlog_tools.devcluster import podman as pm
+from epochlog_tools.devcluster.podman import BROKER_IMAGE, IMAGE_UID, OPERATOR_IMAGE, podman
+from epochlog_tools.harness import ManagedProcess
 
 REPO: Final = Path(__file__).resolve().parents[1]
 TLS_DIR: Final = "/etc/epochlog/tls"

@@ -47,12 +47,12 @@ from websocket import WebSocketException
 from e2e.forward import PortForward, kube_connector
 from e2e.targets import CHART, RELEASE, WAIT_S, TargetError, acting, wait_for
 from epochlog.client import Client
-from epochlog.devcluster.chart_cluster import merge, render
-from epochlog.devcluster.partitions import Partition
-from epochlog.devcluster.rolling import IsrLow
 from epochlog.resources import GROUP, PLURAL, VERSION, PartitionStatus
 from epochlog.security.options import Credentials
 from epochlog.security.pki import Issued, issue_user, write_file
+from epochlog_tools.devcluster.chart_cluster import merge, render
+from epochlog_tools.devcluster.partitions import Partition
+from epochlog_tools.devcluster.rolling import IsrLow
 
 log = structlog.get_logger("e2e.kube")
 
@@ -186,7 +186,7 @@ class PodLogs:
 class KubeIsrWatch:
     """Every Partition status of `namespace` the API server publishes while it runs (a
     kubernetes client watch, in a thread), and those with an ISR below minInsyncReplicas:
-    `epochlog.devcluster.rolling.IsrWatch` for a real cluster."""
+    `epochlog_tools.devcluster.rolling.IsrWatch` for a real cluster."""
 
     def __init__(self, custom: Any, namespace: str) -> None:
         self._custom = custom

@@ -29,10 +29,10 @@ from typing import Any, Final, Protocol
 import aiohttp
 
 from epochlog.client import Client
-from epochlog.devcluster.chart_cluster import ChartCluster
-from epochlog.devcluster.rolling import IsrLow, IsrWatch
 from epochlog.resources import PartitionStatus
 from epochlog.security.options import Credentials
+from epochlog_tools.devcluster.chart_cluster import ChartCluster
+from epochlog_tools.devcluster.rolling import IsrLow, IsrWatch
 
 REPO: Final = Path(__file__).resolve().parents[1]
 CHART: Final = REPO / "helm" / "epochlog"
@@ -50,7 +50,7 @@ class TargetError(Exception):
 
 
 class PartitionWatch(Protocol):
-    """Every Partition status published while it runs (`epochlog.devcluster.rolling.IsrWatch`
+    """Every Partition status published while it runs (`epochlog_tools.devcluster.rolling.IsrWatch`
     or `KubeIsrWatch`)."""
 
     low: list[IsrLow]

@@ -17,11 +17,11 @@ import pytest
 from cryptography import x509
 
 from e2e.targets import BROKERS, ClusterTarget, registered_brokers, wait_for
-from epochlog.devcluster.local_workload import SteadyProducer, read_back, verify
-from epochlog.devcluster.partitions import partition_manifest
 from epochlog.objects import to_body
 from epochlog.resources import ConditionStatus, ConditionType, PartitionStatus
 from epochlog.security.pki import Issued, issue
+from epochlog_tools.devcluster.local_workload import SteadyProducer, read_back, verify
+from epochlog_tools.devcluster.partitions import partition_manifest
 
 
 @pytest.fixture

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from epochlog.devcluster import podman as pm
-from epochlog.devcluster.chart_cluster import ChartCluster
-from epochlog.devcluster.local import LocalCluster
+from epochlog_tools.devcluster import podman as pm
+from epochlog_tools.devcluster.chart_cluster import ChartCluster
+from epochlog_tools.devcluster.local import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[1]
-EPOCHLOG = [sys.executable, "-m", "epochlog.cli", "--log-level", "warning"]
+EPOCHLOG = [sys.executable, "-m", "epochlog_tools.cli", "--log-level", "warning"]
 COMMAND_TIMEOUT_S = 600
 
 

@@ -16,14 +16,15 @@ import aiohttp
 
 from e2e.containers import BROKER_IMAGE, IMAGE_UID, OPERATOR_IMAGE, REPO, TLS_DIR, Container
 from epochlog.client import EARLIEST, Client, Consumer, Producer
-from epochlog.devcluster.partitions import (
+from epochlog.objects import to_body
+from epochlog_tools.devcluster.partitions import (
     NAMESPACE,
     Partition,
     partition_manifest,
     partition_path,
     partitions_path,
 )
-from epochlog.harness import (
+from epochlog_tools.harness import (
     APISERVER_READY_PATH,
     HEALTH_PATH,
     READY_PATH,
@@ -36,7 +37,6 @@ from epochlog.harness import (
     wait_healthy,
     wait_until,
 )
-from epochlog.objects import to_body
 
 Run = Callable[[Container], Container]
 BROKER_ID = 1

@@ -26,11 +26,11 @@ import pytest
 
 from e2e.kube_target import PYTHON, KubeTarget
 from e2e.targets import ClusterTarget, wait_for
-from epochlog.devcluster.local_workload import read_back
-from epochlog.devcluster.partitions import partition_manifest
 from epochlog.objects import to_body
 from epochlog.resources import KAFKA_OFFSETS_TOPIC, partition_name
 from epochlog_broker.kafka.offsets import offsets_partition
+from epochlog_tools.devcluster.local_workload import read_back
+from epochlog_tools.devcluster.partitions import partition_manifest
 
 TOPIC = "ledger"
 PARTITIONS = 2

@@ -1,6 +1,6 @@
 """The parts of `KubeTarget` that run without a real cluster, each in a second or two.
 
-- Against the API emulator (epochlog.kubeapi), through the official kubernetes
+- Against the API emulator (epochlog_tools.kubeapi), through the official kubernetes
   client loaded from a kubeconfig file as `EPOCHLOG_E2E_KUBECONFIG` names it: the
   scenario's namespace is created, Secrets are read and replaced, Partitions are
   created (a second apply of one leaves it), read back with no status until an
@@ -32,10 +32,10 @@ from kubernetes.client.exceptions import ApiException
 from e2e.forward import ForwardError, PortForward
 from e2e.kube_target import KubeSettings, KubeTarget
 from e2e.targets import EmbeddedTarget, target_from_env, wait_for
-from epochlog.devcluster.partitions import partition_manifest
-from epochlog.kubeapi.apiserver import ApiServer
 from epochlog.objects import to_body
 from epochlog.resources import GROUP, PLURAL, VERSION
+from epochlog_tools.devcluster.partitions import partition_manifest
+from epochlog_tools.kubeapi.apiserver import ApiServer
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -23,12 +23,12 @@ from kubernetes.client.exceptions import ApiException
 
 from e2e.kube_target import PYTHON, KubeTarget
 from e2e.targets import ClusterTarget, TargetError, registered_brokers, wait_for
-from epochlog.devcluster.chart_cluster import render
-from epochlog.devcluster.local_workload import SteadyProducer, WorkloadAck, read_back, verify
-from epochlog.devcluster.partitions import partition_manifest
 from epochlog.objects import to_body
 from epochlog.resources import ConditionStatus, ConditionType
 from epochlog_spark.orders import order_event
+from epochlog_tools.devcluster.chart_cluster import render
+from epochlog_tools.devcluster.local_workload import SteadyProducer, WorkloadAck, read_back, verify
+from epochlog_tools.devcluster.partitions import partition_manifest
 
 pytestmark = pytest.mark.usefixtures("real_cluster")
 
@@ -463,7 +463,7 @@ async def test_the_spark_pipeline_image_reads_a_topic_exactly_once_across_a_pod_
 PRODUCE_UNTIL_STOPPED = r"""
 import asyncio, json, pathlib, sys
 from epochlog.client import Client
-from epochlog.devcluster.local_workload import SteadyProducer
+from epochlog_tools.devcluster.local_workload import SteadyProducer
 from epochlog.security.options import Credentials
 
 async def main():

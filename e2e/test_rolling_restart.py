@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from epochlog.client import Client
-from epochlog.devcluster.local import DevSettings, LocalCluster
-from epochlog.devcluster.local_workload import SteadyProducer, read_back, verify
-from epochlog.devcluster.partitions import partition_manifest
-from epochlog.devcluster.rolling import IsrWatch, rolling_restart
+from epochlog_tools.devcluster.local import DevSettings, LocalCluster
+from epochlog_tools.devcluster.local_workload import SteadyProducer, read_back, verify
+from epochlog_tools.devcluster.partitions import partition_manifest
+from epochlog_tools.devcluster.rolling import IsrWatch, rolling_restart
 
 TOPIC = "rolling"
 PARTITIONS = 4

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from e2e.targets import CHART, NAMESPACE, RELEASE
-from epochlog.devcluster.chart_cluster import DEFAULT_VALUES, merge, render, upgrade_steps
-from epochlog.devcluster.pods import ChartPlan, cluster_domain, plan
+from epochlog_tools.devcluster.chart_cluster import DEFAULT_VALUES, merge, render, upgrade_steps
+from epochlog_tools.devcluster.pods import ChartPlan, cluster_domain, plan
 
 
 def _plan(values: Mapping[str, Any]) -> ChartPlan:

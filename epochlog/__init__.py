@@ -1,7 +1,9 @@
 """epochlog: a replicated, partitioned log for Kubernetes that does not lose acknowledged data.
 
-This package holds what every part shares: protocol error codes, wire and
-resource models, the client, the `epochlog` CLI and the embedded local cluster.
+This package is the ground floor: what every other part shares (protocol error codes,
+wire and resource models, security, the client). The broker, the operator and the
+Spark source build on it; the `epochlog` command and the development tools sit on
+top of them all, in `epochlog_tools`.
 """
 
 __version__ = "0.1.0"

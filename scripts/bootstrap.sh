@@ -80,7 +80,7 @@ fi
 # set (Python then reads .pyc files but never writes them): every broker, operator and
 # CLI process would otherwise compile them again, a third of a second each. Only
 # changed files are compiled.
-"$venv/bin/python" -m compileall -q -j 0 epochlog broker_image/epochlog_broker \
+"$venv/bin/python" -m compileall -q -j 0 epochlog tools/epochlog_tools broker_image/epochlog_broker \
     operator/epochlog_operator pipeline/epochlog_spark >/dev/null
 
 # Bytecode inside Spark's pyspark.zip, which its Python processes import from: the

@@ -64,7 +64,7 @@ REAL_APISERVER = os.environ.get("EPOCHLOG_TEST_APISERVER") == "real"
 def real_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A real kube-apiserver with the CRDs of crds/, started once per session (and xdist
     worker); tests call its `reset()` first."""
-    from epochlog.harness.kube_apiserver import KubeApiServer, bin_dir
+    from epochlog_tools.harness.kube_apiserver import KubeApiServer, bin_dir
 
     found = bin_dir()
     if found is None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from epochlog.cli import main
 from epochlog_broker.log import OsFileSystem, PartitionLog, Record
+from epochlog_tools.cli import main
 
 
 def _make_log(path: Path) -> None:

@@ -42,7 +42,13 @@ def test_operator_folder_is_not_a_package() -> None:
 
 
 def test_all_packages_import() -> None:
-    for name in ("epochlog", "epochlog_broker.log", "epochlog_operator", "epochlog_spark"):
+    for name in (
+        "epochlog",
+        "epochlog_broker.log",
+        "epochlog_operator",
+        "epochlog_spark",
+        "epochlog_tools",
+    ):
         importlib.import_module(name)
 
 
@@ -55,7 +61,7 @@ def test_console_script_runs() -> None:
 def test_legacy_behaviours_live_only_in_the_simulator() -> None:
     """The old behaviours the checker must catch cannot be switched on in a broker or an
     operator: neither package refers to the simulator, and neither command offers them."""
-    from epochlog.sim.legacy import LEGACY
+    from epochlog_tools.sim.legacy import LEGACY
 
     for package in (
         ROOT / "broker_image" / "epochlog_broker",
@@ -63,7 +69,7 @@ def test_legacy_behaviours_live_only_in_the_simulator() -> None:
     ):
         for source in package.rglob("*.py"):
             text = source.read_text()
-            assert "epochlog.sim" not in text, source
+            assert "epochlog_tools.sim" not in text, source
             for name in LEGACY:
                 assert name not in text, (source, name)
                 assert name.replace("-", "_") not in text, (source, name)
@@ -94,6 +100,7 @@ PACKAGES = {
     "epochlog_broker": ROOT / "broker_image" / "epochlog_broker",
     "epochlog_operator": ROOT / "operator" / "epochlog_operator",
     "epochlog_spark": ROOT / "pipeline" / "epochlog_spark",
+    "epochlog_tools": ROOT / "tools" / "epochlog_tools",
 }
 
 
@@ -109,9 +116,16 @@ def test_the_import_contracts_hold() -> None:
         ("epochlog/client/records.py", "import epochlog_broker.core", "pull in the broker"),
         ("epochlog_broker/replication/leader.py", "import time", "read no clock"),
         ("epochlog_operator/election.py", "import random", "read no clock"),
-        ("epochlog/protocol/wire.py", "import epochlog.client", "The distribution is layered"),
+        ("epochlog/protocol/wire.py", "import epochlog.client", "The ground floor is layered"),
+        ("epochlog/resources.py", "import epochlog_operator.isr", "Three floors"),
+        ("epochlog_spark/offsets.py", "import epochlog_tools.checker", "Three floors"),
+        ("epochlog_tools/checker/history.py", "import epochlog_tools.sim", "top floor is layered"),
         ("epochlog_broker/log/segment.py", "import epochlog_broker.core", "broker is layered"),
-        ("epochlog/kubeapi/store.py", "import epochlog.sim", "do not depend on the simulator"),
+        (
+            "epochlog_tools/kubeapi/store.py",
+            "import epochlog_tools.sim",
+            "do not depend on the simulator",
+        ),
     ],
 )
 def test_a_forbidden_import_breaks_a_contract(
@@ -133,8 +147,10 @@ WIRE_MODULES = (
     "epochlog/resources.py",  # the Partition spec and status
     "epochlog/objects.py",  # Kubernetes object envelopes
     "epochlog/crd.py",  # generates the CRD from the models
-    "epochlog/kubeapi/",  # the Kubernetes API emulator speaks Kubernetes' own field names
-    "epochlog/devcluster/pods.py",  # reads rendered workloads in Kubernetes' own field names
+    # the Kubernetes API emulator speaks Kubernetes' own field names
+    "tools/epochlog_tools/kubeapi/",
+    # reads rendered workloads in Kubernetes' own field names
+    "tools/epochlog_tools/devcluster/pods.py",
     "pipeline/epochlog_spark/progress.py",  # reads Spark's progress reports in its field names
 )
 

@@ -10,8 +10,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from epochlog.harness import free_ports
 from epochlog.tasks import cancel_and_wait
+from epochlog_tools.harness import free_ports
 
 pytestmark = pytest.mark.asyncio
 

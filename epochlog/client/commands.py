@@ -1,5 +1,5 @@
 """What `epochlog produce`, `consume`, `offsets` and `delete-records` do (the CLI's parsing
-is in `epochlog.cli`).
+is in `epochlog_tools.cli`).
 
 Results go to stdout as JSON lines, one per record, shaped as the broker's
 answers (`epochlog.protocol.bodies`) plus the partition; progress, summaries and

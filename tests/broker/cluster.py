@@ -1,7 +1,7 @@
 """Real broker processes on loopback for tests.
 
 `Cluster` starts the test controller (`tests.broker.controller`) in the
-calling event loop and `epochlog broker` processes through `epochlog.harness`,
+calling event loop and `epochlog broker` processes through `epochlog_tools.harness`,
 each with its own data directory, port and log file, all knowing each other
 through `--peers`. It can kill (any signal), restart and wait for brokers, and
 has a small HTTP client that follows the leader, which is what the tests use to
@@ -22,7 +22,10 @@ from typing import Any
 import aiohttp
 
 from epochlog.client import Client
-from epochlog.harness import (
+from epochlog.resources import PartitionSpec
+from epochlog.security.options import Credentials
+from epochlog_operator.preferred import RebalanceSettings
+from epochlog_tools.harness import (
     PLAINTEXT,
     ManagedProcess,
     Security,
@@ -31,9 +34,6 @@ from epochlog.harness import (
     free_ports,
     url,
 )
-from epochlog.resources import PartitionSpec
-from epochlog.security.options import Credentials
-from epochlog_operator.preferred import RebalanceSettings
 from tests.broker.controller import Controller
 from tests.waiting import Patience
 

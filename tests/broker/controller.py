@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from epochlog.harness import PLAINTEXT, Security
 from epochlog.protocol.errors import ClusterAuthorizationFailedError
 from epochlog.protocol.heartbeat import BrokerHeartbeat
 from epochlog.resources import PartitionSpec, PartitionStatus
@@ -32,6 +31,7 @@ from epochlog_operator.liveness import STALL_CHECK_INTERVAL_MS, stall_threshold_
 from epochlog_operator.preferred import RebalanceSettings
 from epochlog_operator.server import check_sender
 from epochlog_operator.settings import DEFAULT_FULL_RECONCILE_INTERVAL_MS
+from epochlog_tools.harness import PLAINTEXT, Security
 from tests.waiting import until_true
 
 

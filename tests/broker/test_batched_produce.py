@@ -19,9 +19,9 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from epochlog.devcluster.local_workload import SteadyProducer, read_back, verify
 from epochlog.resources import PartitionStatus
 from epochlog_operator.preferred import RebalanceSettings
+from epochlog_tools.devcluster.local_workload import SteadyProducer, read_back, verify
 from tests.broker.cluster import Cluster
 from tests.broker.controller import spec
 

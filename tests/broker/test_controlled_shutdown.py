@@ -19,8 +19,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from epochlog.devcluster.local_workload import SteadyProducer, read_back, verify
 from epochlog.resources import PartitionStatus
+from epochlog_tools.devcluster.local_workload import SteadyProducer, read_back, verify
 from tests.broker.cluster import Cluster
 from tests.broker.controller import spec
 

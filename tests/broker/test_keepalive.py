@@ -19,13 +19,13 @@ from pathlib import Path
 
 from aiohttp import web
 
-from epochlog.harness.ports import free_ports
 from epochlog_broker.broker import Broker
 from epochlog_broker.config import BrokerConfig
 from epochlog_broker.fetcher import SessionOutcome
 from epochlog_broker.replication.fetch_session import SessionFetchRequest
 from epochlog_broker.server import build_app
 from epochlog_operator.liveness import BrokerState
+from epochlog_tools.harness.ports import free_ports
 from tests.broker.controller import Controller, spec, wall_ms
 
 SESSION_MS = 1500

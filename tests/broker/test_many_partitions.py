@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 
 from epochlog.client import Client, Producer, RecordMetadata
-from epochlog.devcluster.local_workload import WorkloadAck, read_back, verify
-from epochlog.devcluster.nemesis import read_partition_dir
 from epochlog.resources import PartitionSpec
 from epochlog_broker.log.fs import OsFileSystem
 from epochlog_operator.events import EventReason
+from epochlog_tools.devcluster.local_workload import WorkloadAck, read_back, verify
+from epochlog_tools.devcluster.nemesis import read_partition_dir
 from tests.broker.cluster import Cluster
 from tests.broker.controller import spec
 

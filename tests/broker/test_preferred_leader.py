@@ -16,10 +16,10 @@ from pathlib import Path
 
 import aiohttp
 
-from epochlog.devcluster.local_workload import SteadyProducer, read_back, verify
 from epochlog.resources import PartitionStatus
 from epochlog_operator.events import EventReason
 from epochlog_operator.preferred import RebalanceSettings
+from epochlog_tools.devcluster.local_workload import SteadyProducer, read_back, verify
 from tests.broker.cluster import ApiError, Cluster
 from tests.broker.controller import spec
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import aiohttp
 
-from epochlog.harness import free_ports, url
+from epochlog_tools.harness import free_ports, url
 from tests.broker.cluster import Cluster
 from tests.broker.controller import spec
 from tests.broker.test_openapi import DOCUMENT

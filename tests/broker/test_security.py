@@ -560,7 +560,7 @@ async def test_a_broker_without_tls_or_plaintext_refuses_to_start(tmp_path: Path
         *(
             sys.executable,
             "-m",
-            "epochlog.cli",
+            "epochlog_tools.cli",
             "broker",
             "--id",
             "1",

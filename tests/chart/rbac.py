@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
-from epochlog.kubeapi.emulator import parse_route
+from epochlog_tools.kubeapi.emulator import parse_route
 
 # Paths every authenticated user may read (the default system:discovery role).
 DISCOVERY_PREFIXES = ("/api", "/apis", "/version", "/openapi")

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 from kmock import Request
 
-from epochlog.harness.scripted_brokers import ScriptedBrokers
 from epochlog.security.pki import Issued, issue
 from epochlog.security.principal import broker_uri
 from epochlog.security.tls import TlsFiles, client_context
+from epochlog_tools.harness.scripted_brokers import ScriptedBrokers
 from tests import waiting
 from tests.chart.chart import RELEASE, find, flags, objects_of, operator_container
 from tests.chart.rbac import Access, Role, access_of, grants, roles_bound_to

@@ -17,11 +17,11 @@ import pytest
 import yaml
 
 from epochlog.crd import CRD_FILE, crd_yaml, partition_crd
-from epochlog.devcluster.pods import is_hook, plan
-from epochlog.kubeapi.registry import types_of_crd
 from epochlog.resources import KAFKA_OFFSETS_TOPIC, partition_name
 from epochlog.security.access import AccessPolicy, Operation, scram_entry
 from epochlog.security.principal import Kind, Principal
+from epochlog_tools.devcluster.pods import is_hook, plan
+from epochlog_tools.kubeapi.registry import types_of_crd
 from tests.chart.chart import (
     CHART,
     RELEASE,

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from epochlog.cli import main
 from epochlog.client.errors import DeliveryTimeoutError
+from epochlog_tools.cli import main
 from tests.broker.cluster import Cluster
 
 pytestmark = pytest.mark.asyncio(loop_scope="package")
@@ -33,7 +33,7 @@ async def run(*args: str, stdin: bytes | None = None) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "epochlog.cli",
+        "epochlog_tools.cli",
         *args,
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
@@ -149,7 +149,7 @@ async def test_consume_follow_waits_for_new_records(cluster: Cluster) -> None:
     latest = lines(out)[0]["offset"]
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
-        *("-m", "epochlog.cli", "consume", *env_boot, "--from", "latest", "--follow"),
+        *("-m", "epochlog_tools.cli", "consume", *env_boot, "--from", "latest", "--follow"),
         *("--max", "2"),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from epochlog.cli import main
 from epochlog.protocol.batch import Record
 from epochlog.protocol.errors import ErrorCode, NotLeaderOrFollowerError, ReplicaOfflineError
 from epochlog.protocol.heartbeat import HeartbeatResponse, PartitionAssignment, PartitionRole
@@ -27,6 +26,7 @@ from epochlog_broker.replication.follower import Follower
 from epochlog_broker.replication.leader import Leader
 from epochlog_broker.replication.messages import Acks
 from epochlog_broker.storage_faults import may_repair
+from epochlog_tools.cli import main
 
 NAME = "orders-0"
 OTHER = "orders-1"

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from epochlog.harness import Security
 from epochlog.protocol.batch import Record
 from epochlog.protocol.heartbeat import HeartbeatResponse, PartitionAssignment
 from epochlog_broker.core import BrokerCore
@@ -19,6 +18,7 @@ from epochlog_broker.held_assignment import ASSIGNMENT_CHECKPOINT
 from epochlog_broker.log.fs import OsFileSystem
 from epochlog_broker.log.storage_id import META_FILE, StorageIdError
 from epochlog_broker.replication.messages import Acks
+from epochlog_tools.harness import Security
 
 NAME = "orders-0"
 
@@ -84,7 +84,7 @@ def test_a_damaged_storage_id_file_makes_the_broker_process_exit_with_the_file_n
         [
             sys.executable,
             "-m",
-            "epochlog.cli",
+            "epochlog_tools.cli",
             "broker",
             "--id",
             "1",

@@ -20,8 +20,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from epochlog.harness.kube_apiserver import KubeApiServer
-from epochlog.kubeapi.apiserver import ApiServer
+from epochlog_tools.harness.kube_apiserver import KubeApiServer
+from epochlog_tools.kubeapi.apiserver import ApiServer
 from tests.conftest import REAL_APISERVER
 
 REPO = Path(__file__).resolve().parents[2]

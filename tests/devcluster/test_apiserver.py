@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from kmock import resource
 
-from epochlog.kubeapi import emulator
-from epochlog.kubeapi.apiserver import ApiServer
+from epochlog_tools.kubeapi import emulator
+from epochlog_tools.kubeapi.apiserver import ApiServer
 from tests.devcluster.conftest import EVENTS, PARTITIONS, Http, partition
 from tests.waiting import until
 

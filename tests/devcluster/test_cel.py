@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from epochlog.kubeapi.cel import compile_rule, fields_read
+from epochlog_tools.kubeapi.cel import compile_rule, fields_read
 
 
 @pytest.mark.parametrize(

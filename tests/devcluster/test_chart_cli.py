@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from epochlog.cli import build_parser, main
 from epochlog.client.commands import parse_resolve
-from epochlog.devcluster.chart_cli import values_from_args
-from epochlog.devcluster.chart_cluster import ChartCluster, ChartClusterError, ChartState
+from epochlog_tools.cli import build_parser, main
+from epochlog_tools.devcluster.chart_cli import values_from_args
+from epochlog_tools.devcluster.chart_cluster import ChartCluster, ChartClusterError, ChartState
 
 
 def test_resolve_pairs_host_names_with_addresses() -> None:

@@ -1,4 +1,4 @@
-"""`python -m epochlog.kubeapi.apiserver` as a real process, used by the real kubectl."""
+"""`python -m epochlog_tools.kubeapi.apiserver` as a real process, used by the real kubectl."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import signal
 from pathlib import Path
 
-from epochlog.harness import apiserver_argv, free_port
+from epochlog_tools.harness import apiserver_argv, free_port
 from tests.devcluster.conftest import CRDS, EXAMPLES, Kubectl, kubectl_binary
 
 

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from epochlog.crd import CRD_FILE, crd_yaml, partition_crd
-from epochlog.kubeapi.registry import types_of_crd
-from epochlog.kubeapi.schema import StructuralSchema
 from epochlog.resources import PartitionSpec, PartitionStatus
+from epochlog_tools.kubeapi.registry import types_of_crd
+from epochlog_tools.kubeapi.schema import StructuralSchema
 from tests.devcluster.conftest import CRDS
 
 

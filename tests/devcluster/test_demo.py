@@ -28,7 +28,7 @@ def test_demo_loses_nothing_acknowledged(tmp_path: Path) -> None:
             [
                 sys.executable,
                 "-m",
-                "epochlog.cli",
+                "epochlog_tools.cli",
                 "demo",
                 "--state-dir",
                 str(state),

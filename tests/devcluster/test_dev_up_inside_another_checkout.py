@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from epochlog.harness import ManagedProcess
+from epochlog_tools.harness import ManagedProcess
 
 TIMINGS = ["--heartbeat-interval-ms", "100", "--session-timeout-ms", "1000"]
 

@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 
 from epochlog.client import Client, Producer
-from epochlog.devcluster.local import LocalCluster
-from epochlog.devcluster.local_workload import read_back
-from epochlog.harness import ManagedProcess
 from epochlog.resources import DEFAULT_KAFKA_OFFSETS_PARTITIONS, KAFKA_OFFSETS_TOPIC
+from epochlog_tools.devcluster.local import LocalCluster
+from epochlog_tools.devcluster.local_workload import read_back
+from epochlog_tools.harness import ManagedProcess
 from tests.devcluster.conftest import kubectl_binary
 from tests.waiting import until
 
@@ -48,7 +48,7 @@ def epochlog(*args: str) -> subprocess.CompletedProcess[str]:
     # No time limit (tests/waiting.py); on a hang, run() kills the child as the hang
     # detector ends the test.
     return subprocess.run(
-        [sys.executable, "-m", "epochlog.cli", *args],
+        [sys.executable, "-m", "epochlog_tools.cli", *args],
         capture_output=True,
         text=True,
         env={**os.environ, "EPOCHLOG_DEV_STATE": ""},

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from epochlog.devcluster.volumes import DATA, read_payload, write_volume
 from epochlog.security.watch import FileWatch
+from epochlog_tools.devcluster.volumes import DATA, read_payload, write_volume
 
 GID = os.getgid()
 

@@ -20,7 +20,7 @@ import kopf
 import pytest
 from kmock import Request
 
-from epochlog.kubeapi.apiserver import ApiServer
+from epochlog_tools.kubeapi.apiserver import ApiServer
 from tests.devcluster.conftest import CRDS, PARTITIONS, Http, Kubectl, kubectl_binary, partition
 from tests.waiting import until, until_true
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import structlog
 
-from epochlog.devcluster.local import DevSettings, LocalCluster
+from epochlog_tools.devcluster.local import DevSettings, LocalCluster
 
 LOG_TAIL_CHARS = 12_000
 

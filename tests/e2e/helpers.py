@@ -13,18 +13,18 @@ from typing import Any
 
 import aiohttp
 
-from epochlog.devcluster.local import LocalCluster
-from epochlog.devcluster.nemesis import Workload, read_partition_dir
-from epochlog.devcluster.partitions import (
-    NAMESPACE,
-    partition_manifest,
-    partition_path,
-)
 from epochlog.protocol.bodies import HostedPartition
 from epochlog.resources import PartitionStatus
 from epochlog.security.pki import DevPki
 from epochlog_broker.log.checkpoints import HighWatermarkCheckpoint
 from epochlog_broker.log.fs import OsFileSystem
+from epochlog_tools.devcluster.local import LocalCluster
+from epochlog_tools.devcluster.nemesis import Workload, read_partition_dir
+from epochlog_tools.devcluster.partitions import (
+    NAMESPACE,
+    partition_manifest,
+    partition_path,
+)
 from tests import waiting
 from tests.e2e.conftest import e2e_settings
 

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 import structlog
 
-from epochlog.devcluster.local import DevSettings, LocalCluster
-from epochlog.devcluster.nemesis import Workload, WorkloadConfig
 from epochlog.resources import PartitionStatus
+from epochlog_tools.devcluster.local import DevSettings, LocalCluster
+from epochlog_tools.devcluster.nemesis import Workload, WorkloadConfig
 from tests.e2e.conftest import e2e_settings, print_logs
 from tests.e2e.helpers import create_partition, events, partition_events, status_of, until
 

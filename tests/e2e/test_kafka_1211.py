@@ -16,8 +16,8 @@ import signal
 
 import pytest
 
-from epochlog.devcluster.local import LocalCluster
-from epochlog.devcluster.nemesis import Workload, WorkloadConfig
+from epochlog_tools.devcluster.local import LocalCluster
+from epochlog_tools.devcluster.nemesis import Workload, WorkloadConfig
 from tests.e2e.helpers import (
     checkpointed_hw,
     create_partition,

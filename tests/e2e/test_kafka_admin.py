@@ -35,14 +35,14 @@ from kafka.errors import (
 )
 
 from epochlog.client import Client
-from epochlog.demo.kafka import kafka_python_tls
-from epochlog.devcluster.local import LocalCluster
-from epochlog.devcluster.local_workload import read_back
-from epochlog.devcluster.partitions import partition_manifest
 from epochlog.resources import PartitionStatus
 from epochlog.security.tls import TlsFiles, client_context
 from epochlog_broker.kafka import wire
 from epochlog_broker.kafka.admin import BROKER_RESOURCE, TOPIC_RESOURCE
+from epochlog_tools.demo.kafka import kafka_python_tls
+from epochlog_tools.devcluster.local import LocalCluster
+from epochlog_tools.devcluster.local_workload import read_back
+from epochlog_tools.devcluster.partitions import partition_manifest
 from tests.e2e.conftest import print_logs
 from tests.e2e.helpers import carol_cluster, create_partition
 from tests.kafka.raw import KafkaConnection

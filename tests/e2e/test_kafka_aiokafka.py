@@ -36,9 +36,9 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import CommitFailedError, KafkaError, TopicAuthorizationFailedError
 from aiokafka.structs import RecordMetadata
 
-from epochlog.devcluster.local import LocalCluster
 from epochlog.security.access import scram_entry
 from epochlog.security.tls import TlsFiles, client_context
+from epochlog_tools.devcluster.local import LocalCluster
 from tests.e2e.conftest import e2e_settings, print_logs
 from tests.e2e.helpers import create_partition, status_of, until
 from tests.e2e.test_kafka_clients import _read_all

@@ -43,13 +43,13 @@ from kio.static.primitive import i32Timedelta
 from prometheus_client.parser import text_string_to_metric_families
 
 from epochlog.client import Client
-from epochlog.demo.kafka import kafka_python_tls
-from epochlog.devcluster.local import LocalCluster
-from epochlog.devcluster.local_workload import read_back
 from epochlog.resources import DEFAULT_RETENTION_MS, KAFKA_OFFSETS_TOPIC
 from epochlog.security.tls import TlsFiles, client_context
 from epochlog_broker.kafka import wire
 from epochlog_broker.kafka.admin import BROKER_RESOURCE, TOPIC_RESOURCE
+from epochlog_tools.demo.kafka import kafka_python_tls
+from epochlog_tools.devcluster.local import LocalCluster
+from epochlog_tools.devcluster.local_workload import read_back
 from tests.e2e.conftest import print_logs
 from tests.e2e.helpers import carol_cluster, create_partition, status_of, until
 from tests.kafka.raw import KafkaConnection

@@ -28,11 +28,11 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.errors import GroupAuthorizationFailedError
 
-from epochlog.devcluster.local import LocalCluster
 from epochlog.resources import KAFKA_OFFSETS_TOPIC
 from epochlog.security.access import scram_entry, token_digest
 from epochlog.security.tls import TlsFiles, client_context
 from epochlog_broker.kafka import wire
+from epochlog_tools.devcluster.local import LocalCluster
 from tests.e2e.conftest import e2e_settings, print_logs
 from tests.e2e.helpers import create_partition, status_of, until
 from tests.e2e.test_kafka_clients import _group_request, _kafka_address

@@ -34,10 +34,10 @@ import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.errors import KafkaError
 
-from epochlog.demo.kafka import kafka_python_tls
-from epochlog.devcluster.local import LocalCluster
 from epochlog.resources import KAFKA_OFFSETS_TOPIC, partition_name
 from epochlog_broker.kafka.offsets import offsets_partition
+from epochlog_tools.demo.kafka import kafka_python_tls
+from epochlog_tools.devcluster.local import LocalCluster
 from tests.e2e.helpers import create_partition, status_of, until
 
 TOPIC = "orders"

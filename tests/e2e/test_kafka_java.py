@@ -35,11 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epochlog.client import Client
-from epochlog.devcluster.local import LocalCluster
-from epochlog.devcluster.local_workload import read_back
 from epochlog.resources import KAFKA_OFFSETS_TOPIC
 from epochlog.security.access import scram_entry
 from epochlog_broker.kafka import wire
+from epochlog_tools.devcluster.local import LocalCluster
+from epochlog_tools.devcluster.local_workload import read_back
 from tests.e2e.conftest import e2e_settings, print_logs
 from tests.e2e.helpers import create_partition, kafka_answered, status_of, until
 from tests.interop.java import (

@@ -23,7 +23,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from epochlog.devcluster.local import LocalCluster
+from epochlog_tools.devcluster.local import LocalCluster
 from tests.e2e.conftest import print_logs
 from tests.e2e.helpers import carol_cluster, create_partition, status_of, until
 from tests.e2e.test_kafka_clients import _read_all

@@ -56,14 +56,14 @@ from kafka.record import MemoryRecords
 from kio.static.primitive import i32Timedelta
 
 from epochlog.client import Client
-from epochlog.demo.kafka import kafka_python_tls
-from epochlog.devcluster.local import LocalCluster
-from epochlog.devcluster.local_workload import read_back
-from epochlog.devcluster.nemesis import Workload, WorkloadConfig
 from epochlog.resources import PartitionStatus
 from epochlog.security.tls import TlsFiles, client_context
 from epochlog_broker.kafka import wire
 from epochlog_broker.kafka.admin import TOPIC_RESOURCE
+from epochlog_tools.demo.kafka import kafka_python_tls
+from epochlog_tools.devcluster.local import LocalCluster
+from epochlog_tools.devcluster.local_workload import read_back
+from epochlog_tools.devcluster.nemesis import Workload, WorkloadConfig
 from tests.e2e.conftest import e2e_settings, print_logs
 from tests.e2e.helpers import (
     create_partition,

@@ -21,10 +21,10 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from epochlog.client import Client
-from epochlog.demo.kafka import kafka_python_tls
-from epochlog.devcluster.local import LocalCluster
-from epochlog.devcluster.local_workload import read_back
 from epochlog.resources import KAFKA_OFFSETS_TOPIC, partition_name
+from epochlog_tools.demo.kafka import kafka_python_tls
+from epochlog_tools.devcluster.local import LocalCluster
+from epochlog_tools.devcluster.local_workload import read_back
 from tests.e2e.helpers import create_partition, status_of, until
 
 TOPIC = "ledger"

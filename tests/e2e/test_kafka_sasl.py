@@ -21,10 +21,10 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import TopicAuthorizationFailedError
 
-from epochlog.devcluster.local import LocalCluster
 from epochlog.security.access import scram_entry, token_digest
 from epochlog.security.tls import TlsFiles, client_context
 from epochlog_broker.kafka import wire
+from epochlog_tools.devcluster.local import LocalCluster
 from tests.e2e.conftest import e2e_settings, print_logs
 from tests.e2e.helpers import create_partition
 from tests.e2e.test_kafka_clients import _kafka_address, _read_all, _request

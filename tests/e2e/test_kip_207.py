@@ -21,8 +21,8 @@ import signal
 
 import pytest
 
-from epochlog.devcluster.local import LocalCluster
-from epochlog.devcluster.nemesis import Workload, WorkloadConfig
+from epochlog_tools.devcluster.local import LocalCluster
+from epochlog_tools.devcluster.nemesis import Workload, WorkloadConfig
 from tests.e2e.helpers import create_partition, gone, status_of, until
 
 NAME = "kip207-0"

@@ -20,9 +20,9 @@ import time
 
 import pytest
 
-from epochlog.devcluster.local import LocalCluster
-from epochlog.devcluster.nemesis import NemesisConfig, WorkloadConfig, run_nemesis
-from epochlog.devcluster.partitions import partition_manifest
+from epochlog_tools.devcluster.local import LocalCluster
+from epochlog_tools.devcluster.nemesis import NemesisConfig, WorkloadConfig, run_nemesis
+from epochlog_tools.devcluster.partitions import partition_manifest
 
 SECONDS = float(os.environ.get("EPOCHLOG_NEMESIS_SECONDS", "8"))
 SEEDS = [int(s) for s in os.environ.get("EPOCHLOG_NEMESIS_SEEDS", "11,23,37").split(",")]

@@ -6,8 +6,9 @@ checked from client observations, status versions and final replica logs alone.
 
 from __future__ import annotations
 
-from epochlog.checker.checks import ReplicaLog, check_observations
-from epochlog.checker.history import (
+from epochlog.resources import PartitionStatus
+from epochlog_tools.checker.checks import ReplicaLog, check_observations
+from epochlog_tools.checker.history import (
     Ack,
     History,
     OffsetSeen,
@@ -15,7 +16,6 @@ from epochlog.checker.history import (
     StatusWrite,
     UncleanElection,
 )
-from epochlog.resources import PartitionStatus
 
 P = "t-0"
 

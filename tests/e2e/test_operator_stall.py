@@ -16,8 +16,8 @@ import time
 
 from epochlog.client import Client
 from epochlog.client.producer import Producer
-from epochlog.devcluster.local import LocalCluster
 from epochlog.resources import PartitionStatus
+from epochlog_tools.devcluster.local import LocalCluster
 from tests.e2e.helpers import create_partition, events, log_size, status_of, until
 
 NAME = "stall-0"

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from epochlog.devcluster.local import LocalCluster
-from epochlog.devcluster.nemesis import Workload, WorkloadConfig
-from epochlog.devcluster.partitions import partition_manifest
 from epochlog.resources import ConditionStatus, ConditionType, PartitionStatus
+from epochlog_tools.devcluster.local import LocalCluster
+from epochlog_tools.devcluster.nemesis import Workload, WorkloadConfig
+from epochlog_tools.devcluster.partitions import partition_manifest
 from tests.e2e.conftest import e2e_settings, print_logs
 from tests.e2e.helpers import (
     StatusPoll,

@@ -27,11 +27,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from epochlog.devcluster.local import LocalCluster
-from epochlog.devcluster.nemesis import Workload, WorkloadConfig
-from epochlog.devcluster.partitions import partition_manifest
 from epochlog.protocol.bodies import HostedPartition
 from epochlog.resources import PartitionStatus
+from epochlog_tools.devcluster.local import LocalCluster
+from epochlog_tools.devcluster.nemesis import Workload, WorkloadConfig
+from epochlog_tools.devcluster.partitions import partition_manifest
 from tests.e2e.helpers import (
     StatusPoll,
     create_partition,

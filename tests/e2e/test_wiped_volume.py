@@ -26,9 +26,9 @@ import time
 
 import pytest
 
-from epochlog.devcluster.local import LocalCluster
-from epochlog.devcluster.nemesis import Workload, WorkloadConfig
 from epochlog.resources import ConditionStatus, ConditionType, PartitionStatus
+from epochlog_tools.devcluster.local import LocalCluster
+from epochlog_tools.devcluster.nemesis import Workload, WorkloadConfig
 from tests.e2e.helpers import (
     StatusPoll,
     create_partition,

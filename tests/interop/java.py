@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
-from epochlog.devcluster.local import LocalCluster
+from epochlog_tools.devcluster.local import LocalCluster
 from tests.interop.jars import KAFKA_TOOLS, located
 
 HERE: Final = Path(__file__).resolve().parent

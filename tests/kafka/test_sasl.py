@@ -11,10 +11,10 @@ import pytest
 from pydantic import ValidationError
 from scramp import ScramClient
 
-from epochlog.cli import main
 from epochlog.security.access import AccessPolicy, scram_entry, token_digest
 from epochlog.security.principal import Kind, Principal
 from epochlog_broker.kafka.sasl import SaslExchange, SaslFailed
+from epochlog_tools.cli import main
 
 POLICY = AccessPolicy.model_validate(
     {

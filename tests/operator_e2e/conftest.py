@@ -1,7 +1,7 @@
 """Fixtures: the API emulator, real operator processes, a status watch and scripted brokers.
 
 Every test gets its own emulator (in this process) and starts operator
-processes (`python -m epochlog_operator`, through `epochlog.harness`) against
+processes (`python -m epochlog_operator`, through `epochlog_tools.harness`) against
 it with short timeouts: heartbeats every 100 ms, sessions of 1 s. The brokers
 are the harness's scripted brokers. An operator's log is printed when a test
 fails.
@@ -22,7 +22,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from epochlog.harness import (
+from epochlog.resources import PartitionStatus
+from epochlog_tools.harness import (
     ManagedProcess,
     Security,
     child_env,
@@ -30,10 +31,9 @@ from epochlog.harness import (
     operator_argv,
     url,
 )
-from epochlog.harness.kube_apiserver import KubeApiServer
-from epochlog.harness.scripted_brokers import ScriptedBrokers
-from epochlog.kubeapi.apiserver import ApiServer
-from epochlog.resources import PartitionStatus
+from epochlog_tools.harness.kube_apiserver import KubeApiServer
+from epochlog_tools.harness.scripted_brokers import ScriptedBrokers
+from epochlog_tools.kubeapi.apiserver import ApiServer
 from tests.conftest import REAL_APISERVER
 from tests.waiting import Patience, until_true
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import kopf
 from cryptography import x509
 
-from epochlog.kubeapi.apiserver import ApiServer
 from epochlog_operator.cert_manager import CertificateManager
 from epochlog_operator.certificates import CertificateSettings
 from epochlog_operator.kube import KubeClient
+from epochlog_tools.kubeapi.apiserver import ApiServer
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "default"

@@ -12,10 +12,10 @@ from typing import Any
 
 from cryptography import x509
 
-from epochlog.harness.scripted_brokers import ScriptedBrokers
 from epochlog.security.pki import Issued, issue
 from epochlog.security.principal import broker_uri
 from epochlog.security.tls import TlsFiles, client_context
+from epochlog_tools.harness.scripted_brokers import ScriptedBrokers
 from tests import waiting
 from tests.operator_e2e.conftest import HEARTBEAT_MS, NAMESPACE, Env
 

@@ -21,9 +21,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from epochlog.harness import Security
-from epochlog.kubeapi.apiserver import ApiServer
-from epochlog.kubeapi.emulator import KubernetesApi
+from epochlog_tools.harness import Security
+from epochlog_tools.kubeapi.apiserver import ApiServer
+from epochlog_tools.kubeapi.emulator import KubernetesApi
 from tests.operator_e2e.conftest import CRDS, Api, Env, StatusWatch, until
 from tests.operator_e2e.test_election import ready
 

@@ -16,8 +16,8 @@ import kmock
 import pytest
 from kmock import Response  # type: ignore[attr-defined]  # exported, not in __all__
 
-from epochlog.kubeapi.apiserver import ApiServer
 from epochlog.resources import GROUP, VERSION
+from epochlog_tools.kubeapi.apiserver import ApiServer
 from tests import waiting
 from tests.operator_e2e.conftest import Env, until
 from tests.operator_e2e.test_write_budget import sample

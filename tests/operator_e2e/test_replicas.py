@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
-from epochlog.harness.scripted_brokers import ScriptedBrokers
 from epochlog.resources import PartitionStatus
+from epochlog_tools.harness.scripted_brokers import ScriptedBrokers
 from tests.operator_e2e.conftest import SESSION_MS, Env, Operator, until
 
 FAILOVER_S = SESSION_MS / 1000 + 2

@@ -18,9 +18,9 @@ import aiohttp
 import pytest
 from kmock import Request
 
-from epochlog.harness import ManagedProcess, broker_argv, child_env, free_ports, url
 from epochlog.protocol.heartbeat import BrokerHeartbeat
 from epochlog.resources import PartitionStatus
+from epochlog_tools.harness import ManagedProcess, broker_argv, child_env, free_ports, url
 from tests import waiting
 from tests.operator_e2e.conftest import HEARTBEAT_MS, Env, Operator
 

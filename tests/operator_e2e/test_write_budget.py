@@ -18,11 +18,11 @@ import aiohttp
 import pytest
 from kmock import Request
 
-from epochlog.harness.scripted_brokers import ScriptedBrokers
-from epochlog.kubeapi.apiserver import ApiServer
 from epochlog_operator.events import EventReason
 from epochlog_operator.reconciler import EVENT_POSTERS
 from epochlog_operator.settings import DEFAULT_WRITE_CONCURRENCY
+from epochlog_tools.harness.scripted_brokers import ScriptedBrokers
+from epochlog_tools.kubeapi.apiserver import ApiServer
 from tests import waiting
 from tests.operator_e2e.conftest import NO_FENCING, Env, Operator, until
 from tests.operator_e2e.test_election import ready

@@ -11,8 +11,8 @@ import pyspark
 import pytest
 import yaml
 
-from epochlog.cli import build_parser as cli_parser
 from epochlog_spark.config import build_parser, config_from_args
+from epochlog_tools.cli import build_parser as cli_parser
 
 EXAMPLES = Path(__file__).parents[2] / "examples" / "spark"
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Callable, Iterable
 
-from epochlog.checker.checks import Violation
 from epochlog.resources import PartitionStatus
-from epochlog.sim.scenario import Sim
 from epochlog_broker.log.checkpoints import REPLICATION_OFFSET_CHECKPOINT, read_high_watermarks
 from epochlog_broker.replication.follower import Follower
 from epochlog_broker.replication.leader import Leader
 from epochlog_broker.replication.replica import Offline
+from epochlog_tools.checker.checks import Violation
+from epochlog_tools.sim.scenario import Sim
 
 DATA_DIR = "/data"
 

@@ -13,11 +13,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from epochlog.protocol.errors import EpochlogError, OffsetNotAvailableError
-from epochlog.sim.nodes import SimConfig
-from epochlog.sim.scenario import Produced, Sim, spec
-from epochlog.sim.world import CONTROLLER
 from epochlog_broker.replication.leader import Leader
 from epochlog_broker.replication.messages import Acks
+from epochlog_tools.sim.nodes import SimConfig
+from epochlog_tools.sim.scenario import Produced, Sim, spec
+from epochlog_tools.sim.world import CONTROLLER
 from tests.sim.helpers import (
     LogLengths,
     at,

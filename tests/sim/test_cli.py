@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from epochlog.cli import main
-from epochlog.sim.legacy import LEGACY
-from epochlog.sim.runner import FAULTS
+from epochlog_tools.cli import main
+from epochlog_tools.sim.legacy import LEGACY
+from epochlog_tools.sim.runner import FAULTS
 
 
 def test_help_lists_every_legacy_name_and_fault_kind(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import functools
 
-from epochlog.sim.scenario import Sim, spec
 from epochlog_broker.replication.messages import Acks
+from epochlog_tools.sim.scenario import Sim, spec
 from tests.sim.helpers import leads
 
 PARTITIONS = [

@@ -11,8 +11,8 @@ what the client was told against the leaders that follow.
 from __future__ import annotations
 
 from epochlog.protocol.errors import OffsetOutOfRangeError, RequestTimedOutError
-from epochlog.sim.scenario import Sim, spec
 from epochlog_broker.core import ReadResult
+from epochlog_tools.sim.scenario import Sim, spec
 from tests.sim.helpers import checks, leads, status
 
 A, B, C = 1, 2, 3

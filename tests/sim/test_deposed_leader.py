@@ -22,10 +22,10 @@ from collections.abc import Iterable
 
 import pytest
 
-from epochlog.sim.nodes import SimConfig
-from epochlog.sim.scenario import Sim, spec
-from epochlog.sim.world import CONTROLLER
 from epochlog_broker.replication.messages import Acks
+from epochlog_tools.sim.nodes import SimConfig
+from epochlog_tools.sim.scenario import Sim, spec
+from epochlog_tools.sim.world import CONTROLLER
 from tests.sim.helpers import epochs, follower_role, leads, status
 
 A, B, C = 1, 2, 3

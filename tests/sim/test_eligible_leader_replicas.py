@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from epochlog.protocol.errors import RequestTimedOutError
 from epochlog.resources import ConditionStatus, ConditionType
-from epochlog.sim.scenario import Sim, spec
-from epochlog.sim.world import CONTROLLER
+from epochlog_tools.sim.scenario import Sim, spec
+from epochlog_tools.sim.world import CONTROLLER
 from tests.sim.helpers import holds_all_acked, leads, status
 
 A, B, C = 1, 2, 3

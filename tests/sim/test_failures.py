@@ -16,11 +16,11 @@ from epochlog.protocol.errors import (
     OffsetNotAvailableError,
     RequestTimedOutError,
 )
-from epochlog.sim.legacy import COUNT_LAG_MAX_MESSAGES
-from epochlog.sim.scenario import Sim, spec
-from epochlog.sim.world import CONTROLLER
 from epochlog_broker.replication.follower import FollowerState
 from epochlog_broker.replication.messages import Acks
+from epochlog_tools.sim.legacy import COUNT_LAG_MAX_MESSAGES
+from epochlog_tools.sim.scenario import Sim, spec
+from epochlog_tools.sim.world import CONTROLLER
 from tests.sim import scenarios
 from tests.sim.helpers import (
     LogLengths,

@@ -10,7 +10,7 @@ more than two heartbeat intervals old, while C was heard moments ago: C leads.
 
 from __future__ import annotations
 
-from epochlog.sim.scenario import Sim, spec
+from epochlog_tools.sim.scenario import Sim, spec
 from tests.sim.helpers import leads, status
 
 A, B, C = 1, 2, 3

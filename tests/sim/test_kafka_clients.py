@@ -1,4 +1,4 @@
-"""The simulator's Kafka clients (`epochlog.sim.kafka_clients`): kafka-python's batches
+"""The simulator's Kafka clients (`epochlog_tools.sim.kafka_clients`): kafka-python's batches
 through the Kafka listener's translation into the brokers' core, judged by the same
 checker as every other client.
 
@@ -15,9 +15,11 @@ checker as every other client.
 
 from __future__ import annotations
 
-from epochlog.checker.checks import Violation
 from epochlog.client.divergence import ConsumedEpochs, EpochStart
-from epochlog.sim.clients import (
+from epochlog_broker.kafka import wire
+from epochlog_broker.replication.messages import Acks
+from epochlog_tools.checker.checks import Violation
+from epochlog_tools.sim.clients import (
     KAFKA_FETCH,
     KAFKA_LIST_OFFSETS,
     KAFKA_OFFSET_FOR_LEADER_EPOCH,
@@ -25,12 +27,10 @@ from epochlog.sim.clients import (
     ClientConfig,
     _Batch,
 )
-from epochlog.sim.kafka_clients import SimKafkaConsumer, SimKafkaProducer
-from epochlog.sim.runner import FAULTS, RunSettings, play
-from epochlog.sim.scenario import Sim, spec
-from epochlog.sim.world import TIMEOUT
-from epochlog_broker.kafka import wire
-from epochlog_broker.replication.messages import Acks
+from epochlog_tools.sim.kafka_clients import SimKafkaConsumer, SimKafkaProducer
+from epochlog_tools.sim.runner import FAULTS, RunSettings, play
+from epochlog_tools.sim.scenario import Sim, spec
+from epochlog_tools.sim.world import TIMEOUT
 from tests.sim.helpers import status
 from tests.sim.test_unclean_readers import A, B, C, P, assert_truncation_found, elected_uncleanly
 

@@ -11,10 +11,10 @@ read nor ListOffsets shows them; after healing, B and C rejoin and the HW moves 
 from __future__ import annotations
 
 from epochlog.protocol.errors import NotEnoughReplicasAfterAppendError, NotEnoughReplicasError
-from epochlog.sim.nodes import SimConfig
-from epochlog.sim.scenario import Sim, spec
 from epochlog_broker.core import ReadResult
 from epochlog_broker.replication.messages import Acks
+from epochlog_tools.sim.nodes import SimConfig
+from epochlog_tools.sim.scenario import Sim, spec
 from tests.sim.helpers import leader_role, leads, status
 
 A, B, C = 1, 2, 3

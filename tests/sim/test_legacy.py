@@ -1,11 +1,11 @@
-"""The checker has teeth: each old behaviour of `epochlog.sim.legacy`, switched back on in
+"""The checker has teeth: each old behaviour of `epochlog_tools.sim.legacy`, switched back on in
 the named failure's scenario, is reported under the check it breaks, while the same
 scenario on the real code passes every check."""
 
 from __future__ import annotations
 
 from epochlog.protocol.errors import OffsetNotAvailableError
-from epochlog.sim.legacy import (
+from epochlog_tools.sim.legacy import (
     ACK_BEFORE_FSYNC,
     COUNT_LAG,
     DROP_HW_CHECKPOINT,
@@ -18,7 +18,7 @@ from epochlog.sim.legacy import (
     REFUSE_ONCE,
     TRUNCATE_TO_HW,
 )
-from epochlog.sim.scenario import Sim
+from epochlog_tools.sim.scenario import Sim
 from tests.sim import scenarios
 from tests.sim.helpers import checks
 from tests.sim.test_deposed_leader import deposed_leader_tail
@@ -54,7 +54,7 @@ def flagged(sim: Sim, check: str) -> None:
 
 
 def test_every_legacy_behaviour_is_exercised_here() -> None:
-    """Each switch of `epochlog.sim.legacy` has a scenario below."""
+    """Each switch of `epochlog_tools.sim.legacy` has a scenario below."""
     assert set(LEGACY) == EXERCISED
 
 

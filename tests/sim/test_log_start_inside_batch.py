@@ -24,8 +24,8 @@ and serves them as leader.
 from __future__ import annotations
 
 from epochlog.protocol.errors import OffsetOutOfRangeError
-from epochlog.sim.scenario import Sim, spec
 from epochlog_broker.core import ReadResult
+from epochlog_tools.sim.scenario import Sim, spec
 from tests.sim.helpers import leads
 
 A, B, C = 1, 2, 3

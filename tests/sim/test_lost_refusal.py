@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from epochlog.protocol.heartbeat import HeartbeatResponse
-from epochlog.sim.scenario import Sim, spec
-from epochlog.sim.world import CONTROLLER
+from epochlog_tools.sim.scenario import Sim, spec
+from epochlog_tools.sim.world import CONTROLLER
 from tests.sim.helpers import leads, status
 
 A, B, C = 1, 2, 3

@@ -10,8 +10,8 @@ brokers answer them through the same core calls as the HTTP server
 
 from __future__ import annotations
 
-from epochlog.sim.clients import ClientConfig, SimBatchingProducer, SimFetchingConsumer
-from epochlog.sim.scenario import Sim, spec
+from epochlog_tools.sim.clients import ClientConfig, SimBatchingProducer, SimFetchingConsumer
+from epochlog_tools.sim.scenario import Sim, spec
 from tests.sim.helpers import status
 
 # Broker 1 leads all three; strict-0 needs every replica in sync to take a write.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from epochlog.sim.runner import FAULTS, RunSettings, run_seeds
+from epochlog_tools.sim.runner import FAULTS, RunSettings, run_seeds
 
 SEEDS = 300
 SLICES = 10

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from epochlog.protocol.heartbeat import BrokerHeartbeat
-from epochlog.sim.scenario import Sim, spec
 from epochlog_operator.decide import Decision
+from epochlog_tools.sim.scenario import Sim, spec
 
 PARTITIONS = 12
 

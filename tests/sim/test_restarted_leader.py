@@ -9,9 +9,9 @@ divergence check can tell apart, and the follower kept the old ones.
 
 from __future__ import annotations
 
-from epochlog.sim.nodes import SimConfig
-from epochlog.sim.scenario import Sim, spec
 from epochlog_broker.replication.messages import Acks
+from epochlog_tools.sim.nodes import SimConfig
+from epochlog_tools.sim.scenario import Sim, spec
 
 
 def test_restarted_leader_gets_a_new_epoch_before_writing() -> None:

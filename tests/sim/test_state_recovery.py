@@ -10,15 +10,15 @@ produces in flight and the controller's refusals.
 
 from __future__ import annotations
 
-from epochlog.checker.checks import Checker, Timing
-from epochlog.checker.history import Ack, History, Refusal, StatusWrite
 from epochlog.resources import PartitionStatus
-from epochlog.sim.nodes import ProduceRequest
-from epochlog.sim.scenario import SCENARIO_CLIENT, Sim, spec
-from epochlog.sim.world import CONTROLLER
 from epochlog_broker.core import ReadResult
 from epochlog_broker.replication.messages import Acks
 from epochlog_operator.election import OfflineReason
+from epochlog_tools.checker.checks import Checker, Timing
+from epochlog_tools.checker.history import Ack, History, Refusal, StatusWrite
+from epochlog_tools.sim.nodes import ProduceRequest
+from epochlog_tools.sim.scenario import SCENARIO_CLIENT, Sim, spec
+from epochlog_tools.sim.world import CONTROLLER
 from tests.sim.helpers import checks, follower_role, holds_all_acked, leader_role, leads, status
 
 A, B, C = 1, 2, 3

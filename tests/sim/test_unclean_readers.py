@@ -15,8 +15,8 @@ checker reports it (truncation-unreported).
 from __future__ import annotations
 
 from epochlog.resources import PartitionSpec, PartitionStatus
-from epochlog.sim.clients import SimConsumer
-from epochlog.sim.scenario import Sim, spec
+from epochlog_tools.sim.clients import SimConsumer
+from epochlog_tools.sim.scenario import Sim, spec
 from tests.sim.helpers import checks, status
 
 A, B, C = 1, 2, 3
@@ -107,8 +107,8 @@ def test_records_a_deposed_leader_served_after_an_unclean_election_are_judged_by
     excused if the consumer reported the truncation (KIP-320), the acknowledgement as
     any unclean loss is, and the truncation it reports is no committed-truncated. What
     epoch 5 itself served and lost is not excused."""
-    from epochlog.checker.checks import Checker, Timing
-    from epochlog.checker.history import Ack, History, Read, TruncationSeen, UncleanElection
+    from epochlog_tools.checker.checks import Checker, Timing
+    from epochlog_tools.checker.history import Ack, History, Read, TruncationSeen, UncleanElection
 
     def judged(*, reported: bool, epoch: int = 4) -> set[str]:
         history = History()

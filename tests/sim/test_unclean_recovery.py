@@ -12,10 +12,10 @@ election (x0..x4), and still reports the loss of a record that one did hold.
 
 from __future__ import annotations
 
-from epochlog.checker.checks import check_observations
-from epochlog.checker.history import Ack, History, UncleanElection
 from epochlog.resources import PartitionStatus
-from epochlog.sim.scenario import Sim, spec
+from epochlog_tools.checker.checks import check_observations
+from epochlog_tools.checker.history import Ack, History, UncleanElection
+from epochlog_tools.sim.scenario import Sim, spec
 from tests.sim.helpers import checks, leads, status
 
 A, B, C = 1, 2, 3

@@ -23,8 +23,8 @@ import pytest
 import structlog
 from pyspark.sql import SparkSession
 
-from epochlog.devcluster.local import DevSettings, LocalCluster
 from epochlog_spark.session import SHORT_RUN_JAVA_OPTIONS, local_session
+from epochlog_tools.devcluster.local import DevSettings, LocalCluster
 from tests.e2e.conftest import print_logs
 from tests.e2e.conftest import pytest_runtest_makereport as pytest_runtest_makereport
 from tests.interop.jars import SPARK_KAFKA, JarsMissing, jars

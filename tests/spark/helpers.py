@@ -11,10 +11,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from epochlog.client import Client, Producer, RecordMetadata
-from epochlog.devcluster.local import LocalCluster
-from epochlog.devcluster.partitions import partition_manifest
 from epochlog.resources import PartitionStatus
 from epochlog_spark.offsets import LEADER_EPOCHS
+from epochlog_tools.devcluster.local import LocalCluster
+from epochlog_tools.devcluster.partitions import partition_manifest
 from tests.spark.conftest import Background
 
 LONG_S = 300.0

@@ -31,7 +31,7 @@ from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import SparkSession
 
 from epochlog.client import Client
-from epochlog.devcluster.local import LocalCluster
+from epochlog_tools.devcluster.local import LocalCluster
 from tests.spark.conftest import Background
 from tests.spark.helpers import (
     LONG_S,

@@ -20,11 +20,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 from epochlog.client import Client
-from epochlog.devcluster.local import LocalCluster
-from epochlog.devcluster.local_workload import SteadyProducer
 from epochlog_spark.config import JobConfig
 from epochlog_spark.job import AUDIT, Job
 from epochlog_spark.orders import order_event
+from epochlog_tools.devcluster.local import LocalCluster
+from epochlog_tools.devcluster.local_workload import SteadyProducer
 from tests.spark.conftest import Background
 from tests.spark.helpers import (
     LONG_S,

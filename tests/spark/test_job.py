@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from epochlog.devcluster.local import LocalCluster
 from epochlog_spark.job import AUDIT, BAD_FIELDS, DEAD_LETTERS, NOT_JSON, REVENUE
 from epochlog_spark.orders import order_event, parse_order, window_totals
+from epochlog_tools.devcluster.local import LocalCluster
 from tests.spark.conftest import Background
 from tests.spark.helpers import bootstrap, create_topic, produce, rows
 
@@ -50,7 +50,7 @@ def test_the_job_computes_revenue_keeps_an_audit_copy_and_routes_malformed_value
         [
             sys.executable,
             "-m",
-            "epochlog.cli",
+            "epochlog_tools.cli",
             "pipeline",
             "run",
             "--bootstrap",

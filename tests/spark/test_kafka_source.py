@@ -24,7 +24,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from epochlog.client import RecordMetadata
-from epochlog.devcluster.local import LocalCluster
+from epochlog_tools.devcluster.local import LocalCluster
 from tests.interop.jars import SPARK_KAFKA, jars
 from tests.interop.java import tls_properties
 from tests.spark.conftest import Background

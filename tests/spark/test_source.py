@@ -18,7 +18,7 @@ from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from epochlog.devcluster.local import LocalCluster
+from epochlog_tools.devcluster.local import LocalCluster
 from tests.spark.conftest import Background
 from tests.spark.helpers import (
     batch,
