@@ -15,8 +15,10 @@ from typing import Any
 
 import pytest
 import structlog
+from kafka.net.connection import KafkaConnection
 
 from epochlog_tools.devcluster.local import DevSettings, LocalCluster
+from tests.e2e.kafka_python_resets import wrapping
 
 LOG_TAIL_CHARS = 12_000
 
@@ -51,6 +53,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     outcome = yield
     report = outcome.get_result()
     setattr(item, "rep_" + report.when, report)
+
+
+@pytest.fixture(autouse=True)
+def kafka_python_resets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kafka-python clients in the test process survive a broker reset mid-connect
+    (tests/e2e/kafka_python_resets.py)."""
+    monkeypatch.setattr(
+        KafkaConnection, "connection_lost", wrapping(KafkaConnection.connection_lost)
+    )
 
 
 @pytest.fixture

@@ -18,8 +18,11 @@ import time
 from kafka import KafkaConsumer
 from kafka.errors import CommitFailedError, KafkaError
 
+from tests.e2e.kafka_python_resets import install
+
 
 def main(config_path: str, out_path: str) -> None:
+    install()
     # Its group's joins, assignments and commit failures, for the test's report.
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(asctime)s %(message)s")
     logging.getLogger("kafka.coordinator").setLevel(logging.INFO)

@@ -56,6 +56,10 @@ def kafka_python(config: dict[str, Any], out: IO[str]) -> None:
     from kafka import KafkaConsumer, TopicPartition
     from kafka.errors import KafkaError, LogTruncationError
 
+    from tests.e2e.kafka_python_resets import install
+
+    install()
+
     fetcher = logging.getLogger("kafka.consumer.fetcher")
     fetcher.setLevel(logging.DEBUG)
     fetcher.addHandler(_PositionUpdates(out))
