@@ -15,7 +15,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml | head -
 IMAGES := localhost/epochlog-broker:$(VERSION) localhost/epochlog-operator:$(VERSION)
 E2E_IMAGES := $(IMAGES) localhost/epochlog-pipeline:$(VERSION)
 
-.PHONY: venv interop-jars lock test lint typecheck unit demo bench soak sim clean images e2e cluster cluster-down
+.PHONY: venv interop-jars lock test lint typecheck unit docs demo bench soak sim clean images e2e cluster cluster-down
 
 venv:
 	@scripts/bootstrap.sh $(EXTRAS)
@@ -36,8 +36,8 @@ LOCK := $(BIN)/uv pip compile -q pyproject.toml requirements/tools.in --generate
 # The images' locks (scripts/images.sh) hold only what runs in them, at the versions of
 # dev.txt (a constraint), so that the images run what the tests ran.
 lock:
-	$(LOCK) --extra dev --extra operator -o requirements/dev.txt
-	$(LOCK) --extra dev --extra operator --extra spark -o requirements/spark.txt
+	$(LOCK) --extra dev --extra operator --extra docs -o requirements/dev.txt
+	$(LOCK) --extra dev --extra operator --extra docs --extra spark -o requirements/spark.txt
 	$(LOCK) -c requirements/dev.txt -o requirements/broker-image.txt
 	$(LOCK) --extra operator -c requirements/dev.txt -o requirements/image.txt
 	$(LOCK) --extra spark -c requirements/spark.txt -o requirements/pipeline-image.txt
@@ -53,6 +53,15 @@ typecheck: venv
 unit: venv interop-jars
 	$(PYTEST) -m "not scenario"
 
+# The documentation site (mkdocs.yml, docs/) into build/site. --strict fails the build on
+# any warning, and mkdocs.yml's `validation:` makes every internal link, anchor and nav
+# entry that does not resolve a warning. Links to other sites are not checked: CI reaches
+# no network but the package registries. Not --quiet: it hides the warnings strict counts.
+# NO_MKDOCS_2_WARNING silences the theme's notice.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+docs: venv
+	$(MKDOCS) build --strict --site-dir build/site
+
 # The whole-system scenarios (marked `scenario`: the demo, the nemesis, Spark across
 # failover, most simulator seeds) run in `make e2e`.
 test: venv interop-jars
@@ -60,6 +69,7 @@ test: venv interop-jars
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy
+	$(MKDOCS) build --strict --site-dir build/site
 	$(PYTEST) -m "not scenario"
 
 demo: venv

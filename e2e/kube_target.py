@@ -335,8 +335,8 @@ class KubeTarget:
 
         def install() -> None:
             with self._helm() as config:
-                # No --wait: a standing-by operator replica may never be Ready (README
-                # "Helm"); `wait_ready` judges readiness instead.
+                # No --wait: a standing-by operator replica may never be Ready
+                # (docs/operating/helm.md); `wait_ready` judges readiness instead.
                 config.install(
                     self.chart,
                     self.release,

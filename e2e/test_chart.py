@@ -218,7 +218,7 @@ async def test_elections_go_on_after_the_operator_pod_is_killed(chart: ClusterTa
 async def test_a_broker_added_under_load_leads_a_new_partition_and_leaves_once_moved_off(
     chart: ClusterTarget,
 ) -> None:
-    """README "Moving partitions" and "Rolling restarts", as a user runs them: a broker
+    """docs/operating/reassignment.md and upgrades.md, as a user runs them: a broker
     added with `helm upgrade` registers and takes a new Partition; later its replicas are
     moved off with `kubectl patch`, the documented check finds none left on it, and the
     StatefulSet is scaled back down. Nothing acknowledged is lost, and every Partition
@@ -256,7 +256,8 @@ async def test_a_broker_added_under_load_leads_a_new_partition_and_leaves_once_m
             return reassigning is not None and reassigning.status is ConditionStatus.FALSE
 
         await wait_for(moved, f"{grown} moved off broker 3")
-        # The README's check before scaling down: no Partition names broker 3.
+        # The documented check before scaling down (docs/operating/upgrades.md): no
+        # Partition names broker 3.
         for name in [*names, grown]:
             now = await chart.partition_status(name)
             assert now is not None

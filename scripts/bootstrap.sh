@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv and installs epochlog with the requested extras, at the exact
-# versions (and hashes) of the lock in requirements/: dev.txt holds the dev and
-# operator extras, spark.txt those and the spark extra (`make lock` writes both).
+# versions (and hashes) of the lock in requirements/: dev.txt holds the dev, operator
+# and docs extras, spark.txt those and the spark extra (`make lock` writes both).
 # Nothing is resolved here, so a fresh clone installs what CI installed when the
 # lock was written. Installs the Debian packages it needs when they are missing
 # (python3 venv support; a Java runtime when the spark extra is asked for, kcat for
@@ -15,7 +15,7 @@ venv=.venv
 lock=requirements/dev.txt
 for extra in ${extras//,/ }; do
     case "$extra" in
-        dev | operator) ;;
+        dev | operator | docs) ;;
         spark) lock=requirements/spark.txt ;;
         *)
             echo "bootstrap: no lock holds the extra '$extra' (see requirements/)" >&2

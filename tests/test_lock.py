@@ -17,8 +17,8 @@ from packaging.utils import canonicalize_name
 REPO = Path(__file__).resolve().parents[1]
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", re.MULTILINE)
 LOCKS = {
-    "dev.txt": ("dev", "operator"),
-    "spark.txt": ("dev", "operator", "spark"),
+    "dev.txt": ("dev", "operator", "docs"),
+    "spark.txt": ("dev", "operator", "docs", "spark"),
     "broker-image.txt": (),
     "image.txt": ("operator",),
 }

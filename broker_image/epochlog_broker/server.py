@@ -860,7 +860,7 @@ def run_broker(config: BrokerConfig) -> int:
         return asyncio.run(serve(config))
     except StorageIdError as exc:
         # Starting anyway would either make every replica on the disk a new one or keep
-        # data under an id nobody can check: the operator decides (README).
+        # data under an id nobody can check: the operator decides (docs/concepts/state.md).
         log.error("broker_cannot_start", broker=config.broker_id, error=exc.message)
         print(f"epochlog broker {config.broker_id}: {exc.message}", file=sys.stderr)
         return 2

@@ -1,5 +1,5 @@
 // Helm's command line, at the version of Helm the chart's tests render with, for the
-// path a user follows on the test cluster (README "On Kubernetes").
+// path a user follows on the test cluster (docs/operating/on-kubernetes.md).
 module epochlog.dev/cluster/helm
 
 go 1.26.0

@@ -2,7 +2,7 @@
 
 A setting comes from its command-line flag, else from its environment variable,
 else from the default below. The table is the documentation (`epochlog operator
---help` prints it, the README repeats it):
+--help` prints it, docs/operating/operator.md repeats it):
 
 | flag                          | environment                          | default  |
 |-------------------------------|--------------------------------------|----------|

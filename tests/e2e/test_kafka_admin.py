@@ -230,7 +230,7 @@ async def test_kafka_python_admin_deletes_records_describes_configs_and_cannot_c
             assert by_name["fresh"]["error_code"] == PolicyViolationError.errno
             assert by_name["fresh"]["error_message"] == (
                 "epochlog topics are Kubernetes Partition resources: kubectl apply a "
-                "Partition named fresh-<n> for each partition (see the README)"
+                "Partition named fresh-<n> for each partition (see docs/getting-started.md)"
             )
             assert by_name[TOPIC]["error_code"] == wire.error("topic_already_exists")
         async with Client(cluster.bootstrap, credentials=cluster.credentials) as client:

@@ -39,8 +39,8 @@ def files(directory: Path, n: int) -> list[OsFile]:
 
 
 def test_this_machine_syncs_a_filesystem_at_once() -> None:
-    # The figures in the README are measured with syncfs; a kernel before 5.8 would
-    # fall back to one fdatasync per log.
+    # The figures in docs/concepts/performance.md are measured with syncfs; a kernel
+    # before 5.8 would fall back to one fdatasync per log.
     assert syncfs_available()
 
 

@@ -277,7 +277,7 @@ def refusal(topic: str) -> str:
     """CreateTopics' answer: how an epochlog topic is made."""
     return (
         "epochlog topics are Kubernetes Partition resources: kubectl apply a Partition "
-        f"named {topic}-<n> for each partition (see the README)"
+        f"named {topic}-<n> for each partition (see docs/getting-started.md)"
     )
 
 

@@ -17,8 +17,8 @@ The file has the checkpoint files' shape and CRC line:
 
 A damaged file stops the broker with a `StorageIdError` naming the file: a new
 id would make every replica on the disk a new one, and keeping the old data
-under an id nobody can check is not safe either; an operator decides (README,
-"Recovering from disk faults"). A directory written before storage ids existed
+under an id nobody can check is not safe either; an operator decides (docs/concepts/state.md,
+"Storage identity"). A directory written before storage ids existed
 has no file and gets a new id on its first start.
 """
 

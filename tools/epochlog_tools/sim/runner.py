@@ -626,7 +626,7 @@ class _Nemesis:
         no record anywhere that a newer ISR existed (simulator seed 9600284: brokers 1 and
         3, t-1's ISR, wiped for t-0's isr-disk-loss, the controller restarted, t-1
         deleted; broker 2's older assignment named it in sync). No design can see that
-        loss; the README says so ("State that survives losing the resource")."""
+        loss; the documentation says so (docs/concepts/state.md)."""
         sim, rng = self.sim, self.rng
         if name not in sim.store.items:
             return  # still deleted: its creation is on its way
