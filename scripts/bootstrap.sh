@@ -5,7 +5,7 @@
 # Nothing is resolved here, so a fresh clone installs what CI installed when the
 # lock was written. Installs the Debian packages it needs when they are missing
 # (python3 venv support; a Java runtime when the spark extra is asked for, kcat for
-# the dev extra).
+# the dev extra), and promtool for the dev extra, taken out of Debian's package.
 # Idempotent: re-installs only when pyproject.toml, the lock or the extras change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -60,6 +60,28 @@ if [ ! -x "$venv/bin/python" ]; then
         apt_install python3.11-venv
         "$py" -m venv "$venv"
     fi
+fi
+
+# promtool (Prometheus' rule checker, Debian's 2.42) checks the chart's alert rules and
+# runs their unit tests (tests/monitoring/test_rules.py). Debian ships it in the
+# prometheus package, whose installation starts a Prometheus server and enables its
+# service (the package's postinst) and pulls in a node exporter: only promtool is taken
+# out of the package, into the venv, and nothing is installed or started.
+if [[ ",$extras," == *",dev,"* ]] && [ ! -x "$venv/bin/promtool" ]; then
+    deb_dir=$(mktemp -d)
+    if [ "$(id -u)" = 0 ]; then
+        # apt downloads as its own user where it can write.
+        chown _apt "$deb_dir" 2>/dev/null || true
+        apt-get update -qq
+    else
+        sudo apt-get update -qq
+    fi
+    (cd "$deb_dir" && apt-get download -qq prometheus)
+    dpkg-deb --fsys-tarfile "$deb_dir"/prometheus_*.deb \
+        | tar -x -O ./usr/bin/promtool >"$venv/bin/promtool.part"
+    chmod 755 "$venv/bin/promtool.part"
+    mv "$venv/bin/promtool.part" "$venv/bin/promtool"
+    rm -rf "$deb_dir"
 fi
 
 stamp="$venv/.installed-$(cat pyproject.toml "$lock" | sha256sum | cut -c1-16)-${extras//,/_}"

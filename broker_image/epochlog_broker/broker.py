@@ -67,6 +67,7 @@ from epochlog.protocol.errors import (
     RequestTimedOutError,
 )
 from epochlog.protocol.heartbeat import HeartbeatResponse, PartitionAssignment
+from epochlog.security.expiry import CertificateExpiry
 from epochlog.security.tls import client_context
 from epochlog.tasks import cancel_and_wait
 from epochlog_broker.config import BrokerConfig
@@ -88,10 +89,11 @@ from epochlog_broker.core import (
     SendToLeader,
 )
 from epochlog_broker.fetcher import Fetchers, Outcome, SessionOutcome
+from epochlog_broker.high_watermark_waits import HighWatermarkWaits
 from epochlog_broker.identity import DataDirClaim
 from epochlog_broker.liveness_thread import KeepaliveHeader, KeepaliveThread
 from epochlog_broker.log.fs import OsFileSystem
-from epochlog_broker.metrics import BrokerMetrics
+from epochlog_broker.metrics import BrokerMetrics, BrokerState
 from epochlog_broker.replica_wire import ReplicaClient
 from epochlog_broker.replication.fetch_session import SessionFetchAnswer, SessionFetchRequest
 from epochlog_broker.replication.follower import Follower
@@ -156,7 +158,16 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.core: BrokerCore | None = None
-        self.metrics = BrokerMetrics(lambda: self.core)
+        self.high_watermark_waits = HighWatermarkWaits()
+        self.metrics = BrokerMetrics(
+            lambda: self.core,
+            BrokerState(
+                core=lambda: self.core,
+                high_watermark_waits=self._high_watermark_waits,
+                data_dir=config.data_dir,
+                certificates=CertificateExpiry(config.tls) if config.tls else None,
+            ),
+        )
         self.heartbeat_applied = False
         """The controller answered this run of the core at least once."""
         self.restarts = 0
@@ -480,10 +491,17 @@ class Broker:
             part = self._parts[name] = _Partition()
         return part
 
+    def _high_watermark_waits(self) -> tuple[float, int]:
+        core = self.core
+        if core is None:
+            return 0.0, 0
+        return self.high_watermark_waits.oldest(core.leader_position, time.monotonic())
+
     def _progress(self, name: str) -> None:
         """Wake the long polls of `name` if its high watermark moved."""
         core = self.core
         if core is not None and core.high_watermark_moved(name):
+            self.high_watermark_waits.observe(name, core.leader_position(name), time.monotonic())
             # Parked follower fetches are not woken: a follower learns the HW with
             # the next data or at the end of its wait, which costs no extra round
             # trip per acknowledged request.
@@ -533,6 +551,7 @@ class Broker:
                 leader_epoch=leader_epoch,
                 producer=producer,
             )
+            self.high_watermark_waits.observe(name, core.leader_position(name), time.monotonic())
             self.run(effects)
             done = await _by_deadline(waiter, name, timeout_ms, leader_epoch)
         finally:

@@ -804,6 +804,24 @@ class BrokerCore:
         self._faulted.intersection_update(out)
         return out
 
+    def faults_by_kind(self) -> dict[FaultKind, int]:
+        """Replicas offline after a storage error now, by the kind of fault (every kind,
+        0 for none). Looks only at replicas a fault hit, as `offline_replicas`."""
+        out = dict.fromkeys(FaultKind, 0)
+        for name in self._faulted:
+            host = self.partitions.get(name)
+            if host is not None and host.fault is not None:
+                out[host.fault.kind] += 1
+        return out
+
+    def leader_position(self, name: str) -> tuple[int, int] | None:
+        """(highWatermark, logEndOffset) of `name` while this broker leads it, else None."""
+        host = self.partitions.get(name)
+        if host is None or not isinstance(host.replica.role, Leader):
+            return None
+        role = host.replica.role
+        return role.high_watermark, role.log_end_offset
+
     def take_deferred(self) -> list[Effect]:
         """Effects of faults found by calls that raised (a resigned leader's produces)."""
         effects, self._deferred = self._deferred, []

@@ -5,22 +5,33 @@ the per-partition state (log end, persisted log end, HW, log start, epochs,
 role, ISR size) and the bytes served under the reassignment throttle are read
 from the broker core at scrape time by `PartitionCollector`, so they are never
 stale and cost nothing between scrapes.
+`BrokerStateCollector` answers, at scrape time too, what alerts and dashboards
+watch per broker without a label per partition: replicas offline by kind of
+storage fault, how long records have waited for a highWatermark that does not
+advance (`high_watermark_waits`), the data volume's size and free bytes, and
+when the certificates the broker was given end. None of it looks at partitions
+that nothing happens to: an idle broker's scrape costs the same with ten
+partitions or ten thousand.
 Each broker has its own registry (no process-global state), which keeps
 several brokers in one test process apart.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from epochlog.protocol.epochs import reported_epoch
+from epochlog.security.expiry import CertificateExpiry
 from epochlog_broker.core import BrokerCore
 from epochlog_broker.replication.follower import Follower
 from epochlog_broker.replication.leader import Leader
+from epochlog_broker.storage_faults import FaultKind
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -125,8 +136,94 @@ class PartitionCollector(Collector):
         yield throttled
 
 
+def certificate_family(expiry: CertificateExpiry) -> GaugeMetricFamily:
+    """`epochlog_certificate_expiry_timestamp_seconds`, as the operator exports it too."""
+    family = GaugeMetricFamily(
+        "epochlog_certificate_expiry_timestamp_seconds",
+        "When the certificate this process loaded from each of its files ends (notAfter, "
+        "seconds since the epoch), by file: own (its certificate), cluster-ca, clients-ca",
+        labels=["certificate"],
+    )
+    for role, seconds in sorted(expiry.not_after().items()):
+        family.add_metric([str(role)], seconds)
+    return family
+
+
+@dataclass(frozen=True)
+class BrokerState:
+    """What `BrokerStateCollector` reads, each asked at scrape time."""
+
+    core: Callable[[], BrokerCore | None]
+    high_watermark_waits: Callable[[], tuple[float, int]]
+    """(longest wait in seconds, partitions waiting): `HighWatermarkWaits.oldest`."""
+    data_dir: str | None = None
+    certificates: CertificateExpiry | None = None
+
+
+class BrokerStateCollector(Collector):
+    def __init__(self, state: BrokerState) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[Metric]:
+        core = self._state.core()
+        faulted = GaugeMetricFamily(
+            "epochlog_broker_faulted_replicas",
+            "Replicas on this broker offline after a storage error now, by fault (disk-full, "
+            "io-error, damaged)",
+            labels=["fault"],
+        )
+        counts = core.faults_by_kind() if core is not None else dict.fromkeys(FaultKind, 0)
+        for kind, n in counts.items():
+            faulted.add_metric([kind.value], n)
+        yield faulted
+        faults = CounterMetricFamily(
+            "epochlog_broker_storage_faults",
+            "Replicas this run of the broker took offline after a storage error",
+        )
+        faults.add_metric([], core.storage_faults if core is not None else 0)
+        yield faults
+        longest, waiting = self._state.high_watermark_waits()
+        age = GaugeMetricFamily(
+            "epochlog_broker_high_watermark_age_seconds",
+            "Longest time, over the partitions this broker leads, since the highWatermark "
+            "last advanced while records wait above it (0: no records wait)",
+        )
+        age.add_metric([], longest)
+        yield age
+        pending = GaugeMetricFamily(
+            "epochlog_broker_high_watermark_waiting_partitions",
+            "Partitions this broker leads with records above the highWatermark",
+        )
+        pending.add_metric([], waiting)
+        yield pending
+        yield from self._volume()
+        if self._state.certificates is not None:
+            yield certificate_family(self._state.certificates)
+
+    def _volume(self) -> Iterator[Metric]:
+        size = GaugeMetricFamily(
+            "epochlog_broker_volume_size_bytes", "Size of the file system of the data directory"
+        )
+        free = GaugeMetricFamily(
+            "epochlog_broker_volume_available_bytes",
+            "Bytes of the data directory's file system this broker may still write",
+        )
+        if self._state.data_dir is not None:
+            try:
+                st = os.statvfs(self._state.data_dir)
+            except OSError:
+                pass
+            else:
+                size.add_metric([], st.f_blocks * st.f_frsize)
+                free.add_metric([], st.f_bavail * st.f_frsize)
+        yield size
+        yield free
+
+
 class BrokerMetrics:
-    def __init__(self, core: Callable[[], BrokerCore | None]) -> None:
+    def __init__(
+        self, core: Callable[[], BrokerCore | None], state: BrokerState | None = None
+    ) -> None:
         r = self.registry = CollectorRegistry(auto_describe=False)
         self.produce_requests = Counter(
             "epochlog_produce_requests",
@@ -226,6 +323,8 @@ class BrokerMetrics:
         self.broker_epoch = Gauge("epochlog_broker_epoch", "Current brokerEpoch", registry=r)
         self.ready = Gauge("epochlog_broker_ready", "1 when /readyz answers ready", registry=r)
         r.register(PartitionCollector(core))
+        if state is not None:
+            r.register(BrokerStateCollector(state))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -13,11 +13,15 @@ A Partition whose name another namespace's Partition holds (brokers know a
 partition by its name alone; see `indexed.NameClaims`) is not assigned to
 brokers, and its status says so and nothing else: Ready False with reason
 NameConflict, naming that namespace (`name_conflict_status`).
+
+`ConditionCounts` keeps how many Partitions have Offline, UnderMinIsr,
+UnderReplicated and Reassigning True, for the operator's metrics.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Final
 
 from epochlog.resources import (
     Condition,
@@ -193,3 +197,51 @@ def name_conflict_status(
         observed_generation=generation,
     )
     return None if conflict == status else conflict
+
+
+COUNTED_CONDITIONS: Final = (
+    ConditionType.OFFLINE,
+    ConditionType.UNDER_MIN_ISR,
+    ConditionType.UNDER_REPLICATED,
+    ConditionType.REASSIGNING,
+)
+"""The conditions whose True count the operator's metrics export."""
+
+
+class ConditionCounts:
+    """How many Partitions have each of `COUNTED_CONDITIONS` True, kept one Partition at a
+    time as statuses are read: the metrics ask for the totals without going over every
+    Partition, so an idle operator's scrape costs the same however many it serves."""
+
+    def __init__(self) -> None:
+        self._of: dict[str, frozenset[ConditionType]] = {}
+        self._counts: dict[ConditionType, int] = dict.fromkeys(COUNTED_CONDITIONS, 0)
+
+    def set(self, name: str, status: PartitionStatus | None) -> None:
+        """`name`'s status as last read (None: it has none yet, or cannot be decided)."""
+        true = frozenset(
+            c.type
+            for c in (status.conditions if status is not None else ())
+            if c.status is ConditionStatus.TRUE and c.type in self._counts
+        )
+        before = self._of.get(name, frozenset())
+        if true == before:
+            return
+        for t in before - true:
+            self._counts[t] -= 1
+        for t in true - before:
+            self._counts[t] += 1
+        if true:
+            self._of[name] = true
+        else:
+            self._of.pop(name, None)
+
+    def forget(self, name: str) -> None:
+        self.set(name, None)
+
+    def clear(self) -> None:
+        self._of.clear()
+        self._counts = dict.fromkeys(COUNTED_CONDITIONS, 0)
+
+    def counts(self) -> dict[ConditionType, int]:
+        return dict(self._counts)

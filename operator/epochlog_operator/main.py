@@ -25,6 +25,7 @@ from aiohttp import web
 from epochlog import collector
 from epochlog.http_limits import LimitedSite
 from epochlog.logs import configure
+from epochlog.security.expiry import CertificateExpiry
 from epochlog.security.tls import CertReloader, PeerIdentities, ca_name, server_context
 from epochlog.tasks import cancel_and_wait
 from epochlog_operator.cert_manager import CertificateManager, private_dir
@@ -124,8 +125,16 @@ async def serve(settings: OperatorSettings) -> None:
             await certificates.reconcile()
         tls = certificates.operator_files() if certificates else settings.tls
         peers = PeerIdentities(ca_name(tls.ca)) if tls else None
+        expiry = CertificateExpiry(tls) if tls else None
         runner = web.AppRunner(
-            build_app(reconciler, metrics, settings.http, peers=peers, readiness=gate.readiness),
+            build_app(
+                reconciler,
+                metrics,
+                settings.http,
+                peers=peers,
+                readiness=gate.readiness,
+                certificates=expiry,
+            ),
             access_log=None,
             **settings.http.runner_args(),
         )
@@ -157,6 +166,7 @@ async def serve(settings: OperatorSettings) -> None:
                     settings.http,
                     probes_only=True,
                     readiness=gate.readiness,
+                    certificates=expiry,
                 ),
                 access_log=None,
                 **settings.http.runner_args(),

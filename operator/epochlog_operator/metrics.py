@@ -3,7 +3,10 @@
 A handful of counters and gauges do not justify a client library: `Metrics`
 holds them as plain numbers keyed by label values, and `render` writes the
 text format (version 0.0.4). Gauges that are a function of the moment
-(heartbeat age per broker) are computed by the caller at scrape time.
+(heartbeat age per broker, which brokers are fenced, how many Partitions have
+each condition, when the certificates end) are computed by the caller at
+scrape time (`state_families`), from state kept up to date as it changes: none
+of them goes over the Partitions.
 """
 
 from __future__ import annotations
@@ -11,6 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
+
+from epochlog.resources import ConditionType
+from epochlog.security.expiry import CertificateRole
+from epochlog_operator.liveness import BrokerState
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -195,3 +202,37 @@ class Metrics:
             for labels, value in sorted(family.values.items()):
                 lines.append(_sample(family.name, labels, value))
         return "\n".join(lines) + "\n"
+
+
+def state_families(
+    brokers: Mapping[int, BrokerState],
+    conditions: Mapping[ConditionType, int],
+    certificates: Mapping[CertificateRole, float],
+) -> list[Family]:
+    """The scrape-time gauges of the acting replica's state (empty while standing by)."""
+    fenced = Family(
+        "epochlog_operator_broker_fenced",
+        "gauge",
+        "1 for each broker whose session ended (it lost the ISR and leadership until it "
+        "heartbeats again with a new brokerEpoch), 0 for each live one; only the acting "
+        "replica exports it.",
+    )
+    for broker, state in sorted(brokers.items()):
+        fenced.set(1 if state is BrokerState.FENCED else 0, broker=str(broker))
+    counted = Family(
+        "epochlog_operator_partition_conditions",
+        "gauge",
+        "Partitions whose status has the condition True, by condition (Offline, UnderMinIsr, "
+        "UnderReplicated, Reassigning); only the acting replica exports it.",
+    )
+    for condition, n in sorted(conditions.items()):
+        counted.set(n, condition=str(condition))
+    expiry = Family(
+        "epochlog_certificate_expiry_timestamp_seconds",
+        "gauge",
+        "When the certificate this process loaded from each of its files ends (notAfter, "
+        "seconds since the epoch), by file: own (its certificate), cluster-ca, clients-ca.",
+    )
+    for role, seconds in sorted(certificates.items()):
+        expiry.set(seconds, certificate=str(role))
+    return [fenced, counted, expiry]

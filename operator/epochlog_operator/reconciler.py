@@ -79,6 +79,7 @@ from epochlog_operator.admission import heartbeat_problem
 from epochlog_operator.budget import WriteBudget, WriteKind
 from epochlog_operator.conditions import (
     NAME_CONFLICT,
+    ConditionCounts,
     name_conflict_message,
     name_conflict_status,
 )
@@ -97,6 +98,7 @@ from epochlog_operator.kube import (
 from epochlog_operator.liveness import (
     LATE_SILENCE_LIMIT,
     STALL_CHECK_INTERVAL_MS,
+    BrokerState,
     HeartbeatOutcome,
     stall_threshold_ms,
 )
@@ -290,6 +292,8 @@ class Reconciler:
         """Partitions to decide once their write under way is answered. Kept apart from
         `dirty`: a pass looks at each dirty name, and after a failure thousands of
         Partitions can have a write out while every answer wakes a pass."""
+        self.conditions = ConditionCounts()
+        """How many Partitions served have each counted condition True (for the metrics)."""
         self.claims = NameClaims()
         """Which namespace serves each Partition name (brokers know partitions by name)."""
         self.unserved: dict[tuple[str, str], Obj] = {}
@@ -418,6 +422,20 @@ class Reconciler:
                 ages[broker] = max(0, silence) / 1000
         return ages
 
+    def broker_states(self) -> dict[int, BrokerState]:
+        """Live or fenced, for each broker this replica has heard from (none while standing
+        by: only the acting replica knows)."""
+        core = self.core
+        if core is None:
+            return {}
+        view = core.liveness.view(self.now_ms())
+        return {broker: view.state(broker) for broker in sorted(core.liveness.sessions)}
+
+    def condition_counts(self) -> dict[ConditionType, int]:
+        """Partitions with each counted condition True (none while standing by: a replica
+        standing by is not told of changes, and what it last read may be stale)."""
+        return self.conditions.counts() if self.core is not None else {}
+
     async def activate(self) -> None:
         """Start acting: read every Partition, start a new ControllerCore (and its grace period)."""
         if self._closed:
@@ -428,6 +446,7 @@ class Reconciler:
         self.dirty.clear()
         self.after_write.clear()
         self.claims.clear()
+        self.conditions.clear()
         self.unserved.clear()
         # Of two Partitions with one name, the one served before keeps it, else the older.
         for obj in sorted(objs, key=_claim_order):
@@ -512,6 +531,7 @@ class Reconciler:
                 spec=spec if isinstance(spec, dict) else None,
             )
         self.entries[name] = entry
+        self.conditions.set(name, decided.status if decided is not None else None)
         if decided is None:
             self.inputs.pop(name, None)
         else:
@@ -558,6 +578,7 @@ class Reconciler:
         if old is None or old.namespace != namespace or (uid and old.uid != uid):
             return
         del self.entries[name]
+        self.conditions.forget(name)
         self.inputs.pop(name, None)
         self.dirty.discard(name)
         self.after_write.discard(name)

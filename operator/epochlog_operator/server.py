@@ -34,10 +34,11 @@ from epochlog.protocol.errors import (
     NotControllerError,
 )
 from epochlog.protocol.heartbeat import BrokerHeartbeat
+from epochlog.security.expiry import CertificateExpiry
 from epochlog.security.principal import Principal
 from epochlog.security.tls import PeerIdentities
 from epochlog_operator.indexed import IndexedHeartbeat
-from epochlog_operator.metrics import CONTENT_TYPE, Metrics
+from epochlog_operator.metrics import CONTENT_TYPE, Metrics, state_families
 from epochlog_operator.reconciler import Reconciler
 
 log = structlog.get_logger("epochlog.operator.server")
@@ -131,6 +132,7 @@ def build_app(
     probes_only: bool = False,
     peers: PeerIdentities | None = None,
     readiness: Callable[[], tuple[bool, str]] | None = None,
+    certificates: CertificateExpiry | None = None,
 ) -> web.Application:
     """The operator's routes; with `probes_only`, health, readiness and metrics alone (the
     probe listener, which stays open when the heartbeat port asks for credentials).
@@ -138,7 +140,8 @@ def build_app(
     `peers`: the heartbeat port speaks TLS and a heartbeat is taken only from the
     certificate of the broker it names, for an address that certificate names.
     `readiness`: whether the replica is Ready and its role or why not (the peering gate's
-    `PeeringGate.readiness`); without it a replica is Ready by its role alone."""
+    `PeeringGate.readiness`); without it a replica is Ready by its role alone.
+    `certificates`: the operator's certificate files, whose ends /metrics exports."""
     limits = limits or HttpLimits()
 
     def role() -> tuple[bool, str]:
@@ -175,7 +178,12 @@ def build_app(
 
     async def render_metrics(request: web.Request) -> web.Response:
         reconciler.count_waiting()
-        text = metrics.render(reconciler.heartbeat_ages())
+        state = state_families(
+            reconciler.broker_states(),
+            reconciler.condition_counts(),
+            certificates.not_after() if certificates is not None else {},
+        )
+        text = metrics.render(reconciler.heartbeat_ages(), state)
         return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
 
     async def healthz(request: web.Request) -> web.Response:

@@ -160,6 +160,10 @@ async def test_full_volume_takes_only_that_partition_offline_and_recovers(
     assert c.controller.storage_error(1, CALM) is None
     metrics = (await c.request("GET", 1, "/metrics"))[1].decode()
     assert "epochlog_broker_offline_replicas 1.0" in metrics
+    # By fault, as the storage-fault alert reads it.
+    assert 'epochlog_broker_faulted_replicas{fault="disk-full"} 1.0' in metrics
+    assert 'epochlog_broker_faulted_replicas{fault="io-error"} 0.0' in metrics
+    assert "epochlog_broker_storage_faults_total 1.0" in metrics
 
     # The other partition on the same broker keeps working.
     answer = await c.produce(CALM, ["during"] * 3)
@@ -191,6 +195,9 @@ async def test_full_volume_takes_only_that_partition_offline_and_recovers(
 
     await c.wait_until(caught_up, 60, f"broker 1 to follow {FULL} again")
     await c.wait_ready([1], timeout_s=60)
+    metrics = (await c.request("GET", 1, "/metrics"))[1].decode()
+    assert 'epochlog_broker_faulted_replicas{fault="disk-full"} 0.0' in metrics
+    assert "epochlog_broker_storage_faults_total 1.0" in metrics
 
 
 # -- a damaged segment --------------------------------------------------------------------

@@ -4,7 +4,8 @@
 An acks=all request appended before the shrink answers the retriable
 NOT_ENOUGH_REPLICAS_AFTER_APPEND (HTTP 503); acks=leader records are acknowledged
 but stay above the high watermark, so no read returns them, until the followers
-return, rejoin the ISR and the HW moves on.
+return, rejoin the ISR and the HW moves on. Meanwhile the leader's metrics say that
+records wait for the HW, and for longer and longer, until it moves on.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest_asyncio
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.broker.cluster import Cluster
 from tests.broker.controller import spec
@@ -41,6 +43,16 @@ async def post(c: Cluster, leader: int, value: str, acks: str) -> tuple[int, dic
         json={"records": [{"value": value}]},
     )
     return status, json.loads(raw)
+
+
+async def hw_waits(c: Cluster, broker: int) -> tuple[float, float]:
+    """(epochlog_broker_high_watermark_age_seconds, ..._waiting_partitions) of `broker`."""
+    text = (await c.request("GET", broker, "/metrics"))[1].decode()
+    values = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    return (
+        values["epochlog_broker_high_watermark_age_seconds"],
+        values["epochlog_broker_high_watermark_waiting_partitions"],
+    )
 
 
 async def test_kip_966_hw_frozen_and_after_append_error_on_real_brokers(
@@ -71,6 +83,15 @@ async def test_kip_966_hw_frozen_and_after_append_error_on_real_brokers(
         assert [r["value"] for r in answer["records"]] == ["c1"]
         latest = await c.call("GET", leader, f"/v1/partitions/{NAME}/offsets")
         assert latest["offset"] == 1
+        age, waiting = await hw_waits(c, leader)
+        assert waiting == 1
+        assert age > 0
+
+        async def older() -> bool:
+            later, waiting = await hw_waits(c, leader)
+            return waiting == 1 and later > age
+
+        await c.wait_until(older, 10, "the highWatermark's age to grow while it is stuck")
     finally:
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
@@ -80,6 +101,7 @@ async def test_kip_966_hw_frozen_and_after_append_error_on_real_brokers(
         return [r["value"] for r in records] == ["c1", "j1", "l1"]
 
     await c.wait_until(visible, 30, "the HW to move on once the ISR is back")
+    assert await hw_waits(c, leader) == (0.0, 0.0)
     status_now = c.controller.status(NAME)
     assert status_now is not None
     assert len(status_now.isr) >= 2

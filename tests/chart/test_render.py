@@ -68,6 +68,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "pipeline": {"pipeline": {"enabled": True}},
     "no-kafka": {"broker": {"kafka": {"enabled": False}}},
     "pipeline-plaintext": {"pipeline": {"enabled": True}, "tls": {"enabled": False}},
+    "monitoring": {
+        "monitoring": {
+            "dashboard": {"enabled": True, "namespace": "grafana"},
+            "prometheusRule": {"enabled": True, "labels": {"release": "prometheus"}},
+            "podMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+            "alerts": {"underMinIsrFor": "10m", "certificateExpiryDays": 20},
+        }
+    },
     "selectors": {
         "fullnameOverride": "log",
         "networkPolicy": {
@@ -99,6 +107,8 @@ def test_every_rendered_manifest_is_valid_for_a_recent_kubernetes(variant: str) 
     for obj in objects:
         if obj["apiVersion"].startswith(("epochlog.dev/", "kopf.dev/")):
             continue  # custom resources: checked against their CRDs below
+        if obj["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue  # the Prometheus operator's: tests/chart/test_monitoring.py
         kubernetes_validate.validate(obj, KUBERNETES, strict=True)
     for partition in find(objects, "Partition"):
         assert _partition_schema_accepts(partition) == []
@@ -186,6 +196,12 @@ BAD_VALUES: dict[str, dict[str, Any]] = {
     "certificate check interval": {"tls": {"certificateCheckIntervalSeconds": 0}},
     "log format": {"operator": {"logFormat": "xml"}},
     "spark master": {"pipeline": {"master": "yarn"}},
+    "alert duration": {"monitoring": {"alerts": {"underMinIsrFor": "5 minutes"}}},
+    "certificate days": {"monitoring": {"alerts": {"certificateExpiryDays": 0}}},
+    "dashboard label": {"monitoring": {"dashboard": {"labels": {"grafana_dashboard": 1}}}},
+    "dashboard namespace": {"monitoring": {"dashboard": {"namespace": "Grafana"}}},
+    "scrape interval": {"monitoring": {"podMonitor": {"interval": "often"}}},
+    "unknown monitoring key": {"monitoring": {"serviceMonitor": {"enabled": True}}},
 }
 
 
