@@ -856,7 +856,12 @@ def as_result(
         benchmark="scale_bench",
         date=stamp.date,
         machine=stamp.machine,
-        parameters=results.parameters(args, settings=dataclasses.asdict(settings)),
+        parameters=results.parameters(
+            args,
+            # Which kubectl (the one beside this Python or on PATH), not where it is.
+            kubectl=args.kubectl.name if args.kubectl else None,
+            settings=dataclasses.asdict(settings),
+        ),
         baselines=baselines,
         figures={},
         ratios=ratios,
