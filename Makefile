@@ -77,6 +77,8 @@ demo: venv
 
 # interop-jars: besides its jars, it installs the Java runtime and Maven that side_by_side
 # and kafka_perf_tools need to fetch and run Kafka's own jars (benchmarks/kafka_cluster.py).
+# Each benchmark also writes its figures to build/bench/<name>.json (benchmarks/results.py);
+# the last step draws the docs' plots from them into docs/assets/bench/ (benchmarks/plots.py).
 bench: venv interop-jars
 	$(BIN)/python -m benchmarks.log_bench
 	$(BIN)/python -m benchmarks.retention_bench
@@ -90,6 +92,7 @@ bench: venv interop-jars
 	$(BIN)/python -m benchmarks.scale_bench --partitions 10,100,300
 	$(BIN)/python -m benchmarks.side_by_side
 	$(BIN)/python -m benchmarks.kafka_perf_tools
+	$(BIN)/python -m benchmarks.plots
 
 soak: venv
 	HYPOTHESIS_PROFILE=soak $(PYTEST) --timeout 3600

@@ -18,6 +18,9 @@ data directory, and measures:
   in plaintext, one after the other in the same run, with the TLS/plaintext
   ratio of each figure.
 
+The figures are also written to `build/bench/broker_bench.json` (`benchmarks.results`;
+the baseline: raw write+fdatasync / 3).
+
 Everything shares this machine's cores: the three brokers, the operator, the
 API emulator and the load generator. Run with
 `.venv/bin/python -m benchmarks.broker_bench [--dir DIR] [--seconds S]`.
@@ -47,6 +50,7 @@ from typing import Any
 
 import aiohttp
 
+from benchmarks import results
 from benchmarks.log_bench import raw_write_fdatasync
 from epochlog.logs import configure
 from epochlog.objects import PartitionObject
@@ -85,6 +89,19 @@ class Throughput:
     @property
     def mib_per_s(self) -> float:
         return self.value_bytes / self.seconds / MiB
+
+
+def throughput_row(t: Throughput, **more: str | int) -> results.Row:
+    """One run in the JSON's terms (`benchmarks.results`)."""
+    return {
+        **more,
+        "label": t.label.strip(),
+        "records": t.records,
+        "value_bytes": t.value_bytes,
+        "seconds": t.seconds,
+        "records_s": t.records_per_s,
+        "mib_s": t.mib_per_s,
+    }
 
 
 def _values(size: int, count: int, rng: random.Random) -> list[str]:
@@ -237,6 +254,7 @@ def percentile(values: list[float], p: float) -> float:
 
 
 async def run(args: argparse.Namespace) -> int:
+    stamp = results.Stamp.now()
     root = Path(args.dir)
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
@@ -257,6 +275,7 @@ async def run(args: argparse.Namespace) -> int:
         print(f"\n===== {mode} =====")
         _report(args, raws, r.results, r.latencies, r.per, r.req_rate, r.reads)
     _compare(runs["TLS"], runs["plaintext"])
+    results.write(as_result(stamp, args, raws, runs))
     shutil.rmtree(root, ignore_errors=True)
     # Figures, not a gate: throughput moves with the disk and with what else runs here.
     return 0
@@ -293,6 +312,80 @@ class Run:
     per: int
     req_rate: float
     reads: list[Throughput]
+
+
+def _binary_goal(label: str) -> float | None:
+    if "binary" not in label:
+        return None
+    return BINARY_GOALS["100 B" if label.lstrip().startswith("100") else "1 KiB"]
+
+
+def as_result(
+    stamp: results.Stamp, args: argparse.Namespace, raws: list[float], runs: dict[str, Run]
+) -> results.Result[results.Row]:
+    """The JSON of one run (`benchmarks.results`): produce over raw write+fdatasync / 3 (the
+    baseline), and TLS over plaintext."""
+    third = statistics.median(raws) / 3
+    ratios: dict[str, results.Ratio] = {}
+    goals: list[results.Goal] = []
+    figures: dict[str, results.Figure] = {}
+    rows: list[results.Row] = []
+    for mode, r in runs.items():
+        for t in r.results:
+            key = f"{mode}_{t.label.strip().replace(' ', '_')}"
+            ratio = t.mib_per_s / third
+            ratios[key] = results.Ratio(
+                label=f"{mode} produce {t.label.strip()} / (raw / 3)",
+                value=ratio,
+                baseline="raw_third",
+            )
+            want = _binary_goal(t.label)
+            if want is not None:
+                goals.append(
+                    results.Goal.judge(
+                        f"{mode} produce {t.label.strip()} / (raw / 3)", ratio, at_least=want
+                    )
+                )
+            rows.append(throughput_row(t, mode=mode, kind="produce"))
+        rows.extend(throughput_row(t, mode=mode, kind="consume") for t in r.reads)
+        p50, p99 = (percentile(r.latencies, q) * 1000 for q in (50, 99))
+        figures[f"{mode}_latency_p50"] = results.Figure(
+            label=f"{mode} produce latency p50 at a tenth of the peak", unit="ms", value=p50
+        )
+        figures[f"{mode}_latency_p99"] = results.Figure(
+            label=f"{mode} produce latency p99 at a tenth of the peak", unit="ms", value=p99
+        )
+        goals.append(
+            results.Goal.judge(f"{mode} latency p99, ms", p99, at_most=LATENCY_P99_GOAL_MS)
+        )
+    tls, plain = runs["TLS"], runs["plaintext"]
+    for a, b in zip(tls.results + tls.reads, plain.results + plain.reads, strict=True):
+        kind = "produce" if a in tls.results else "consume"
+        ratios[f"tls_over_plaintext_{kind}_{a.label.strip().replace(' ', '_')}"] = results.Ratio(
+            label=f"{kind} {a.label.strip()}: TLS / plaintext, records/s",
+            value=a.records_per_s / b.records_per_s,
+            baseline=None,
+        )
+    return results.Result[results.Row](
+        benchmark="broker_bench",
+        date=stamp.date,
+        machine=stamp.machine,
+        parameters=results.parameters(args, leave_out=("dir",)),
+        baselines={
+            "raw_third": results.Baseline(
+                label="raw write + fdatasync of 1 MiB blocks on the same disk, / 3",
+                unit="MiB/s",
+                value=third,
+                runs=[x / 3 for x in raws],
+            )
+        },
+        figures=figures,
+        ratios=ratios,
+        goals=goals,
+        rows=rows,
+        notes=[],
+        status=0,
+    )
 
 
 def _compare(tls: Run, plain: Run) -> None:

@@ -12,8 +12,9 @@ ISR. At the end every partition is read back: no acknowledged record may be
 missing or doubled.
 
 Goal: median failover <= session timeout + 1 s. The figures and whether the
-goal was met are printed; the exit status is 1 only when an acknowledged
-record was lost or doubled.
+goal was met are printed, and written with every run to
+`build/bench/failover_bench.json` (`benchmarks.results`); the exit status is 1
+only when an acknowledged record was lost or doubled.
 
 Run with `make bench` or `python -m benchmarks.failover_bench [--runs N] [--rate R]`.
 `measure` takes the runs alone (TLS or plaintext), for `benchmarks.side_by_side`.
@@ -31,9 +32,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks import results
 from epochlog.client import Client
 from epochlog.logs import configure
 from epochlog_tools.devcluster.local import DevSettings, LocalCluster
@@ -74,6 +76,8 @@ class FailoverResult:
     """Kill to the new leader in the Partition's status."""
     verdict: Verdict
     not_acknowledged: int
+    runs: list[results.FailoverRun] = field(default_factory=list)
+    """Each run: who was killed, who took over, in which epochs, and both times."""
 
 
 async def measure(
@@ -93,6 +97,7 @@ async def measure(
     cluster = LocalCluster(root, brokers=3, settings=settings, tls=tls)
     failovers: list[float] = []
     elections: list[float] = []
+    runs_seen: list[results.FailoverRun] = []
     try:
         await cluster.up(example_partitions=False)
         await cluster.apply(
@@ -130,6 +135,17 @@ async def measure(
                 failover = ack.at - killed_at
                 failovers.append(failover)
                 elections.append(elected)
+                runs_seen.append(
+                    results.FailoverRun(
+                        run=run,
+                        killed=old,
+                        new_leader=new.leader,
+                        leader_epoch=epoch,
+                        new_leader_epoch=new.leader_epoch,
+                        elected_s=elected,
+                        first_ack_s=failover,
+                    )
+                )
                 epochs = f"{epoch}->{new.leader_epoch}"
                 say(
                     f"{run:>3}  {'b' + str(old):>6}  {epochs:>9}  {'b' + str(new.leader):>3}  "
@@ -145,10 +161,11 @@ async def measure(
         await cluster.down()
         shutil.rmtree(root, ignore_errors=True)
     verdict = verify(producer.acks, logs)
-    return FailoverResult(settings, failovers, elections, verdict, len(producer.failed))
+    return FailoverResult(settings, failovers, elections, verdict, len(producer.failed), runs_seen)
 
 
 async def bench(args: argparse.Namespace) -> int:
+    stamp = results.Stamp.now()
     settings = DevSettings()
     print("failover benchmark on the embedded cluster (3 brokers, RF3, minInsyncReplicas 2)")
     print(
@@ -183,11 +200,74 @@ async def bench(args: argparse.Namespace) -> int:
         f"{len(verdict.missing)} acknowledged but missing, {len(verdict.duplicated)} doubled, "
         f"{result.not_acknowledged} not acknowledged"
     )
+    status = 0 if verdict.ok else 1
+    results.write(as_result(stamp, args, result, status=status))
     if not verdict.ok:
         print("FAILED: acknowledged records were lost or doubled")
         return 1
     print("no acknowledged record lost")
     return 0
+
+
+def as_result(
+    stamp: results.Stamp, args: argparse.Namespace, measured: FailoverResult, *, status: int
+) -> results.Result[results.FailoverRun]:
+    """The JSON of one run (`benchmarks.results`). No baseline is measured: the goal is
+    set by the session timeout."""
+    session_s = measured.settings.session_timeout_ms / 1000
+    median = statistics.median(measured.failovers)
+    verdict = measured.verdict
+    return results.Result[results.FailoverRun](
+        benchmark="failover_bench",
+        date=stamp.date,
+        machine=stamp.machine,
+        parameters=results.parameters(
+            args,
+            settings=dataclasses.asdict(measured.settings),
+            retry_backoff_ms=list(RETRY_BACKOFF_MS),
+        ),
+        baselines={},
+        figures={
+            "first_ack_median": results.Figure(
+                label="kill -> first acks=all write on the new leader, median",
+                unit="s",
+                value=median,
+            ),
+            "first_ack_p90": results.Figure(
+                label="kill -> first acks=all write on the new leader, p90",
+                unit="s",
+                value=_percentile(measured.failovers, 0.9),
+            ),
+            "elected_median": results.Figure(
+                label="kill -> new leader in the Partition status, median",
+                unit="s",
+                value=statistics.median(measured.elections),
+            ),
+            "session_timeout": results.Figure(
+                label="broker session timeout", unit="s", value=session_s
+            ),
+        },
+        ratios={},
+        goals=[
+            results.Goal.judge(
+                "median kill -> first acks=all write <= session timeout + 1 s",
+                median,
+                at_most=session_s + 1,
+            ),
+            results.Goal.judge(
+                "acknowledged records lost or doubled",
+                len(verdict.missing) + len(verdict.duplicated),
+                at_most=0,
+            ),
+        ],
+        rows=measured.runs,
+        notes=[
+            f"records: {verdict.acknowledged} acknowledged, {verdict.read} read back, "
+            f"{len(verdict.missing)} missing, {len(verdict.duplicated)} doubled, "
+            f"{measured.not_acknowledged} not acknowledged"
+        ],
+        status=status,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

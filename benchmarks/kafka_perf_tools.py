@@ -51,7 +51,8 @@ producers keep their buffers full, so their latencies are mostly time queued in 
 client. Everything shares this machine's cores (the brokers, the JVM or the client,
 the operator, and whatever else runs here), so absolute figures move from run to
 run; the ratios within one run move less. The table goes to stdout (progress to
-stderr), `--json PATH` writes the figures.
+stderr); the figures are written to `build/bench/kafka_perf_tools.json`
+(`benchmarks.results`; `--json PATH` writes them elsewhere).
 
 Every count is checked: ProducerPerformance must count every record acknowledged
 (it counts only those acknowledged without an error), ConsumerPerformance must read
@@ -72,7 +73,6 @@ import contextlib
 import csv
 import functools
 import io
-import json
 import os
 import random
 import shutil
@@ -86,7 +86,7 @@ from typing import Any
 
 import aiohttp
 
-from benchmarks import broker_bench
+from benchmarks import broker_bench, results
 from benchmarks.kafka_cluster import (
     CONSUMER_PERFORMANCE,
     KAFKA_VERSION,
@@ -518,8 +518,13 @@ def values(run: Figures, third: float | None) -> dict[str, float | None]:
 
 
 def title(run: Figures) -> str:
-    size = "1 KiB" if run.size == 1024 else f"{run.size} B"
-    return f"{'TLS' if run.mode == 'tls' else run.mode} {size}"
+    return title_of(run.mode, run.size)
+
+
+def title_of(mode: str, size: int) -> str:
+    """A column's title: the cluster's mode and the record size."""
+    label = "1 KiB" if size == 1024 else f"{size} B"
+    return f"{'TLS' if mode == 'tls' else mode} {label}"
 
 
 def table(report: Report) -> list[str]:
@@ -569,30 +574,73 @@ def print_report(report: Report) -> None:
         print(f"LOST: {message}")
 
 
-def write_json(path: Path, args: argparse.Namespace, report: Report) -> None:
-    body = {
-        "figures": {
-            f"{run.mode}_{run.size}": {
-                "mode": run.mode,
-                "record_bytes": run.size,
-                **values(run, report.third),
-                "producer_performance_line": run.tool_line,
-                "consumer_performance_line": run.consumer_line,
-                "lost": run.lost,
-            }
-            for run in report.runs
+RATIOS: dict[str, str | None] = {
+    "tool_over_own": None,
+    "tool_over_raw": "raw_third",
+    "own_over_raw": "raw_third",
+    "tool_over_batches": None,
+    "batches_over_raw": "raw_third",
+    "consumer_over_own_read": None,
+}
+"""The ratios of `values`, each with the baseline it is taken over (None: over another
+figure of the same cluster)."""
+
+
+def as_result(
+    stamp: results.Stamp, args: argparse.Namespace, report: Report
+) -> results.Result[results.KafkaToolsRun]:
+    """The JSON of one run (`benchmarks.results`): a row per record size and cluster, the
+    ratios of each by `<mode>_<size>_<ratio>`."""
+    labels = {key: label.strip() for key, label, _ in ROWS}
+    baselines = {}
+    if report.third is not None:
+        baselines["raw_third"] = results.Baseline(
+            label="raw write + fdatasync of 1 MiB blocks on the same disk, / 3",
+            unit="MiB/s",
+            value=report.third,
+            runs=[r / 3 for r in report.raws],
+        )
+    rows = [
+        results.KafkaToolsRun(
+            mode=run.mode,
+            record_bytes=run.size,
+            values=values(run, report.third),
+            producer_performance_line=run.tool_line,
+            consumer_performance_line=run.consumer_line,
+            lost=run.lost,
+        )
+        for run in report.runs
+    ]
+    return results.Result[results.KafkaToolsRun](
+        benchmark="kafka_perf_tools",
+        date=stamp.date,
+        machine=stamp.machine,
+        parameters=results.parameters(
+            args,
+            leave_out=("json", "dir"),
+            producer=PRODUCER_PROPS,
+            kafka_version=KAFKA_VERSION,
+            java=java_version(),
+            load_average=report.loads,
+        ),
+        baselines=baselines,
+        figures={},
+        ratios={
+            f"{row.mode}_{row.record_bytes}_{key}": results.Ratio(
+                label=f"{title_of(row.mode, row.record_bytes)}: {labels[key]}",
+                value=row.values[key],
+                baseline=baseline,
+            )
+            for row in rows
+            for key, baseline in RATIOS.items()
         },
-        "labels": {key: label.strip() for key, label, _ in ROWS},
-        "raw_write_fdatasync_mib_s": report.raws,
-        "raw_third_mib_s": report.third,
-        "parameters": {k: v for k, v in vars(args).items() if k not in ("json", "dir")},
-        "producer": PRODUCER_PROPS,
-        "kafka_version": KAFKA_VERSION,
-        "java": java_version(),
-        "load_average": report.loads,
-        "status": 1 if report.lost else 0,
-    }
-    path.write_text(json.dumps(body, indent=2, default=str) + "\n")
+        goals=[
+            results.Goal.judge("records lost or doubled", len(report.lost), at_most=0),
+        ],
+        rows=rows,
+        notes=report.lost,
+        status=1 if report.lost else 0,
+    )
 
 
 # -- the command ----------------------------------------------------------------------------
@@ -612,6 +660,7 @@ async def run_mode(
 
 
 async def run(args: argparse.Namespace) -> int:
+    stamp = results.Stamp.now()
     root = Path(args.dir)
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
@@ -631,8 +680,7 @@ async def run(args: argparse.Namespace) -> int:
     finally:
         raw()
         print_report(report)
-        if args.json:
-            write_json(Path(args.json), args, report)
+        results.write(as_result(stamp, args, report), Path(args.json) if args.json else None)
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     if report.lost:
@@ -659,7 +707,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--raw-mib", type=int, default=128, help="MiB per raw baseline run")
     parser.add_argument("--dir", default=".state/kafka-perf-tools", help="on the disk to use")
     parser.add_argument("--keep", action="store_true", help="keep the clusters' directories")
-    parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument(
+        "--json", help="write the figures to this file (default: build/bench/kafka_perf_tools.json)"
+    )
     args = parser.parse_args(argv)
     configure("warning")
     return asyncio.run(run(args))

@@ -6,6 +6,8 @@ raw baseline and of the log alternate, and the median of each is reported, so
 that disk noise hits both alike. The retention pair appends to 8 MiB segments,
 one with retention keeping 32 MiB (a pass after every batch: the log start moves,
 the checkpoint is written, whole segments are deleted), one keeping everything.
+Besides printing them, it writes its figures, with each round's time per batch of
+both sides, to `build/bench/log_bench.json` (`benchmarks.results`).
 Run with `make bench` or `python -m benchmarks.log_bench [--dir DIR] [--mib N]
 [--rounds R]`.
 """
@@ -18,7 +20,9 @@ import shutil
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 
+from benchmarks import results
 from epochlog.logs import configure
 from epochlog_broker.log import LogConfig, OsFileSystem, PartitionLog, Record
 from epochlog_broker.log.checkpoints import LogStartCheckpoint
@@ -34,23 +38,40 @@ def _fresh_data(batches: int) -> list[bytes]:
     return [os.urandom(RECORD * PER_BATCH) for _ in range(batches)]
 
 
+@dataclass(frozen=True)
+class Timed:
+    """One run: MiB/s of record values, and the seconds each batch took."""
+
+    mib_per_s: float
+    batch_s: list[float]
+
+
 def raw_write_fdatasync(path: str, batches: int) -> float:
+    """MiB/s of `batches` writes of 1 MiB, each followed by fdatasync."""
+    return raw_write_fdatasync_timed(path, batches).mib_per_s
+
+
+def raw_write_fdatasync_timed(path: str, batches: int) -> Timed:
     data = _fresh_data(batches)
     fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    times: list[float] = []
     try:
         start = time.perf_counter()
         for buf in data:
+            began = time.perf_counter()
             os.write(fd, buf)
             os.fdatasync(fd)
+            times.append(time.perf_counter() - began)
         elapsed = time.perf_counter() - start
     finally:
         os.close(fd)
         os.unlink(path)
-    return batches * RECORD * PER_BATCH / elapsed / (1 << 20)
+    return Timed(batches * RECORD * PER_BATCH / elapsed / (1 << 20), times)
 
 
-def log_append(directory: str, batches: int) -> tuple[float, float]:
-    """Returns (MiB/s of record values, MiB/s of bytes written to disk)."""
+def log_append(directory: str, batches: int) -> tuple[Timed, float]:
+    """Returns (MiB/s of record values with each batch's seconds, MiB/s of bytes written to
+    disk)."""
     shutil.rmtree(directory, ignore_errors=True)
     plog = PartitionLog.open(OsFileSystem(), directory, LogConfig())
     batch_records = [
@@ -60,15 +81,18 @@ def log_append(directory: str, batches: int) -> tuple[float, float]:
         ]
         for buf in _fresh_data(batches)
     ]
+    times: list[float] = []
     start = time.perf_counter()
     for records in batch_records:
+        began = time.perf_counter()
         plog.append_records(records, leader_epoch=1, timestamp=1_700_000_000_000)
         plog.flush()
+        times.append(time.perf_counter() - began)
     elapsed = time.perf_counter() - start
     on_disk = sum(s.size for s in plog.segments)
     plog.close()
     values = batches * PER_BATCH * RECORD
-    return values / elapsed / (1 << 20), on_disk / elapsed / (1 << 20)
+    return Timed(values / elapsed / (1 << 20), times), on_disk / elapsed / (1 << 20)
 
 
 RETENTION_SEGMENT = 8 << 20
@@ -140,18 +164,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
     configure("warning")
+    stamp = results.Stamp.now()
     os.makedirs(args.dir, exist_ok=True)
     raw_path = os.path.join(args.dir, "raw.bin")
     log_dir = os.path.join(args.dir, "bench-0")
     raws: list[float] = []
     logs: list[float] = []
     disk: list[float] = []
+    rounds: list[results.LogRound] = []
     print(f"log append bench: {args.mib} MiB per run, {args.rounds} rounds, dir {args.dir}")
     for rnd in range(args.rounds):
-        raws.append(raw_write_fdatasync(raw_path, args.mib))
-        v, d = log_append(log_dir, args.mib)
-        logs.append(v)
+        raw = raw_write_fdatasync_timed(raw_path, args.mib)
+        log, d = log_append(log_dir, args.mib)
+        raws.append(raw.mib_per_s)
+        logs.append(log.mib_per_s)
         disk.append(d)
+        rounds.append(
+            results.LogRound(
+                round=rnd + 1,
+                raw_mib_s=raw.mib_per_s,
+                log_mib_s=log.mib_per_s,
+                disk_mib_s=d,
+                raw_batch_ms=[round(1000 * t, 3) for t in raw.batch_s],
+                log_batch_ms=[round(1000 * t, 3) for t in log.batch_s],
+            )
+        )
         print(
             f"  round {rnd + 1}: raw {raws[-1]:7.1f} MiB/s   log {logs[-1]:7.1f} MiB/s", flush=True
         )
@@ -177,8 +214,86 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  without retention             {kept_m:8.1f} MiB/s of record values")
     print(f"  retention keeping 32 MiB      {retained_m:8.1f} MiB/s ({retained_m / kept_m:.2f}x)")
     shutil.rmtree(args.dir, ignore_errors=True)
+    measured = Measured(raws, log_m, disk_m, reads, raw_reads, kept, retained)
+    results.write(as_result(stamp, args, rounds, measured))
     # Figures, not a gate: the ratio moves with how fast this disk syncs today.
     return 0
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The figures `main` prints, for `result`."""
+
+    raws: list[float]
+    log: float
+    disk: float
+    reads: float
+    raw_reads: float
+    kept: list[float]
+    retained: list[float]
+
+
+def as_result(
+    stamp: results.Stamp,
+    args: argparse.Namespace,
+    rounds: list[results.LogRound],
+    m: Measured,
+) -> results.Result[results.LogRound]:
+    """The JSON of one run (`benchmarks.results`)."""
+    raw = statistics.median(m.raws)
+    kept, retained = statistics.median(m.kept), statistics.median(m.retained)
+    ratio = m.log / raw
+    return results.Result[results.LogRound](
+        benchmark="log_bench",
+        date=stamp.date,
+        machine=stamp.machine,
+        parameters=results.parameters(args, leave_out=("dir",)),
+        baselines={
+            "raw": results.Baseline(
+                label="raw os.write + os.fdatasync, 1 MiB per call",
+                unit="MiB/s",
+                value=raw,
+                runs=m.raws,
+            ),
+            "without_retention": results.Baseline(
+                label="log append + flush to 8 MiB segments, no retention",
+                unit="MiB/s",
+                value=kept,
+                runs=m.kept,
+            ),
+        },
+        figures={
+            "log": results.Figure(
+                label="log append + flush, record values", unit="MiB/s", value=m.log
+            ),
+            "disk": results.Figure(
+                label="log append + flush, bytes written to disk", unit="MiB/s", value=m.disk
+            ),
+            "read_records": results.Figure(
+                label="read records (decoded)", unit="MiB/s", value=m.reads
+            ),
+            "read_batches": results.Figure(
+                label="read batches (raw, as replicas do)", unit="MiB/s", value=m.raw_reads
+            ),
+            "with_retention": results.Figure(
+                label="log append + flush, retention keeping 32 MiB", unit="MiB/s", value=retained
+            ),
+        },
+        ratios={
+            "log_over_raw": results.Ratio(
+                label="log append / raw write+fdatasync", value=ratio, baseline="raw"
+            ),
+            "retention": results.Ratio(
+                label="with retention / without",
+                value=retained / kept,
+                baseline="without_retention",
+            ),
+        },
+        goals=[results.Goal.judge("log append / raw write+fdatasync", ratio, at_least=0.7)],
+        rows=rounds,
+        notes=[],
+        status=0,
+    )
 
 
 if __name__ == "__main__":

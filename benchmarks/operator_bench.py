@@ -19,7 +19,9 @@ high watermarks and lag move all the time. It reports:
 cluster's binaries, `EPOCHLOG_KUBE_BIN` or `cluster/build.sh`'s output;
 `epochlog_tools.harness.kube_apiserver`) instead of the emulator.
 
-The figures are printed; the goals are reported, not enforced.
+The figures are printed, and written to `build/bench/operator_bench.json`
+(`benchmarks.results`; no baseline: the goals are set by the settings); the goals
+are reported, not enforced.
 Run with `make bench` or `python -m benchmarks.operator_bench [--partitions N] ...`.
 """
 
@@ -37,6 +39,7 @@ from typing import Any
 
 import aiohttp
 
+from benchmarks import results
 from epochlog.objects import to_body
 from epochlog.resources import PartitionStatus
 from epochlog_tools.devcluster.partitions import PartitionEvent, partition_manifest, partitions_path
@@ -126,6 +129,9 @@ async def _metric(session: aiohttp.ClientSession, url: str, name: str) -> float:
 
 
 async def bench(args: argparse.Namespace) -> int:
+    stamp = results.Stamp.now()
+    found: dict[str, results.Figure] = {}
+    goals: list[results.Goal] = []
     work = Path(tempfile.mkdtemp(prefix="epochlog-operator-bench-"))
     api_port, op_port, probe_port = free_ports(3)
     kubeconfig = work / "kubeconfig"
@@ -218,6 +224,8 @@ async def bench(args: argparse.Namespace) -> int:
 
                 await watch.until(all_led, 300, "every Partition to have a leader and 3 in sync")
                 converged = time.monotonic() - started
+                found["created"] = _s(f"creating {args.partitions} Partitions", created)
+                found["converged"] = _s("until all led with 3 in sync", converged)
                 print(
                     f"setup: created {args.partitions} Partitions in {created:.1f} s; all led "
                     f"with 3 in sync after {converged:.1f} s"
@@ -234,6 +242,23 @@ async def bench(args: argparse.Namespace) -> int:
                 per_op = (writes - writes0) / args.partitions / args.steady_intervals
                 per_watch = modified / args.partitions / args.steady_intervals
                 goal = "met" if max(per_op, per_watch) <= 1 else "NOT met"
+                found["writes_per_interval_operator"] = results.Figure(
+                    label="status writes per Partition per refresh interval (operator counter)",
+                    unit="writes",
+                    value=per_op,
+                )
+                found["writes_per_interval_watch"] = results.Figure(
+                    label="status writes per Partition per refresh interval (emulator watch)",
+                    unit="writes",
+                    value=per_watch,
+                )
+                goals.append(
+                    results.Goal.judge(
+                        "status writes per Partition per refresh interval",
+                        max(per_op, per_watch),
+                        at_most=1,
+                    )
+                )
                 print(
                     f"steady state over {window:.0f} s: {per_op:.2f} status writes per partition "
                     f"per refresh interval (operator counter), {per_watch:.2f} (emulator watch); "
@@ -241,6 +266,11 @@ async def bench(args: argparse.Namespace) -> int:
                 )
                 sweep = await _metric(session, op_url, "epochlog_operator_last_sweep_seconds")
                 print(f"one reconcile sweep of {args.partitions} Partitions: {sweep * 1000:.0f} ms")
+                found["sweep"] = results.Figure(
+                    label=f"one reconcile sweep of {args.partitions} Partitions",
+                    unit="ms",
+                    value=sweep * 1000,
+                )
 
                 victim = 0
                 led = {n for n, s in watch.status.items() if s.leader == victim}
@@ -284,6 +314,19 @@ async def bench(args: argparse.Namespace) -> int:
                     - conflicts0
                 )
                 cpu = {k: _cpu_seconds(pid) - cpu0[k] for k, pid in pids.items()}
+                found["first_re_elected"] = _s("kill -> the first new leader", first_s)
+                found["re_elected"] = _s(f"kill -> new leaders for all {len(led)} led", elected_s)
+                found["isr_dropped"] = _s(f"kill -> all {len(hosted)} ISRs without it", dropped_s)
+                found["conflicts"] = results.Figure(
+                    label="status write conflicts meanwhile", unit="writes", value=conflicts
+                )
+                goals.append(
+                    results.Goal.judge(
+                        "kill -> new leaders for all, s <= session timeout + 2 s",
+                        elected_s,
+                        at_most=goal_s,
+                    )
+                )
                 print(
                     f"failover: broker {victim} killed; its {len(led)} led Partitions all had new "
                     f"leaders after {elected_s:.2f} s (the first after {first_s:.2f} s; goal <= "
@@ -295,7 +338,13 @@ async def bench(args: argparse.Namespace) -> int:
                     + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
                     + f"; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
                 )
-                await _write_latency(session, api_url)
+                p50, p99 = await _write_latency(session, api_url)
+                found["write_p50"] = results.Figure(
+                    label="API server status write, one after the other, p50", unit="ms", value=p50
+                )
+                found["write_p99"] = results.Figure(
+                    label="API server status write, one after the other, p99", unit="ms", value=p99
+                )
         finally:
             if watcher is not None:
                 watcher.cancel()
@@ -306,10 +355,31 @@ async def bench(args: argparse.Namespace) -> int:
             if real is not None:
                 await real.__aexit__(None, None, None)
     print(f"logs in {work}")
+    results.write(
+        results.Result[results.Row](
+            benchmark="operator_bench",
+            date=stamp.date,
+            machine=stamp.machine,
+            parameters=results.parameters(args),
+            baselines={},
+            figures=found,
+            ratios={},
+            goals=goals,
+            rows=[],
+            notes=[],
+            status=0,
+        )
+    )
     return 0
 
 
-async def _write_latency(session: aiohttp.ClientSession, api_url: str, count: int = 200) -> None:
+def _s(label: str, seconds: float) -> results.Figure:
+    return results.Figure(label=label, unit="s", value=seconds)
+
+
+async def _write_latency(
+    session: aiohttp.ClientSession, api_url: str, count: int = 200
+) -> tuple[float, float]:
     """Status updates of one Partition of its own, each after the last: the API server's
     cost per write, which bounds the operator's. The operator writes that Partition's
     status too (it elects its leader): a write it beat is read again and retried."""
@@ -336,6 +406,7 @@ async def _write_latency(session: aiohttp.ClientSession, api_url: str, count: in
         f"status writes, one after the other: p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms "
         f"({conflicts} conflicts with the operator's own)"
     )
+    return p50 * 1000, p99 * 1000
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,8 @@ Measured: from the spec change to the status showing the move done (replicas
 partition directory (read, write, fdatasync) as the baseline: what the disk
 alone takes for the same bytes. No throttle (`--reassignment-throttle-bytes`
 0). At the end broker 4's log must end where the leader's does; the exit
-status is 1 otherwise.
+status is 1 otherwise. The figures are also written to
+`build/bench/reassign_bench.json` (`benchmarks.results`).
 
 Run with `make bench` or `python -m benchmarks.reassign_bench [--mib N]`.
 """
@@ -24,8 +25,10 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks import results
 from epochlog.client import Client
 from epochlog.client.producer import Producer
 from epochlog.logs import configure
@@ -88,6 +91,7 @@ async def fill(cluster: LocalCluster, mib: int) -> int:
 
 
 async def bench(args: argparse.Namespace) -> int:
+    stamp = results.Stamp.now()
     settings = DevSettings()
     root = Path(tempfile.mkdtemp(prefix="epochlog-reassign-bench-"))
     cluster = LocalCluster(root, brokers=4, settings=settings)
@@ -147,10 +151,70 @@ async def bench(args: argparse.Namespace) -> int:
         f"({mib_copied / moved_s:.0f} MiB/s), {moved_s / raw_s:.1f}x the raw copy"
     )
     print(f"log end offsets at the end: {ends}")
-    if len(set(ends.values())) != 1:
+    exit_status = 0 if len(set(ends.values())) == 1 else 1
+    moved = Moved(records, filled, copied, raw_s, moved_s, ends)
+    results.write(as_result(stamp, args, moved, exit_status))
+    if exit_status:
         print("FAILED: the new replica does not end where the others do")
         return 1
     return 0
+
+
+@dataclass(frozen=True)
+class Moved:
+    """What `bench` measured, for `as_result`."""
+
+    records: int
+    filled_s: float
+    copied: int
+    raw_s: float
+    moved_s: float
+    ends: dict[int, int | None]
+
+
+def as_result(
+    stamp: results.Stamp, args: argparse.Namespace, m: Moved, status: int
+) -> results.Result[results.Row]:
+    """The JSON of one run (`benchmarks.results`): the raw copy is the baseline."""
+    mib = m.copied / MIB
+    return results.Result[results.Row](
+        benchmark="reassign_bench",
+        date=stamp.date,
+        machine=stamp.machine,
+        parameters=results.parameters(args),
+        baselines={
+            "raw_copy": results.Baseline(
+                label="raw copy of the leader's partition directory (read, write, fdatasync)",
+                unit="s",
+                value=m.raw_s,
+                runs=[m.raw_s],
+            )
+        },
+        figures={
+            "reassignment": results.Figure(
+                label="reassignment, spec change -> Reassigning False", unit="s", value=m.moved_s
+            ),
+            "copied": results.Figure(label="bytes moved", unit="MiB", value=mib),
+            "filled": results.Figure(label="filling the partition", unit="s", value=m.filled_s),
+        },
+        ratios={
+            "reassignment_over_raw_copy": results.Ratio(
+                label="reassignment / raw copy, time",
+                value=m.moved_s / m.raw_s,
+                baseline="raw_copy",
+            )
+        },
+        goals=[
+            results.Goal.judge(
+                "brokers whose log end offset differs at the end",
+                len(set(m.ends.values())) - 1,
+                at_most=0,
+            )
+        ],
+        rows=[{"broker": b, "log_end_offset": end} for b, end in m.ends.items()],
+        notes=[f"{m.records} records of {RECORD_BYTES // 1024} KiB"],
+        status=status,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,9 @@ flight) in alternating runs, so that drift of the disk or of the machine's load 
 both. Printed: MiB/s of each run, the medians and their ratio, where each replica's
 log starts at the end, and the bytes each replica keeps (retained: at most
 retentionBytes plus one closed segment and the active one). The exit status is 1 when
-retention deleted nothing or kept more than that.
+retention deleted nothing or kept more than that. The figures are also written to
+`build/bench/retention_bench.json` (`benchmarks.results`; the baseline: the runs
+without retention).
 
 Run with `make bench` or `python -m benchmarks.retention_bench [--seconds S] [--rounds N]`.
 """
@@ -29,12 +31,14 @@ from pathlib import Path
 
 import aiohttp
 
+from benchmarks import results
 from benchmarks.broker_bench import (
     REPLICAS,
     Throughput,
     binary_bodies,
     produce_throughput,
     ready_partitions,
+    throughput_row,
 )
 from epochlog.logs import configure
 from epochlog_tools.devcluster.local import DevSettings, LocalCluster
@@ -69,6 +73,7 @@ async def log_starts(cluster: LocalCluster, name: str) -> dict[int, int]:
 
 
 async def run(args: argparse.Namespace) -> int:
+    stamp = results.Stamp.now()
     root = Path(args.dir)
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
@@ -136,13 +141,75 @@ async def run(args: argparse.Namespace) -> int:
     )
     print(f"\nload average at end: {os.getloadavg()[0]:.2f}")
     bound = RETENTION_BYTES + 2 * SEGMENT_BYTES + MiB  # + indexes and checkpoints
-    if min(starts.values()) == 0:
+    deleted_nothing = min(starts.values()) == 0
+    kept_too_much = max(retained_bytes.values()) > bound
+    status = 1 if deleted_nothing or kept_too_much else 0
+    goals = [
+        results.Goal.judge(
+            "lowest log start of retained-0's replicas", min(starts.values()), at_least=1
+        ),
+        results.Goal.judge(
+            "most bytes a replica of retained-0 keeps", max(retained_bytes.values()), at_most=bound
+        ),
+    ]
+    results.write(as_result(stamp, args, runs, goals, status))
+    if deleted_nothing:
         print("retention deleted nothing: make the runs longer (--seconds)", file=sys.stderr)
         return 1
-    if max(retained_bytes.values()) > bound:
+    if kept_too_much:
         print(f"a replica keeps more than {bound} bytes", file=sys.stderr)
         return 1
     return 0
+
+
+def as_result(
+    stamp: results.Stamp,
+    args: argparse.Namespace,
+    runs: dict[str, list[Throughput]],
+    goals: list[results.Goal],
+    status: int,
+) -> results.Result[results.Row]:
+    """The JSON of one run (`benchmarks.results`): the runs without retention are the
+    baseline."""
+    kept = [t.mib_per_s for t in runs[KEPT]]
+    retained = [t.mib_per_s for t in runs[RETAINED]]
+    median = statistics.median(retained)
+    return results.Result[results.Row](
+        benchmark="retention_bench",
+        date=stamp.date,
+        machine=stamp.machine,
+        parameters=results.parameters(args, leave_out=("dir",)),
+        baselines={
+            "without_retention": results.Baseline(
+                label="produce to kept-0, no retention",
+                unit="MiB/s",
+                value=statistics.median(kept),
+                runs=kept,
+            )
+        },
+        figures={
+            "with_retention": results.Figure(
+                label="produce to retained-0, retention keeping 32 MiB, deleting",
+                unit="MiB/s",
+                value=median,
+            )
+        },
+        ratios={
+            "retention": results.Ratio(
+                label="with retention / without",
+                value=median / statistics.median(kept),
+                baseline="without_retention",
+            )
+        },
+        goals=goals,
+        rows=[
+            throughput_row(t, partition=name, run=n + 1)
+            for name in (KEPT, RETAINED)
+            for n, t in enumerate(runs[name])
+        ],
+        notes=[],
+        status=status,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,9 @@ between two consecutive acknowledgements on one partition during the roll
 it. At the end every partition is read back: no acknowledged record may be
 missing or doubled. Statuses with an ISR below minInsyncReplicas are counted.
 
-Exit status 1 only when an acknowledged record was lost or doubled.
+Exit status 1 only when an acknowledged record was lost or doubled. The figures are
+also written to `build/bench/rolling_restart_bench.json` (`benchmarks.results`; the
+baseline: the roll without controlled shutdown).
 
 Run with `make bench` or `python -m benchmarks.rolling_restart_bench [--partitions N]
 [--rate R]`.
@@ -34,9 +36,10 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from benchmarks import results
 from epochlog.client import Client
 from epochlog.logs import configure
 from epochlog_tools.devcluster.local import DevSettings, LocalCluster
@@ -144,6 +147,7 @@ def report(r: RollResult) -> None:
 
 
 async def bench(args: argparse.Namespace) -> int:
+    stamp = results.Stamp.now()
     print(
         f"rolling restart of 3 brokers under load: {args.partitions} partitions (RF 3, "
         f"minInsyncReplicas 2), {args.rate:.0f} records/s acks=all, dev default timings "
@@ -151,18 +155,86 @@ async def bench(args: argparse.Namespace) -> int:
         f"{DevSettings().session_timeout_ms} ms)",
         flush=True,
     )
-    results = [await run(mode, args) for mode in ("controlled", "immediate")]
+    rolls = [await run(mode, args) for mode in ("controlled", "immediate")]
     print()
-    for r in results:
+    for r in rolls:
         report(r)
-    controlled, immediate = results
+    controlled, immediate = rolls
     worst_c, worst_i = max(controlled.gaps.values()), max(immediate.gaps.values())
     print(
         f"\nlongest gap with / without controlled shutdown: {worst_c:.2f} s / {worst_i:.2f} s "
         f"(ratio {worst_c / worst_i:.2f}); goal under 1 s: "
         f"{'met' if worst_c < 1.0 else 'NOT met'}"
     )
-    return 1 if any(r.lost or r.doubled for r in results) else 0
+    status = 1 if any(r.lost or r.doubled for r in rolls) else 0
+    write_json(stamp, args, controlled, immediate, status)
+    return status
+
+
+def write_json(
+    stamp: results.Stamp,
+    args: argparse.Namespace,
+    controlled: RollResult,
+    immediate: RollResult,
+    status: int,
+) -> None:
+    """The JSON of one run (`benchmarks.results`): the roll without controlled shutdown is
+    the baseline."""
+    worst_c, worst_i = max(controlled.gaps.values()), max(immediate.gaps.values())
+    results.write(
+        results.Result[results.Row](
+            benchmark="rolling_restart_bench",
+            date=stamp.date,
+            machine=stamp.machine,
+            parameters=results.parameters(args),
+            baselines={
+                "immediate": results.Baseline(
+                    label="longest gap between acks on a partition, without controlled shutdown",
+                    unit="s",
+                    value=worst_i,
+                    runs=[worst_i],
+                )
+            },
+            figures={
+                "controlled": results.Figure(
+                    label="longest gap between acks on a partition, with controlled shutdown",
+                    unit="s",
+                    value=worst_c,
+                )
+            },
+            ratios={
+                "controlled_over_immediate": results.Ratio(
+                    label="longest gap with / without controlled shutdown",
+                    value=worst_c / worst_i,
+                    baseline="immediate",
+                )
+            },
+            goals=[
+                results.Goal.judge("longest gap with controlled shutdown, s", worst_c, at_most=1.0),
+                results.Goal.judge(
+                    "acknowledged records lost or doubled",
+                    sum(r.lost + r.doubled for r in (controlled, immediate)),
+                    at_most=0,
+                ),
+            ],
+            rows=[
+                {
+                    "mode": r.mode,
+                    "longest_gap_s": max(r.gaps.values()),
+                    "median_gap_s": statistics.median(r.gaps.values()),
+                    "steps": [asdict(step) for step in r.steps],
+                    "below_min_isr": r.below_min_isr,
+                    "statuses_seen": r.statuses_seen,
+                    "acknowledged": r.acknowledged,
+                    "lost": r.lost,
+                    "doubled": r.doubled,
+                }
+                for r in (controlled, immediate)
+            ],
+            notes=[],
+            status=status,
+        )
+    )
 
 
 def main() -> int:

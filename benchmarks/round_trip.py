@@ -14,8 +14,10 @@ mutual TLS (the brokers' certificates from a fresh `DevPki`):
 
 Printed per transport: CPU ms per round trip of the client and of the server
 (process CPU from getrusage and /proc), wall ms per round trip, and the ratio of
-the https total to the framed total. The transports alternate, `--runs` times
-each. Run with `python -m benchmarks.round_trip [--requests N] [--size B]`.
+the https total to the framed total (the framed stream is the baseline), also
+written to `build/bench/round_trip.json` (`benchmarks.results`). The transports
+alternate, `--runs` times each. Run with
+`python -m benchmarks.round_trip [--requests N] [--size B]`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from benchmarks import results
 from epochlog.security.pki import DevPki
 from epochlog.security.tls import TlsFiles, client_context, server_context
 from epochlog_tools.harness import free_ports
@@ -177,13 +180,14 @@ def main(argv: list[str] | None = None) -> int:
         ctx = server_context(_files(pki, 1), require_client_cert=True)
         asyncio.run(_serve(args.serve, args.port, args.size, ctx))
         return 0
+    stamp = results.Stamp.now()
     with tempfile.TemporaryDirectory(prefix="epochlog-round-trip-") as tmp:
         pki = DevPki(Path(tmp)).ensure([1, 2])
-        results: dict[str, list[Measured]] = {t: [] for t in TRANSPORTS}
+        results_by_transport: dict[str, list[Measured]] = {t: [] for t in TRANSPORTS}
         for run in range(args.runs):
             for transport in TRANSPORTS:
                 m = measure(pki, transport, args.requests, args.size)
-                results[transport].append(m)
+                results_by_transport[transport].append(m)
                 print(
                     f"run {run + 1} {transport}: client {m.client_ms:.3f} ms, server "
                     f"{m.server_ms:.3f} ms of CPU, {m.wall_ms:.3f} ms wall per round trip",
@@ -195,14 +199,66 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"{'transport':<10} {'client CPU ms':>14} {'server CPU ms':>14} {'wall ms':>9}")
     medians = {}
-    for transport, runs in results.items():
+    for transport, runs in results_by_transport.items():
         client = statistics.median(m.client_ms for m in runs)
         server = statistics.median(m.server_ms for m in runs)
         wall = statistics.median(m.wall_ms for m in runs)
         medians[transport] = client + server
         print(f"{transport:<10} {client:>14.3f} {server:>14.3f} {wall:>9.3f}")
     print(f"CPU of an https round trip / a framed one: {medians['https'] / medians['framed']:.1f}")
+    results.write(as_result(stamp, args, results_by_transport))
     return 0
+
+
+def as_result(
+    stamp: results.Stamp, args: argparse.Namespace, measured: dict[str, list[Measured]]
+) -> results.Result[results.Row]:
+    """The JSON of one run (`benchmarks.results`): the framed stream is the baseline."""
+
+    def cpu(transport: str) -> list[float]:
+        return [m.client_ms + m.server_ms for m in measured[transport]]
+
+    framed, https = statistics.median(cpu("framed")), statistics.median(cpu("https"))
+    return results.Result[results.Row](
+        benchmark="round_trip",
+        date=stamp.date,
+        machine=stamp.machine,
+        parameters=results.parameters(args, leave_out=("serve", "port", "pki")),
+        baselines={
+            "framed": results.Baseline(
+                label="framed TLS stream, client + server CPU per round trip",
+                unit="ms",
+                value=framed,
+                runs=cpu("framed"),
+            )
+        },
+        figures={
+            "https": results.Figure(
+                label="aiohttp HTTPS, client + server CPU per round trip", unit="ms", value=https
+            )
+        },
+        ratios={
+            "https_over_framed": results.Ratio(
+                label="CPU of an https round trip / a framed one",
+                value=https / framed,
+                baseline="framed",
+            )
+        },
+        goals=[],
+        rows=[
+            {
+                "run": n + 1,
+                "transport": m.transport,
+                "client_cpu_ms": m.client_ms,
+                "server_cpu_ms": m.server_ms,
+                "wall_ms": m.wall_ms,
+            }
+            for transport in TRANSPORTS
+            for n, m in enumerate(measured[transport])
+        ],
+        notes=[],
+        status=0,
+    )
 
 
 if __name__ == "__main__":

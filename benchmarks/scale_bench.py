@@ -73,6 +73,7 @@ from pathlib import Path
 
 import aiohttp
 
+from benchmarks import results
 from benchmarks.scale_load import TimedLoad, producer, read_all, write_each
 from benchmarks.scale_probes import (
     PartitionWatch,
@@ -82,7 +83,21 @@ from benchmarks.scale_probes import (
     runqueue_wait_seconds,
     scrape,
 )
-from benchmarks.scale_report import BROKERS, Row, report, say, ticking
+from benchmarks.scale_report import (
+    APPLY_GOAL_S,
+    BROKER_IDLE_CPU_GOAL,
+    BROKERS,
+    FIRST_WRITE_GOAL_MARGIN_S,
+    FLAT_RATIO,
+    LEADERS_GOAL_MARGIN_S,
+    P50_GOAL_MS,
+    P99_GOAL_MS,
+    Row,
+    goal_for,
+    report,
+    say,
+    ticking,
+)
 from epochlog import collector
 from epochlog.client import Client, ClientError
 from epochlog.logs import configure
@@ -280,6 +295,13 @@ def _pids(cluster: LocalCluster) -> dict[str, int]:
     return {name: info.pid for name, info in cluster.processes.items()}
 
 
+def _writes_per_s(before: Scrape, after: Scrape, wall: float) -> dict[str, float]:
+    """The operator's API writes per second between two scrapes, by kind."""
+    b = before.by_label("epochlog_operator_api_writes_total", "kind")
+    a = after.by_label("epochlog_operator_api_writes_total", "kind")
+    return {k: (v - b.get(k, 0.0)) / wall for k, v in sorted(a.items())}
+
+
 def api_writes(before: Scrape, after: Scrape) -> str:
     """The operator's API writes between two scrapes, by kind, and how long they waited for
     its write budget on average: what bounds elections when there are many at once."""
@@ -314,6 +336,7 @@ async def idle(
     pids = _pids(cluster)
     say(f"idle window: {args.idle_seconds:g} s without traffic")
     # Scrapes cost the brokers CPU: they stay outside the CPU window.
+    operator0 = await scrape(http, cluster.probe_url("operator"))
     before = {b: await scrape(http, u) for b, u in urls.items()}
     cpu0 = _cpu(pids)
     events0, shrinks0 = watch.events, len(watch.shrinks)
@@ -325,6 +348,8 @@ async def idle(
     if len(watch.shrinks) > shrinks0:
         row.notes.append(f"idle: {len(watch.shrinks) - shrinks0} ISR shrinks")
     after = {b: await scrape(http, u) for b, u in urls.items()}
+    operator1 = await scrape(http, cluster.probe_url("operator"))
+    row.api_writes_per_s = _writes_per_s(operator0, operator1, wall)
     row.cpu_pct = {name: 100 * (cpu1[name] - cpu0[name]) / wall for name in pids}
     fetches = [
         (_delta(after[b], before[b], "epochlog_fetch_session_requests_total", side="leader") or 0.0)
@@ -739,6 +764,7 @@ async def _phases(args: argparse.Namespace, cluster: LocalCluster, work: Path, r
 
 
 async def run(args: argparse.Namespace) -> int:
+    stamp = results.Stamp.now()
     settings = settings_from(args)
     settings.check()
     session_s = settings.session_timeout_ms / 1000
@@ -781,7 +807,103 @@ async def run(args: argparse.Namespace) -> int:
             else:
                 shutil.rmtree(work, ignore_errors=True)
     report(rows, session_s)
+    results.write(as_result(stamp, args, rows, settings, status))
     return status
+
+
+def as_result(
+    stamp: results.Stamp,
+    args: argparse.Namespace,
+    rows: Sequence[Row],
+    settings: DevSettings,
+    status: int,
+) -> results.Result[results.ScaleRow]:
+    """The JSON of one run (`benchmarks.results`): a row per count. The baseline is the
+    smallest count's heartbeat bytes per heartbeat, the ratio the largest count's over it
+    (the goal: independent of the count)."""
+    session_s = settings.session_timeout_ms / 1000
+    means = sorted(
+        (r.partitions, statistics.mean(v for v in r.hb_bytes.values() if v is not None))
+        for r in rows
+        if any(v is not None for v in r.hb_bytes.values())
+    )
+    baselines, ratios, goals = {}, {}, []
+    if means:
+        smallest, largest = means[0], means[-1]
+        baselines["hb_bytes_smallest"] = results.Baseline(
+            label=f"idle heartbeat bytes per heartbeat at {smallest[0]} Partitions "
+            "(mean of the brokers)",
+            unit="B",
+            value=smallest[1],
+            runs=[smallest[1]],
+        )
+        flat = largest[1] / smallest[1] if smallest[1] else None
+        ratios["hb_bytes"] = results.Ratio(
+            label=f"heartbeat bytes at {largest[0]} / at {smallest[0]} Partitions",
+            value=flat,
+            baseline="hb_bytes_smallest",
+        )
+        goals.append(
+            results.Goal.judge(
+                "heartbeat bytes independent of the count (largest / smallest)",
+                flat,
+                at_most=FLAT_RATIO,
+            )
+        )
+    for r in rows:
+        goals.extend(_goals(r, session_s))
+    return results.Result[results.ScaleRow](
+        benchmark="scale_bench",
+        date=stamp.date,
+        machine=stamp.machine,
+        parameters=results.parameters(
+            args,
+            # Which kubectl (the one beside this Python or on PATH), not where it is.
+            kubectl=args.kubectl.name if args.kubectl else None,
+            settings=dataclasses.asdict(settings),
+        ),
+        baselines=baselines,
+        figures={},
+        ratios=ratios,
+        goals=goals,
+        rows=[scale_row(r) for r in rows],
+        notes=[],
+        status=status,
+    )
+
+
+def _goals(r: Row, session_s: float) -> list[results.Goal]:
+    n = r.partitions
+    brokers = [v for k, v in r.cpu_pct.items() if k.startswith("broker-")]
+    judge = results.Goal.judge
+    return [
+        judge(f"{n}: every Partition led after", r.led_s, at_most=goal_for(APPLY_GOAL_S, n)),
+        judge(
+            f"{n}: idle CPU % of the busiest broker",
+            max(brokers) if brokers else None,
+            at_most=goal_for(BROKER_IDLE_CPU_GOAL, n),
+        ),
+        judge(f"{n}: p50 ms under load", r.p50_ms, at_most=P50_GOAL_MS),
+        judge(f"{n}: p99 ms under load", r.p99_ms, at_most=P99_GOAL_MS),
+        judge(
+            f"{n}: new leaders after the SIGKILL, s",
+            r.leaders_s,
+            at_most=session_s + LEADERS_GOAL_MARGIN_S,
+        ),
+        judge(
+            f"{n}: a first write on each after the SIGKILL, s",
+            r.first_write_s,
+            at_most=session_s + FIRST_WRITE_GOAL_MARGIN_S,
+        ),
+    ]
+
+
+def scale_row(row: Row) -> results.ScaleRow:
+    """`row` in the JSON's terms: brokers keyed by their number as a string."""
+    fields = dataclasses.asdict(row)
+    for name in ("hb_bytes", "hb_reports", "rss_mib"):
+        fields[name] = {str(k): v for k, v in fields[name].items()}
+    return results.ScaleRow.model_validate(fields)
 
 
 def _counts(text: str) -> list[int]:

@@ -53,6 +53,8 @@ class Row:
     rss_mib: dict[int, float | None] = field(default_factory=dict)
     status_changes_per_s: float | None = None
     """Partition status changes the watch saw per second in the idle window, in all."""
+    api_writes_per_s: dict[str, float] | None = None
+    """The operator's API writes per second in the idle window, by kind."""
     load_cluster_cpu: float | None = None
     """% of one core the brokers, the operator and the API server used during the load."""
     p50_ms: float | None = None

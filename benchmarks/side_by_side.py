@@ -43,7 +43,8 @@ figures and by confluent-kafka for the others (`benchmarks.kafka_workload`):
 Every acknowledged record of steps 3 and 4 is read back on both sides. The first
 run fetches Kafka's jars with Maven into `~/.cache/epochlog-kafka/`. Progress
 goes to stderr; the table (`epochlog`, `Kafka`, `epochlog / Kafka`) and the
-settings of each side to stdout; `--json PATH` writes the figures. The exit
+settings of each side to stdout; the figures go to `build/bench/side_by_side.json`
+(`benchmarks.results`, Kafka's figures the baseline; `--json PATH` elsewhere). The exit
 status is 1 only when a cluster could not start or an acknowledged record is
 missing.
 
@@ -56,7 +57,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import json
 import os
 import platform
 import random
@@ -74,6 +74,7 @@ from typing import Any
 import confluent_kafka
 
 from benchmarks import broker_bench, failover_bench, kafka_workload, scale_bench
+from benchmarks import results as schema
 from benchmarks.kafka_cluster import (
     KAFKA_VERSION,
     NODES,
@@ -572,37 +573,73 @@ def report(args: argparse.Namespace, results: Results) -> None:
             print(f"  {note}")
 
 
-def write_json(path: Path, args: argparse.Namespace, results: Results) -> None:
-    figures = {
-        r.key: {
-            "label": r.label.strip(),
-            "unit": r.unit,
-            "epochlog": results.figures["epochlog"].get(r.key),
-            "kafka": results.figures["kafka"].get(r.key),
-            "ratio": ratio(
-                results.figures["epochlog"].get(r.key), results.figures["kafka"].get(r.key)
-            ),
-        }
-        for r in ROWS
-    }
-    body = {
-        "figures": figures,
-        "parameters": {
-            k: v for k, v in vars(args).items() if k not in ("json", "dir") and v is not None
+def as_result(
+    stamp: schema.Stamp, args: argparse.Namespace, results: Results
+) -> schema.Result[schema.Row]:
+    """The JSON of one run (`benchmarks.results`): each figure of Kafka is the baseline of
+    epochlog's, the ratio epochlog / Kafka."""
+    ours, kafka = results.figures["epochlog"], results.figures["kafka"]
+    return schema.Result[schema.Row](
+        benchmark="side_by_side",
+        date=stamp.date,
+        machine=stamp.machine,
+        parameters=schema.parameters(
+            args,
+            leave_out=("json", "dir"),
+            settings=results.settings,
+            load_average=results.loads,
+            records=results.data,
+        ),
+        baselines={
+            r.key: schema.Baseline(
+                label=f"Kafka: {r.label.strip()}", unit=r.unit, value=value, runs=[value]
+            )
+            for r in ROWS
+            if (value := kafka.get(r.key)) is not None
         },
-        "settings": results.settings,
-        "load_average": results.loads,
-        "records": results.data,
-        "notes": results.notes,
-        "status": results.status,
-    }
-    path.write_text(json.dumps(body, indent=2, default=str) + "\n")
+        figures={
+            r.key: schema.Figure(
+                label=f"epochlog: {r.label.strip()}", unit=r.unit, value=ours.get(r.key)
+            )
+            for r in ROWS
+        },
+        ratios={
+            r.key: schema.Ratio(
+                label=f"{r.label.strip()}: epochlog / Kafka",
+                value=ratio(ours.get(r.key), kafka.get(r.key)),
+                baseline=r.key if kafka.get(r.key) is not None else None,
+            )
+            for r in ROWS
+        },
+        goals=[
+            schema.Goal.judge(
+                f"{system}: acknowledged records missing",
+                results.data[system]["missing"],
+                at_most=0,
+            )
+            for system in SYSTEMS
+        ],
+        rows=[
+            {
+                "key": r.key,
+                "label": r.label.strip(),
+                "unit": r.unit,
+                "epochlog": ours.get(r.key),
+                "kafka": kafka.get(r.key),
+                "ratio": ratio(ours.get(r.key), kafka.get(r.key)),
+            }
+            for r in ROWS
+        ],
+        notes=results.notes,
+        status=results.status,
+    )
 
 
 # -- the command ----------------------------------------------------------------------------
 
 
 def run(args: argparse.Namespace) -> int:
+    stamp = schema.Stamp.now()
     results = Results()
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="side-by-side-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -642,8 +679,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             shutil.rmtree(work, ignore_errors=True)
     report(args, results)
-    if args.json:
-        write_json(Path(args.json), args, results)
+    schema.write(as_result(stamp, args, results), Path(args.json) if args.json else None)
     return results.status
 
 
@@ -692,7 +728,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kafka-heap", default="1g", help="-Xmx and -Xms of each Kafka node")
     parser.add_argument("--dir", help="where the clusters keep their data (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the clusters' directories")
-    parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument(
+        "--json", help="write the figures to this file (default: build/bench/side_by_side.json)"
+    )
     args = parser.parse_args(argv)
     configure("warning")
     # Info logs would be measured as the processes' idle CPU (as in scale_bench).

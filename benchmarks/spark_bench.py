@@ -22,7 +22,8 @@ this process; the brokers, the operator and the API emulator share the same
 cores. Each figure is the median of `--repeats` runs after one warm-up query;
 a Spark run includes planning the query, as a micro-batch does. The ratio
 printed is records/s over the plain client's records/s, measured in the same
-run. Goal: no-op sink >= 0.5 x the plain client.
+run. Goal: no-op sink >= 0.5 x the plain client. The figures are also written to
+`build/bench/spark_bench.json` (`benchmarks.results`).
 
 Run with `.venv/bin/python -m benchmarks.spark_bench [--dir DIR] [--records-100 N]
 [--records-1k N] [--repeats R]`.
@@ -41,6 +42,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks import results
 from epochlog.client import Client, Consumer, Producer
 from epochlog.client.ranges import RangeReader
 from epochlog.logs import configure
@@ -215,10 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args(argv)
     configure("warning")
+    stamp = results.Stamp.now()
     os.environ.setdefault("EPOCHLOG_LOG_LEVEL", "warning")
     base = args.dir or Path(tempfile.mkdtemp(prefix="epochlog-spark-bench-"))
     try:
-        results = asyncio.run(
+        measured = asyncio.run(
             bench(base, {100: args.records_100, 1024: args.records_1k}, args.repeats)
         )
     finally:
@@ -229,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{'values':>7} {'reader':<20} {'records':>9} {'records/s':>11} {'MiB/s':>7} {'ratio':>6}"
     )
     ok = True
-    for size, figures in results:
+    for size, figures in measured:
         baseline = figures[0].records_per_s
         for figure in figures:
             ratio = figure.records_per_s / baseline
@@ -241,7 +244,64 @@ def main(argv: list[str] | None = None) -> int:
         noop_ratio = figures[2].records_per_s / baseline
         ok = ok and noop_ratio >= 0.5
     print(f"\ngoal (no-op sink >= 0.5 x the plain client): {'met' if ok else 'NOT met'}")
+    results.write(as_result(stamp, args, measured))
     return 0
+
+
+def as_result(
+    stamp: results.Stamp, args: argparse.Namespace, measured: list[tuple[int, list[Figure]]]
+) -> results.Result[results.Row]:
+    """The JSON of one run (`benchmarks.results`): the plain client of each size is its
+    baseline."""
+    baselines: dict[str, results.Baseline] = {}
+    ratios: dict[str, results.Ratio] = {}
+    goals: list[results.Goal] = []
+    rows: list[results.Row] = []
+    for size, figures in measured:
+        plain = figures[0]
+        key = f"plain_{size}"
+        baselines[key] = results.Baseline(
+            label=f"plain client, {size} B values, records/s",
+            unit="records/s",
+            value=plain.records_per_s,
+            runs=[plain.records / s for s in plain.seconds],
+        )
+        for figure in figures:
+            ratio = figure.records_per_s / plain.records_per_s
+            name = figure.label.replace(",", "").replace(" ", "_")
+            ratios[f"{name}_{size}"] = results.Ratio(
+                label=f"{figure.label}, {size} B / plain client", value=ratio, baseline=key
+            )
+            rows.append(
+                {
+                    "values_bytes": size,
+                    "reader": figure.label,
+                    "records": figure.records,
+                    "seconds": figure.seconds,
+                    "records_s": figure.records_per_s,
+                    "mib_s": figure.records_per_s * size / (1 << 20),
+                }
+            )
+        goals.append(
+            results.Goal.judge(
+                f"Spark no-op sink / plain client, {size} B",
+                figures[2].records_per_s / plain.records_per_s,
+                at_least=0.5,
+            )
+        )
+    return results.Result[results.Row](
+        benchmark="spark_bench",
+        date=stamp.date,
+        machine=stamp.machine,
+        parameters=results.parameters(args, leave_out=("dir",)),
+        baselines=baselines,
+        figures={},
+        ratios=ratios,
+        goals=goals,
+        rows=rows,
+        notes=[],
+        status=0,
+    )
 
 
 if __name__ == "__main__":
