@@ -25,9 +25,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime
+import functools
 import random
 import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,7 +52,8 @@ from epochlog.security.options import Credentials
 from epochlog.security.pki import Issued, issue_user, write_file
 from epochlog_tools.devcluster.chart_cluster import merge, render
 from epochlog_tools.devcluster.partitions import Partition
-from epochlog_tools.devcluster.rolling import IsrLow
+from epochlog_tools.devcluster.rolling import IsrLow, isr_low
+from epochlog_tools.devcluster.waits import wait_leader
 
 log = structlog.get_logger("e2e.kube")
 
@@ -212,14 +213,10 @@ class KubeIsrWatch:
         await asyncio.to_thread(self._thread.join)
 
     def _note(self, obj: Mapping[str, Any]) -> None:
-        partition = Partition.model_validate(obj)
-        status = partition.status
         self.seen += 1
-        if status is None or status.leader is None:
-            return
-        need = partition.spec.min_insync_replicas
-        if len(status.isr) < need:
-            self.low.append(IsrLow(partition.name, status.isr, need, time.monotonic()))
+        low = isr_low(Partition.model_validate(obj))
+        if low is not None:
+            self.low.append(low)
 
     def _run(self) -> None:
         # Short server-side timeouts, so that `stop` is seen within seconds; the watch
@@ -478,22 +475,10 @@ class KubeTarget:
     async def wait_leader(
         self, name: str, *, not_in: Sequence[int] = (), min_leader_epoch: int = 0
     ) -> PartitionStatus:
-        got: list[PartitionStatus] = []
-
-        async def led() -> bool:
-            status = await self.partition_status(name)
-            if (
-                status is not None
-                and status.leader is not None
-                and status.leader not in not_in
-                and status.leader_epoch >= min_leader_epoch
-            ):
-                got.append(status)
-                return True
-            return False
-
-        await wait_for(led, f"a leader of {name} outside {list(not_in)}", self.settings.timeout_s)
-        return got[-1]
+        until = functools.partial(wait_for, timeout_s=self.settings.timeout_s)
+        return await wait_leader(
+            self.partition_status, until, name, not_in=not_in, min_leader_epoch=min_leader_epoch
+        )
 
     async def isr_watch(self) -> KubeIsrWatch:
         return await KubeIsrWatch(self.custom, self.namespace).start(self.settings.timeout_s)

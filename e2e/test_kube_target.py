@@ -7,7 +7,8 @@
   operator writes one, and on `destroy` released from finalizers (a Partition
   the operator no longer serves would keep its namespace from going) and removed
   with the namespace; a watch on the namespace's Partitions sees each status
-  written and picks out those with an ISR below minInsyncReplicas.
+  written and picks out those with an ISR below minInsyncReplicas; a wait for a
+  leader answers the first status that names one outside the brokers given.
 - The port-forward relay (e2e/forward.py) between a local listener and a real
   TCP server standing in for the pod's port: bytes go both ways, a connection
   that cannot reach the pod is closed, and each connection opens its own
@@ -147,25 +148,23 @@ async def test_secrets_are_read_and_replaced_through_the_kubernetes_client(
     await target.destroy()
 
 
-async def test_the_isr_watch_sees_every_status_published_and_those_below_the_minimum(
-    kubeconfig: Path, tmp_path: Path
-) -> None:
+@pytest.fixture
+async def orders(kubeconfig: Path, tmp_path: Path) -> AsyncIterator[KubeTarget]:
+    """A target whose namespace holds the Partition orders-0, with no status yet."""
     target = KubeTarget(KubeSettings(kubeconfig=kubeconfig), tmp_path)
     await target.create_namespace()
     await target.apply(to_body(partition_manifest("orders", 0, namespace=target.namespace)))
-    watch = await target.isr_watch()  # started: it has seen the Partition as it is
+    yield target
+    target.api.close()
+
+
+async def test_the_isr_watch_sees_every_status_published_and_those_below_the_minimum(
+    orders: KubeTarget,
+) -> None:
+    watch = await orders.isr_watch()  # started: it has seen the Partition as it is
     try:
         for isr in ([0, 1, 2], [0]):  # minInsyncReplicas is 2 by default
-            status = {"leader": 0, "leaderEpoch": 1, "isr": isr, "replicas": [0, 1, 2]}
-            await asyncio.to_thread(
-                target.custom.patch_namespaced_custom_object_status,
-                GROUP,
-                VERSION,
-                target.namespace,
-                PLURAL,
-                "orders-0",
-                {"status": status},
-            )
+            await _publish_status(orders, leader=0, leader_epoch=1, isr=isr)
 
         async def both_seen() -> bool:
             return watch.seen >= 3
@@ -173,10 +172,38 @@ async def test_the_isr_watch_sees_every_status_published_and_those_below_the_min
         await wait_for(both_seen, "both statuses", timeout_s=60)
     finally:
         await watch.stop()
-        target.api.close()
     assert [(low.name, low.isr, low.min_insync_replicas) for low in watch.low] == [
         ("orders-0", (0,), 2)
     ]
+
+
+async def test_a_wait_for_a_leader_answers_the_status_that_names_one_outside_those_stopped(
+    orders: KubeTarget,
+) -> None:
+    await _publish_status(orders, leader=0, leader_epoch=1, isr=[0, 1, 2])
+    first = await orders.wait_leader("orders-0")
+    assert (first.leader, first.leader_epoch) == (0, 1)
+    # What a scenario does after stopping broker 0: wait for the next leader.
+    waiting = asyncio.create_task(orders.wait_leader("orders-0", not_in=[0], min_leader_epoch=2))
+    await _publish_status(orders, leader=1, leader_epoch=2, isr=[1, 2])
+    second = await waiting
+    assert (second.leader, second.leader_epoch, second.isr) == (1, 2, (1, 2))
+
+
+async def _publish_status(
+    target: KubeTarget, *, leader: int, leader_epoch: int, isr: list[int]
+) -> None:
+    """What the operator writes: a status of orders-0 with replicas 0, 1, 2."""
+    status = {"leader": leader, "leaderEpoch": leader_epoch, "isr": isr, "replicas": [0, 1, 2]}
+    await asyncio.to_thread(
+        target.custom.patch_namespaced_custom_object_status,
+        GROUP,
+        VERSION,
+        target.namespace,
+        PLURAL,
+        "orders-0",
+        {"status": status},
+    )
 
 
 async def _namespaces(target: KubeTarget) -> set[str]:

@@ -89,7 +89,7 @@ import ipaddress
 import posixpath
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol, cast
+from typing import Protocol, TypeVar, cast
 
 import structlog
 
@@ -201,6 +201,8 @@ FACTS_SWEEP_HEARTBEATS = 60
 """Every partition's report is fingerprinted anew at least once in this many heartbeats
 (30 s at the default interval), touched or not."""
 _DISK_ERRORS = (StorageError, CorruptRecordError, OSError)
+_Read = TypeVar("_Read")
+"""What a consumer's read returns a list of: records, or stored batches."""
 
 
 _ReportFacts = tuple[
@@ -2397,29 +2399,13 @@ class BrokerCore:
         leader_epoch: int | None = None,
     ) -> ReadResult:
         """Records from `offset` below the high watermark (consumers read from the leader)."""
-        host = self._get(name)
-        role = self._leader(host, leader_epoch)
-        high_watermark = host.replica.client_high_watermark()
-        plog = host.log
-        if not plog.log_start_offset <= offset <= plog.log_end_offset:
-            raise OffsetOutOfRangeError(
-                f"{name}: offset {offset} is outside [{plog.log_start_offset}, "
-                f"{plog.log_end_offset}]",
-                logStartOffset=plog.log_start_offset,
-                highWatermark=high_watermark,
-                leaderEpoch=role.leader_epoch,
+
+        def records(plog: PartitionLog, high_watermark: int) -> list[LogRecord]:
+            return plog.read_records(
+                offset, max_records=max_records, max_bytes=max_bytes, upper_bound=high_watermark
             )
-        try:
-            records = (
-                plog.read_records(
-                    offset, max_records=max_records, max_bytes=max_bytes, upper_bound=high_watermark
-                )
-                if offset < high_watermark and max_bytes > 0
-                else []
-            )
-        except _DISK_ERRORS as exc:
-            raise self._disk_failed(host, exc) from exc
-        return ReadResult(records, high_watermark, plog.log_start_offset, role.leader_epoch)
+
+        return ReadResult(*self._consumer_read(name, offset, leader_epoch, max_bytes, records))
 
     def read_batches(
         self,
@@ -2432,6 +2418,24 @@ class BrokerCore:
         """`read` as stored batches, for readers that decode batches themselves. With
         `max_bytes` 0, no batches: only where the partition stands (a fetch of many
         partitions whose byte limit the partitions before this one used up)."""
+
+        def batches(plog: PartitionLog, high_watermark: int) -> list[RecordBatch]:
+            return plog.read_batches(offset, max_bytes, high_watermark)
+
+        return BatchReadResult(*self._consumer_read(name, offset, leader_epoch, max_bytes, batches))
+
+    def _consumer_read(
+        self,
+        name: str,
+        offset: int,
+        leader_epoch: int | None,
+        max_bytes: int,
+        read: Callable[[PartitionLog, int], list[_Read]],
+    ) -> tuple[list[_Read], int, int, int]:
+        """`read(log, high_watermark)` of the leader's log when there is anything from
+        `offset` up to the high watermark and `max_bytes` to read it with, and the high
+        watermark, log start offset and leaderEpoch the answer carries.
+        OffsetOutOfRangeError, with the log's bounds, when `offset` is outside the log."""
         host = self._get(name)
         role = self._leader(host, leader_epoch)
         high_watermark = host.replica.client_high_watermark()
@@ -2445,14 +2449,10 @@ class BrokerCore:
                 leaderEpoch=role.leader_epoch,
             )
         try:
-            batches = (
-                plog.read_batches(offset, max_bytes, high_watermark)
-                if offset < high_watermark and max_bytes > 0
-                else []
-            )
+            found = read(plog, high_watermark) if offset < high_watermark and max_bytes > 0 else []
         except _DISK_ERRORS as exc:
             raise self._disk_failed(host, exc) from exc
-        return BatchReadResult(batches, high_watermark, plog.log_start_offset, role.leader_epoch)
+        return found, high_watermark, plog.log_start_offset, role.leader_epoch
 
     def read_many(
         self, asks: Sequence[ReadAsk], *, max_bytes: int

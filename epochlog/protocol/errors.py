@@ -70,20 +70,24 @@ class EpochlogError(Exception):
     @property
     def leader(self) -> int | None:
         """The broker the error names as the partition's leader, if any."""
-        value = self.details.get(_LEADER)
-        return value if type(value) is int else None
+        return self._int_detail(_LEADER)
 
     @property
     def leader_epoch(self) -> int | None:
         """The leader epoch the error names, if any."""
-        value = self.details.get(_LEADER_EPOCH)
-        return value if type(value) is int else None
+        return self._int_detail(_LEADER_EPOCH)
 
     @property
     def leader_address(self) -> str | None:
         """The leader's URL as the answering broker knows it, if it gave one."""
         value = self.details.get(_LEADER_ADDRESS)
         return value if isinstance(value, str) and value else None
+
+    def _int_detail(self, key: str) -> int | None:
+        # A body read back may carry anything under a detail's name; a hint is only
+        # followed when it is an int (not a bool, which is one to Python).
+        value = self.details.get(key)
+        return value if type(value) is int else None
 
     def to_dict(self) -> dict[str, Any]:
         """The error body of this error alone (no hints from the answering server)."""
@@ -133,14 +137,12 @@ class OffsetOutOfRangeError(EpochlogError):
     @property
     def log_start_offset(self) -> int | None:
         """The first offset the answering replica holds, if it said."""
-        value = self.details.get(_LOG_START_OFFSET)
-        return value if type(value) is int else None
+        return self._int_detail(_LOG_START_OFFSET)
 
     @property
     def log_end_offset(self) -> int | None:
         """The answering leader's log end, when the offset asked for was beyond it."""
-        value = self.details.get(_LOG_END_OFFSET)
-        return value if type(value) is int else None
+        return self._int_detail(_LOG_END_OFFSET)
 
 
 class NotEnoughReplicasError(EpochlogError):

@@ -459,16 +459,7 @@ def _prefer(
     reassignment in progress goes first, and the move is chosen again afterwards."""
     if d.isr != list(old.isr) or d.adding or d.removing:
         return
-    why = not_ready(
-        target,
-        leader=old.leader,
-        isr=old.isr,
-        isr_broker_epochs=old.isr_broker_epochs,
-        view=view,
-        obs=obs,
-        report=report,
-    )
-    if why is not None:
+    if not_ready(target, old, view=view, obs=obs, report=report) is not None:
         return
     cause = f"preferred replica {target} is back in the ISR and caught up"
     result = ElectionResult(target)

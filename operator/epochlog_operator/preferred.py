@@ -150,17 +150,17 @@ def choose_moves(
 
 def not_ready(
     target: int,
+    status: PartitionStatus,
     *,
-    leader: int | None,
-    isr: Collection[int],
-    isr_broker_epochs: Mapping[int, int],
     view: LivenessView,
     obs: PartitionObservation,
     report: PartitionReport | None,
 ) -> str | None:
-    """Why `target` may not take leadership over from `leader` now; None: it may.
+    """Why `target` may not take leadership over from the leader `status` records now;
+    None: it may. The choice of a move asks it, and `decide` again when it elects.
 
     `report` is the leader's report of the partition when it leads the recorded epoch."""
+    leader, isr, isr_broker_epochs = status.leader, status.isr, status.isr_broker_epochs
     if leader is None or leader == target:
         return "no leader to take over from" if leader is None else "leads already"
     if report is None:
@@ -328,15 +328,7 @@ def _leadership(
     if heartbeats is not None and view is not None and status.leader not in (None, preferred):
         obs = observe(name, heartbeats, view)
         report = obs.leader_report(status.leader, status.leader_epoch)
-        why = not_ready(
-            preferred,
-            leader=status.leader,
-            isr=status.isr,
-            isr_broker_epochs=status.isr_broker_epochs,
-            view=view,
-            obs=obs,
-            report=report,
-        )
+        why = not_ready(preferred, status, view=view, obs=obs, report=report)
         # A reassignment in progress moves leadership itself, if it must.
         ready = why is None and not moving
     return Leadership(name, preferred, status.leader, status.leader_epoch, ready)

@@ -26,6 +26,7 @@ from epochlog.protocol.errors import (
     FencedLeaderEpochError,
     InvalidRequestError,
     NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
     RecordTooLargeError,
     StorageError,
     error_answer,
@@ -310,6 +311,16 @@ def test_error_answers_fill_in_the_leader_hint_and_keep_the_errors_own() -> None
     assert unknown["error"]["leader"] is None
     assert unknown["error"]["leaderEpoch"] is None
     assert "leaderAddress" not in unknown["error"]
+
+
+def test_an_errors_offset_and_epoch_hints_are_ints_or_nothing() -> None:
+    # What a body read back carries under a hint's name is followed only when it is an
+    # int: not a string, and not a bool (an int to Python).
+    fenced = FencedLeaderEpochError("old", leader=True, leader_epoch="5")
+    assert (fenced.leader, fenced.leader_epoch) == (None, None)
+    out = OffsetOutOfRangeError("out", log_start_offset=3, log_end_offset=False)
+    assert (out.log_start_offset, out.log_end_offset) == (3, None)
+    assert (out.leader, out.leader_epoch) == (None, None)  # not said
 
 
 def test_no_epoch_is_reported_as_zero_and_read_back_as_no_epoch() -> None:

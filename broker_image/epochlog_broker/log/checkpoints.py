@@ -22,7 +22,7 @@ import itertools
 import posixpath
 import re
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from epochlog.protocol.errors import StorageError
@@ -172,6 +172,23 @@ def write_log_starts(fs: FileSystem, path: str, starts: Mapping[str, int]) -> No
     _write_offsets(LOG_START_OFFSET_CHECKPOINT, "log start offset", fs, path, starts)
 
 
+def _read_or_set_aside(
+    fs: FileSystem,
+    log_dir: str,
+    path: str,
+    read: Callable[[FileSystem, str], dict[str, int] | None],
+) -> tuple[dict[str, int] | None, CheckpointError | None]:
+    """What a broker's offset checkpoint in `log_dir` holds (None: no file), or, when the
+    file is damaged, nothing and the error, with the file renamed to `<name>.damaged` so
+    that the next write starts a fresh one and the damaged one stays for a look."""
+    try:
+        return read(fs, path), None
+    except CheckpointError as exc:
+        fs.rename(path, path + ".damaged")
+        fs.sync_dir(log_dir)
+        return None, exc
+
+
 @dataclass
 class HighWatermarkCheckpoint:
     """The broker's replication-offset-checkpoint, with the KAFKA-1647 rule built in.
@@ -195,16 +212,9 @@ class HighWatermarkCheckpoint:
     @classmethod
     def load(cls, fs: FileSystem, log_dir: str) -> HighWatermarkCheckpoint:
         path = posixpath.join(log_dir, REPLICATION_OFFSET_CHECKPOINT)
-        cp = cls(fs, path)
-        try:
-            read = read_high_watermarks(fs, path)
-            cp.known = read or {}
-            cp.on_disk = None if read is None else dict(read)
-        except CheckpointError as exc:
-            cp.load_error = exc
-            fs.rename(path, path + ".damaged")
-            fs.sync_dir(log_dir)
-        return cp
+        read, error = _read_or_set_aside(fs, log_dir, path, read_high_watermarks)
+        on_disk = None if read is None else dict(read)
+        return cls(fs, path, known=read or {}, load_error=error, on_disk=on_disk)
 
     def get(self, name: str) -> int | None:
         return self.known.get(name)
@@ -245,14 +255,8 @@ class LogStartCheckpoint:
     @classmethod
     def load(cls, fs: FileSystem, log_dir: str) -> LogStartCheckpoint:
         path = posixpath.join(log_dir, LOG_START_OFFSET_CHECKPOINT)
-        cp = cls(fs, path)
-        try:
-            cp.known = read_log_starts(fs, path) or {}
-        except CheckpointError as exc:
-            cp.load_error = exc
-            fs.rename(path, path + ".damaged")
-            fs.sync_dir(log_dir)
-        return cp
+        read, error = _read_or_set_aside(fs, log_dir, path, read_log_starts)
+        return cls(fs, path, known=read or {}, load_error=error)
 
     def get(self, name: str) -> int | None:
         return self.known.get(name)

@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -80,6 +81,7 @@ from epochlog_tools.devcluster.pods import (
     plan,
 )
 from epochlog_tools.devcluster.volumes import Payload, write_volume
+from epochlog_tools.devcluster.waits import wait_leader
 from epochlog_tools.harness import ManagedProcess, child_env
 
 log = structlog.get_logger("epochlog_tools.devcluster.chart")
@@ -825,26 +827,14 @@ class ChartCluster:
     async def wait_leader(
         self, name: str, *, not_in: Sequence[int] = (), min_leader_epoch: int = 0
     ) -> PartitionStatus:
-        got: list[PartitionStatus] = []
-
-        async def led() -> bool:
-            status = await self.partition_status(name)
-            if (
-                status is not None
-                and status.leader is not None
-                and status.leader not in not_in
-                and status.leader_epoch >= min_leader_epoch
-            ):
-                got.append(status)
-                return True
-            return False
-
         # Brokers may be down on purpose; the API server and the operator may not.
         watching = [r.process for r in self.pods.values() if r.plan.workload.startswith("Deploy")]
         if self.apiserver is not None:
             watching.append(self.apiserver)
-        await _until(led, f"a leader of {name} outside {list(not_in)}", watching)
-        return got[-1]
+        until = functools.partial(_until, watching=watching)
+        return await wait_leader(
+            self.partition_status, until, name, not_in=not_in, min_leader_epoch=min_leader_epoch
+        )
 
     # -- clients on the host -----------------------------------------------------------
 

@@ -79,6 +79,7 @@ from epochlog_tools.devcluster.partitions import (
     partition_path,
     partitions_path,
 )
+from epochlog_tools.devcluster.waits import leads
 from epochlog_tools.harness import (
     APISERVER_READY_PATH,
     HEALTH_PATH,
@@ -896,11 +897,7 @@ class LocalCluster:
                         if rsp.status == 200:
                             found = Partition.model_validate_json(await rsp.read()).status
                             status = found or PartitionStatus()
-                if (
-                    status.leader is not None
-                    and status.leader not in not_in
-                    and status.leader_epoch >= min_leader_epoch
-                ):
+                if leads(status, not_in, min_leader_epoch):
                     return status
                 if time.monotonic() > deadline:
                     raise DevClusterError(

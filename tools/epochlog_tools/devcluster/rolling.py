@@ -46,6 +46,19 @@ class IsrLow:
     at: float
 
 
+def isr_low(partition: Partition) -> IsrLow | None:
+    """The Partition as an `IsrLow` when its status names a leader and fewer ISR members
+    than its minInsyncReplicas (both ISR watches, `IsrWatch` and the e2e suite's
+    `KubeIsrWatch`, note each status they see with it)."""
+    status = partition.status
+    if status is None or status.leader is None:
+        return None
+    need = partition.spec.min_insync_replicas
+    if len(status.isr) >= need:
+        return None
+    return IsrLow(partition.name, status.isr, need, time.monotonic())
+
+
 async def wait_ready(cluster: LocalCluster, broker: int, timeout_s: float = 120) -> None:
     """Until broker `broker`'s /readyz answers 200 (its probe listener, no credentials)."""
     url = cluster.probe_url(f"broker-{broker}") + "/readyz"
@@ -113,13 +126,10 @@ class IsrWatch:
         return f"/apis/{GROUP}/{VERSION}{ns}/{PLURAL}"
 
     def _note(self, partition: Partition) -> None:
-        status = partition.status
         self.seen += 1
-        if status is None or status.leader is None:
-            return
-        need = partition.spec.min_insync_replicas
-        if len(status.isr) < need:
-            self.low.append(IsrLow(partition.name, status.isr, need, time.monotonic()))
+        low = isr_low(partition)
+        if low is not None:
+            self.low.append(low)
 
     async def _run(self) -> None:
         timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
