@@ -93,7 +93,7 @@ from typing import Protocol, TypeVar, cast
 
 import structlog
 
-from epochlog.protocol.batch import LogRecord, Record, RecordBatch
+from epochlog.protocol.batch import BatchHeader, LogRecord, Record, RecordBatch
 from epochlog.protocol.epochs import reported_epoch
 from epochlog.protocol.errors import (
     CorruptRecordError,
@@ -478,16 +478,19 @@ class Hosted:
 
 def producers_of(plog: PartitionLog) -> ProducerStates:
     """Idempotent producers' state, from every batch header of the log (a full scan)."""
-    return ProducerStates.rebuild(
-        (
-            h.producer_id,
-            h.producer_epoch,
-            h.base_sequence,
-            h.record_count,
-            h.base_offset,
-            h.leader_epoch,
-        )
-        for h in plog.batch_headers()
+    return ProducerStates.rebuild(producer_batch(h) for h in plog.batch_headers())
+
+
+def producer_batch(h: BatchHeader) -> tuple[int, int, int, int, int, int]:
+    """What the producers' state keeps of a written batch: (producerId, producerEpoch,
+    baseSequence, count, baseOffset, leaderEpoch), as `ProducerStates.record` takes it."""
+    return (
+        h.producer_id,
+        h.producer_epoch,
+        h.base_sequence,
+        h.record_count,
+        h.base_offset,
+        h.leader_epoch,
     )
 
 
@@ -2366,15 +2369,7 @@ class BrokerCore:
                     if not isinstance(b.payload, RecordBatch):
                         raise InvalidRequestError(f"{host.log.name}: batch without bytes")
                     host.log.append_checked(b.payload)
-                    h = b.payload.header
-                    host.producers.record(
-                        h.producer_id,
-                        h.producer_epoch,
-                        h.base_sequence,
-                        h.record_count,
-                        h.base_offset,
-                        h.leader_epoch,
-                    )
+                    host.producers.record(*producer_batch(b.payload.header))
                 out += self._after_append(host)
             elif isinstance(a, SendFetch | SendOffsetsForLeaderEpoch):
                 failures = host.leader_failures.towards(a.leader_id, a.request.leader_epoch)
