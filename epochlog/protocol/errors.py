@@ -54,12 +54,37 @@ class ErrorCode(enum.StrEnum):
     NOT_CONTROLLER = "NOT_CONTROLLER"
 
 
+ERRORS_BY_CODE: dict[ErrorCode, type[EpochlogError]] = {}
+"""The exception for each code, filled as the classes below are declared."""
+
+
 class EpochlogError(Exception):
-    """Base of every protocol error; subclasses fix code, status and retriability."""
+    """Base of every protocol error. Subclasses fix code, status and retriability as class
+    keywords (`class X(EpochlogError, code=..., http_status=..., retriable=True)`); the
+    one that names a code is what `ERRORS_BY_CODE` raises for it."""
 
     code: ClassVar[ErrorCode]
     http_status: ClassVar[int]
     retriable: ClassVar[bool] = False
+
+    def __init_subclass__(
+        cls,
+        *,
+        code: ErrorCode | None = None,
+        http_status: int | None = None,
+        retriable: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        if http_status is not None:
+            cls.http_status = http_status
+        if retriable is not None:
+            cls.retriable = retriable
+        if code is not None:
+            if code in ERRORS_BY_CODE:
+                raise TypeError(f"{code} is {ERRORS_BY_CODE[code].__name__}'s already")
+            cls.code = code
+            ERRORS_BY_CODE[code] = cls
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
@@ -97,43 +122,37 @@ class EpochlogError(Exception):
         return f"{self.code}: {self.message}"
 
 
-class InvalidRequestError(EpochlogError):
-    code = ErrorCode.INVALID_REQUEST
-    http_status = 400
+class InvalidRequestError(EpochlogError, code=ErrorCode.INVALID_REQUEST, http_status=400):
+    pass
 
 
-class UnknownPartitionError(EpochlogError):
-    code = ErrorCode.UNKNOWN_PARTITION
-    http_status = 404
+class UnknownPartitionError(EpochlogError, code=ErrorCode.UNKNOWN_PARTITION, http_status=404):
+    pass
 
 
-class NotLeaderOrFollowerError(EpochlogError):
-    code = ErrorCode.NOT_LEADER_OR_FOLLOWER
-    http_status = 409
-    retriable = True
+class NotLeaderOrFollowerError(
+    EpochlogError, code=ErrorCode.NOT_LEADER_OR_FOLLOWER, http_status=409, retriable=True
+):
+    pass
 
 
-class FencedLeaderEpochError(EpochlogError):
-    code = ErrorCode.FENCED_LEADER_EPOCH
-    http_status = 409
-    retriable = True
+class FencedLeaderEpochError(
+    EpochlogError, code=ErrorCode.FENCED_LEADER_EPOCH, http_status=409, retriable=True
+):
+    pass
 
 
-class UnknownLeaderEpochError(EpochlogError):
-    code = ErrorCode.UNKNOWN_LEADER_EPOCH
-    http_status = 409
-    retriable = True
+class UnknownLeaderEpochError(
+    EpochlogError, code=ErrorCode.UNKNOWN_LEADER_EPOCH, http_status=409, retriable=True
+):
+    pass
 
 
-class RecordTooLargeError(EpochlogError):
-    code = ErrorCode.RECORD_TOO_LARGE
-    http_status = 413
+class RecordTooLargeError(EpochlogError, code=ErrorCode.RECORD_TOO_LARGE, http_status=413):
+    pass
 
 
-class OffsetOutOfRangeError(EpochlogError):
-    code = ErrorCode.OFFSET_OUT_OF_RANGE
-    http_status = 416
-
+class OffsetOutOfRangeError(EpochlogError, code=ErrorCode.OFFSET_OUT_OF_RANGE, http_status=416):
     @property
     def log_start_offset(self) -> int | None:
         """The first offset the answering replica holds, if it said."""
@@ -145,70 +164,55 @@ class OffsetOutOfRangeError(EpochlogError):
         return self._int_detail(_LOG_END_OFFSET)
 
 
-class NotEnoughReplicasError(EpochlogError):
+class NotEnoughReplicasError(
+    EpochlogError, code=ErrorCode.NOT_ENOUGH_REPLICAS, http_status=503, retriable=True
+):
     """acks=all refused before its records were appended: the ISR is below minimum."""
 
-    code = ErrorCode.NOT_ENOUGH_REPLICAS
-    http_status = 503
-    retriable = True
 
-
-class NotEnoughReplicasAfterAppendError(EpochlogError):
+class NotEnoughReplicasAfterAppendError(
+    EpochlogError, code=ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, http_status=503, retriable=True
+):
     """acks=all records were appended, but the ISR fell below minInsyncReplicas before the
     high watermark reached them: they may or may not end up committed (outcome unknown),
     so a client retries the same batch idempotently instead of counting it as failed."""
 
-    code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-    http_status = 503
-    retriable = True
+
+class OffsetNotAvailableError(
+    EpochlogError, code=ErrorCode.OFFSET_NOT_AVAILABLE, http_status=503, retriable=True
+):
+    pass
 
 
-class OffsetNotAvailableError(EpochlogError):
-    code = ErrorCode.OFFSET_NOT_AVAILABLE
-    http_status = 503
-    retriable = True
+class LeaderNotAvailableError(
+    EpochlogError, code=ErrorCode.LEADER_NOT_AVAILABLE, http_status=503, retriable=True
+):
+    pass
 
 
-class LeaderNotAvailableError(EpochlogError):
-    code = ErrorCode.LEADER_NOT_AVAILABLE
-    http_status = 503
-    retriable = True
+class RequestTimedOutError(
+    EpochlogError, code=ErrorCode.REQUEST_TIMED_OUT, http_status=504, retriable=True
+):
+    pass
 
 
-class RequestTimedOutError(EpochlogError):
-    code = ErrorCode.REQUEST_TIMED_OUT
-    http_status = 504
-    retriable = True
-
-
-class RequestBodyTimeoutError(RequestTimedOutError):
+class RequestBodyTimeoutError(RequestTimedOutError, http_status=408):
     """The request's body did not arrive in time: nothing of it was acted on."""
 
-    http_status = 408
 
-
-class OutOfOrderSequenceError(EpochlogError):
+class OutOfOrderSequenceError(EpochlogError, code=ErrorCode.OUT_OF_ORDER_SEQUENCE, http_status=409):
     """An idempotent producer's batch does not follow its previous one (a batch was lost)."""
 
-    code = ErrorCode.OUT_OF_ORDER_SEQUENCE
-    http_status = 409
 
-
-class ProducerFencedError(EpochlogError):
+class ProducerFencedError(EpochlogError, code=ErrorCode.PRODUCER_FENCED, http_status=409):
     """A newer producerEpoch of the same producer id has written: this one is a zombie."""
 
-    code = ErrorCode.PRODUCER_FENCED
-    http_status = 409
 
-
-class CorruptRecordError(EpochlogError):
+class CorruptRecordError(EpochlogError, code=ErrorCode.CORRUPT_RECORD, http_status=500):
     """Data on disk failed its CRC or framing where it must be intact (fsynced data)."""
 
-    code = ErrorCode.CORRUPT_RECORD
-    http_status = 500
 
-
-class StorageError(EpochlogError):
+class StorageError(EpochlogError, code=ErrorCode.STORAGE_ERROR, http_status=503, retriable=True):
     """The disk layer cannot serve a request: unreadable or damaged files, I/O errors.
 
     Retriable, as Kafka's KAFKA_STORAGE_ERROR: the replica that failed goes offline and
@@ -216,94 +220,52 @@ class StorageError(EpochlogError):
     client finds the leader again and retries there. Served as 503 (this replica cannot
     serve now), never as 500: the request itself was fine."""
 
-    code = ErrorCode.STORAGE_ERROR
-    http_status = 503
-    retriable = True
-
 
 class ReplicaOfflineError(StorageError):
     """This broker's replica of the partition is offline after a storage error (disk full,
     an I/O error, damaged data); another replica takes its leadership over."""
 
 
-class FetchSessionIdNotFoundError(EpochlogError):
+class FetchSessionIdNotFoundError(
+    EpochlogError, code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, http_status=409, retriable=True
+):
     """The leader holds no fetch session under this id (it restarted, or the follower
     opened a newer one): the follower opens a new session with a full request (KIP-227)."""
 
-    code = ErrorCode.FETCH_SESSION_ID_NOT_FOUND
-    http_status = 409
-    retriable = True
 
-
-class InvalidFetchSessionEpochError(EpochlogError):
+class InvalidFetchSessionEpochError(
+    EpochlogError, code=ErrorCode.INVALID_FETCH_SESSION_EPOCH, http_status=409, retriable=True
+):
     """A fetch session request out of sequence (a lost answer, a duplicate): the follower
     cannot know what the leader holds, so it opens a new session (KIP-227)."""
 
-    code = ErrorCode.INVALID_FETCH_SESSION_EPOCH
-    http_status = 409
-    retriable = True
 
-
-class AuthenticationFailedError(EpochlogError):
+class AuthenticationFailedError(
+    EpochlogError, code=ErrorCode.AUTHENTICATION_FAILED, http_status=401
+):
     """No credentials, or credentials nobody issued: no client certificate from a trusted
     CA and no known bearer token."""
 
-    code = ErrorCode.AUTHENTICATION_FAILED
-    http_status = 401
 
-
-class TopicAuthorizationFailedError(EpochlogError):
+class TopicAuthorizationFailedError(
+    EpochlogError, code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, http_status=403
+):
     """The principal may not do this to this topic (the access policy grants it not)."""
 
-    code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-    http_status = 403
 
-
-class ClusterAuthorizationFailedError(EpochlogError):
+class ClusterAuthorizationFailedError(
+    EpochlogError, code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, http_status=403
+):
     """A cluster action (replication, heartbeats) by someone who is not the broker it
     names: no broker certificate, or another broker's."""
 
-    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-    http_status = 403
 
-
-class NotControllerError(EpochlogError):
+class NotControllerError(
+    EpochlogError, code=ErrorCode.NOT_CONTROLLER, http_status=503, retriable=True
+):
     """A controller request (a broker heartbeat) reached an operator replica that stands
     by: it acts on nothing, and the broker tries the next controller address (as Kafka's
     NOT_CONTROLLER sends a broker to the active controller)."""
-
-    code = ErrorCode.NOT_CONTROLLER
-    http_status = 503
-    retriable = True
-
-
-ERRORS_BY_CODE: dict[ErrorCode, type[EpochlogError]] = {
-    cls.code: cls
-    for cls in (
-        InvalidRequestError,
-        UnknownPartitionError,
-        NotLeaderOrFollowerError,
-        FencedLeaderEpochError,
-        UnknownLeaderEpochError,
-        RecordTooLargeError,
-        OffsetOutOfRangeError,
-        NotEnoughReplicasError,
-        NotEnoughReplicasAfterAppendError,
-        OffsetNotAvailableError,
-        LeaderNotAvailableError,
-        RequestTimedOutError,
-        OutOfOrderSequenceError,
-        ProducerFencedError,
-        CorruptRecordError,
-        StorageError,
-        FetchSessionIdNotFoundError,
-        InvalidFetchSessionEpochError,
-        AuthenticationFailedError,
-        TopicAuthorizationFailedError,
-        ClusterAuthorizationFailedError,
-        NotControllerError,
-    )
-}
 
 
 # -- the error body ----------------------------------------------------------------------
