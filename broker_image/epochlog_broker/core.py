@@ -117,6 +117,7 @@ from epochlog.protocol.heartbeat import (
     PartitionAssignment,
     PartitionReport,
     PartitionRole,
+    TlsReport,
 )
 from epochlog_broker.answer_writes import AnswerWrites
 from epochlog_broker.held_assignment import read_held, write_held
@@ -1034,8 +1035,9 @@ class BrokerCore:
 
     # -- controller ------------------------------------------------------------------------
 
-    def heartbeat(self, now_ms: int) -> BrokerHeartbeat:
-        """The next heartbeat: every report the controller does not hold as it is now."""
+    def heartbeat(self, now_ms: int, tls: TlsReport | None = None) -> BrokerHeartbeat:
+        """The next heartbeat: every report the controller does not hold as it is now, and
+        `tls`, what the broker's TLS contexts hold."""
         # A follower whose fetches fail may have lost its leader: the log end it reports
         # is what an unclean election or recovery would choose by, so it goes at once.
         urgent = {n for s in self.fetch_sessions.values() if s.failures for n in s.wanted}
@@ -1065,6 +1067,7 @@ class BrokerCore:
             removed=plan.removed,
             controlled_shutdown=self.controlled_shutdown,
             rack=self.rack,
+            tls=tls,
         )
 
     def _refresh_changed_facts(self, now_ms: int, urgent: set[str]) -> set[str]:

@@ -26,7 +26,7 @@ from epochlog import collector
 from epochlog.http_limits import LimitedSite
 from epochlog.logs import configure
 from epochlog.security.expiry import CertificateExpiry
-from epochlog.security.tls import CertReloader, PeerIdentities, ca_name, server_context
+from epochlog.security.tls import CertReloader, PeerIdentities, TlsSource, ca_name
 from epochlog.tasks import cancel_and_wait
 from epochlog_operator.cert_manager import CertificateManager, private_dir
 from epochlog_operator.handlers import build_registry, kopf_settings
@@ -140,7 +140,8 @@ async def serve(settings: OperatorSettings) -> None:
         )
         await runner.setup()
         runners = [runner]
-        server_tls = server_context(tls, require_client_cert=True) if tls else None
+        source = TlsSource(tls, require_client_cert=True, owner="operator") if tls else None
+        server_tls = source.server if source else None
         site = LimitedSite(
             runner,
             settings.listen_address,
@@ -150,8 +151,8 @@ async def serve(settings: OperatorSettings) -> None:
         )
         await site.start()
         reloader = None
-        if tls is not None and server_tls is not None:
-            reloader = CertReloader(tls, [server_tls], owner="operator")
+        if source is not None:
+            reloader = CertReloader(source)
             reloader.start()
         else:
             log.warning(
