@@ -25,6 +25,7 @@ from aiohttp import web
 from epochlog import collector
 from epochlog.http_limits import LimitedSite
 from epochlog.logs import configure
+from epochlog.protocol.heartbeat import TlsReport
 from epochlog.security.expiry import CertificateExpiry
 from epochlog.security.tls import CertReloader, PeerIdentities, TlsSource, ca_name
 from epochlog.tasks import cancel_and_wait
@@ -120,8 +121,15 @@ async def serve(settings: OperatorSettings) -> None:
         reconciler = Reconciler(settings, kube, metrics)
         gate = PeeringGate(settings, kube, reconciler)
         certificates = None
+        tls_reports: dict[int, TlsReport] = {}
         if settings.manage_certificates:
-            certificates = CertificateManager(kube, settings.certificate_settings, private_dir())
+            certificates = CertificateManager(
+                kube,
+                settings.certificate_settings,
+                private_dir(),
+                metrics=metrics,
+                reports=tls_reports,
+            )
             await certificates.reconcile()
         tls = certificates.operator_files() if certificates else settings.tls
         peers = PeerIdentities(ca_name(tls.ca)) if tls else None
@@ -134,6 +142,7 @@ async def serve(settings: OperatorSettings) -> None:
                 peers=peers,
                 readiness=gate.readiness,
                 certificates=expiry,
+                tls_reports=tls_reports,
             ),
             access_log=None,
             **settings.http.runner_args(),
@@ -142,6 +151,8 @@ async def serve(settings: OperatorSettings) -> None:
         runners = [runner]
         source = TlsSource(tls, require_client_cert=True, owner="operator") if tls else None
         server_tls = source.server if source else None
+        if certificates is not None:
+            certificates.own = source
         site = LimitedSite(
             runner,
             settings.listen_address,
