@@ -135,6 +135,10 @@ class ReloadingContext(ssl.SSLContext):
         self.minimum_version = inner.minimum_version
         self.verify_mode = inner.verify_mode
 
+    @property
+    def source(self) -> TlsSource:
+        return self._source
+
     def current(self) -> ssl.SSLContext:
         """The context a connection made now uses (after a look at the files)."""
         self._source.refresh()

@@ -216,7 +216,7 @@ class ProcessInfo:
     name: str
     """"apiserver", "operator", "broker-1", "broker-2", ..."""
     role: str
-    """"apiserver" | "operator" | "broker"."""
+    """"apiserver" | "operator" | "broker" | "kubelet" (the Secret volumes' writer)."""
     pid: int
     url: str
     """https://127.0.0.1:PORT (http:// in plaintext)"""
