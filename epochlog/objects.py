@@ -38,6 +38,7 @@ class ObjectMeta(WireModel):
     creation_timestamp: str | None = None
     deletion_timestamp: str | None = None
     labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
 
     def namespaced_name(self) -> tuple[str, str]:
         """(namespace, name) of an object that has both, as every stored Partition does."""

@@ -66,9 +66,9 @@ from epochlog.protocol.errors import (
     NotLeaderOrFollowerError,
     RequestTimedOutError,
 )
-from epochlog.protocol.heartbeat import HeartbeatResponse, PartitionAssignment
+from epochlog.protocol.heartbeat import HeartbeatResponse, PartitionAssignment, TlsReport
 from epochlog.security.expiry import CertificateExpiry
-from epochlog.security.tls import client_context
+from epochlog.security.tls import TlsSource
 from epochlog.tasks import cancel_and_wait
 from epochlog_broker.config import BrokerConfig
 from epochlog_broker.controller_client import ControllerClient, ControllerUnanswered
@@ -206,7 +206,9 @@ class Broker:
         self._answered_by: str | None = None
         self._keepalive: KeepaliveThread | None = None
         self._fenced_tasks: set[asyncio.Task[None]] = set()
-        self.client_ssl = client_context(config.tls) if config.tls else None
+        self.tls = TlsSource(config.tls, owner=f"broker-{config.broker_id}") if config.tls else None
+        """This broker's TLS contexts, rebuilt when its files change (`TlsSource`)."""
+        self.client_ssl = self.tls.client if self.tls else None
         """TLS with this broker's certificate for requests to peers and the controller."""
 
     @property
@@ -903,6 +905,19 @@ class Broker:
             self._fenced_tasks.add(task)
             task.add_done_callback(self._fenced_tasks.discard)
 
+    def _tls_report(self) -> TlsReport | None:
+        """What this broker's TLS contexts hold, after a look at the files (four `stat`
+        calls): the operator steps a CA replacement on it."""
+        if self.tls is None:
+            return None
+        self.tls.refresh()
+        loaded = self.tls.loaded
+        return TlsReport(
+            cluster_cas=loaded.cluster_cas,
+            clients_cas=loaded.clients_cas,
+            certificate=loaded.certificate,
+        )
+
     async def _heartbeat_once(self) -> bool:
         """One heartbeat to the current controller address; True when it went unanswered and
         the next address is to be tried at once."""
@@ -915,7 +930,7 @@ class Broker:
         self._faults_reported = core.storage_faults
         await controller.resolve()
         endpoint = self.controllers.current
-        heartbeat = core.heartbeat(now_ms())
+        heartbeat = core.heartbeat(now_ms(), self._tls_report())
         data = heartbeat.model_dump_json(by_alias=True)
         self.metrics.heartbeat_bytes.inc(len(data))
         if self._keepalive is not None:

@@ -117,6 +117,7 @@ from epochlog.protocol.heartbeat import (
     PartitionAssignment,
     PartitionReport,
     PartitionRole,
+    TlsReport,
 )
 from epochlog_broker.answer_writes import AnswerWrites
 from epochlog_broker.held_assignment import read_held, write_held
@@ -607,6 +608,12 @@ class BrokerCore:
         )
         self.storage_faults = 0
         """Replicas taken offline so far: the shell reports a new one at once."""
+        self._tls_held: TlsReport | None = None
+        """The TLS report the controller answered holding in this report session: a
+        heartbeat carries `tls` only in a full heartbeat or when it differs, so an idle
+        broker's heartbeats stay the same size."""
+        self._tls_sent: dict[int, TlsReport] = {}
+        """The TLS report each unanswered heartbeat (by seq) carried."""
         self._deferred: list[Effect] = []
         self._pending: dict[int, _Pending] = {}
         self._pending_deletes: dict[int, tuple[str, int]] = {}
@@ -1034,8 +1041,9 @@ class BrokerCore:
 
     # -- controller ------------------------------------------------------------------------
 
-    def heartbeat(self, now_ms: int) -> BrokerHeartbeat:
-        """The next heartbeat: every report the controller does not hold as it is now."""
+    def heartbeat(self, now_ms: int, tls: TlsReport | None = None) -> BrokerHeartbeat:
+        """The next heartbeat: every report the controller does not hold as it is now, and
+        `tls`, what the broker's TLS contexts hold."""
         # A follower whose fetches fail may have lost its leader: the log end it reports
         # is what an unclean election or recovery would choose by, so it goes at once.
         urgent = {n for s in self.fetch_sessions.values() if s.failures for n in s.wanted}
@@ -1050,6 +1058,12 @@ class BrokerCore:
         else:
             changed = self._refresh_changed_facts(now_ms, urgent)
         plan = self.report_session.prepare(facts, urgent, changed)
+        if plan.full:
+            self._tls_held = None
+            self._tls_sent.clear()
+        carried = tls if tls is not None and tls != self._tls_held else None
+        if carried is not None:
+            self._tls_sent[plan.seq] = carried
         return BrokerHeartbeat(
             broker_id=self.broker_id,
             broker_epoch=self.broker_epoch,
@@ -1065,6 +1079,7 @@ class BrokerCore:
             removed=plan.removed,
             controlled_shutdown=self.controlled_shutdown,
             rack=self.rack,
+            tls=carried,
         )
 
     def _refresh_changed_facts(self, now_ms: int, urgent: set[str]) -> set[str]:
@@ -1134,6 +1149,7 @@ class BrokerCore:
     def heartbeat_failed(self, seq: int) -> None:
         """Heartbeat `seq` went unanswered (timeout, connection error, an error status)."""
         self.report_session.on_failure(seq)
+        self._tls_sent.pop(seq, None)
 
     def _report_facts(self, host: Hosted, now_ms: int) -> _ReportFacts:
         """Everything a partition's report says, as plain values: cheap to compare, so
@@ -1193,11 +1209,14 @@ class BrokerCore:
         self, response: HeartbeatResponse, now_ms: int, seq: int | None = None
     ) -> list[Effect]:
         """Apply the controller's answer to heartbeat `seq` (None: the latest sent)."""
+        answered = self.report_session.seq if seq is None else seq
         self.report_session.on_answer(
-            self.report_session.seq if seq is None else seq,
-            response.session_id,
-            response.full_report_required,
+            answered, response.session_id, response.full_report_required
         )
+        for sent in sorted(s for s in self._tls_sent if s <= answered):
+            report = self._tls_sent.pop(sent)
+            if sent == answered and not response.full_report_required:
+                self._tls_held = report
         if response.fenced:
             if not self.fenced:
                 log.warning("broker_fenced", broker=self.broker_id, brokerEpoch=self.broker_epoch)

@@ -117,7 +117,7 @@ from epochlog.protocol.replica import (
 from epochlog.protocol.wire import WireModel
 from epochlog.security.access import Operation
 from epochlog.security.principal import Principal
-from epochlog.security.tls import CertReloader, server_context
+from epochlog.security.tls import CertReloader
 from epochlog_broker.broker import Broker
 from epochlog_broker.client_batch import ClientBatch
 from epochlog_broker.config import BrokerConfig
@@ -749,16 +749,13 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> int:
         **config.http.runner_args(),
     )
     await runner.setup()
-    tls = server_context(config.tls, require_client_cert=False) if config.tls else None
+    # One source for the API listener, the Kafka listener and the requests to peers:
+    # each new connection takes the newest certificate and trusted CAs.
+    tls = broker.tls.server if broker.tls else None
     site = LimitedSite(runner, config.host, config.port, config.http, backlog=1024, ssl_context=tls)
     reloader = None
-    if config.tls and tls and broker.client_ssl:
-        reloader = CertReloader(
-            config.tls,
-            [tls, broker.client_ssl],
-            interval_s=config.tls_reload_interval_s,
-            owner=f"broker-{config.broker_id}",
-        )
+    if broker.tls is not None:
+        reloader = CertReloader(broker.tls, interval_s=config.tls_reload_interval_s)
     runners = [runner]
     sites = [site]
     kafka = None

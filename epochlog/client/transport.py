@@ -8,7 +8,9 @@ our side), in which case the request may or may not have been carried out;
 The session is created on first use, inside the event loop that uses it.
 
 `Credentials` go with every request: TLS (the CA that verifies brokers, and a
-client certificate if given) for https:// URLs, and a bearer token in the
+client certificate if given; each new connection takes the files as they are then,
+so a long-running client follows a renewed certificate and a CA bundle that gains or
+loses a CA) for https:// URLs, and a bearer token in the
 Authorization header. `resolve` maps host names to addresses for a client outside the
 brokers' network (their advertised names do not resolve there).
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from collections.abc import Mapping
 
 import aiohttp
@@ -77,6 +80,12 @@ class Transport:
         self.credentials = credentials or Credentials()
         self._ssl = client_context(self.credentials.tls) if self.credentials.tls else None
         self._auth = {"Authorization": f"Bearer {t}"} if (t := self.credentials.token) else {}
+
+    @property
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The context of https:// connections: each new one takes the CA bundle and the
+        client certificate as their files hold them then (`ReloadingContext`)."""
+        return self._ssl
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:

@@ -202,6 +202,22 @@ class PartitionReport(WireModel):
         return None
 
 
+Fingerprint = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+"""A certificate's SHA-256 fingerprint (`epochlog.security.trust.fingerprint`)."""
+MAX_TRUSTED_CAS: Final = 8
+
+
+class TlsReport(WireModel):
+    """What a broker's TLS contexts hold now: the CAs it trusts and the certificate it
+    serves, by fingerprint. The operator replaces a CA in steps and waits for these
+    between them (docs/operating/certificates.md). A few fingerprints, whatever the
+    number of partitions."""
+
+    cluster_cas: tuple[Fingerprint, ...] = Field(default=(), max_length=MAX_TRUSTED_CAS)
+    clients_cas: tuple[Fingerprint, ...] = Field(default=(), max_length=MAX_TRUSTED_CAS)
+    certificate: Fingerprint | None = None
+
+
 class BrokerHeartbeat(WireModel):
     broker_id: BrokerId
     broker_epoch: NonNegInt64
@@ -240,6 +256,9 @@ class BrokerHeartbeat(WireModel):
     """The broker is stopping (SIGTERM) and asks the controller to move its leaderships to
     other ISR members and take it out of every ISR first (Kafka's controlled shutdown).
     Once sent, it holds for the rest of this brokerEpoch."""
+    tls: TlsReport | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The broker's trusted CAs and certificate (TLS brokers; not in keepalives). Older
+    operators ignore it."""
 
     @model_validator(mode="after")
     def _one_report_per_partition(self) -> Self:

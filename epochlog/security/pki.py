@@ -100,7 +100,7 @@ def write_file(path: Path, data: bytes, mode: int) -> None:
     os.replace(tmp, path)
 
 
-def new_ca(common_name: str, *, days: int = DEFAULT_CA_DAYS) -> Issued:
+def new_ca(common_name: str, *, days: float = DEFAULT_CA_DAYS) -> Issued:
     key = _key()
     now = _now()
     cert = (

@@ -19,6 +19,10 @@ class FileWatch:
         self.paths = tuple(paths)
         self._seen = self._stamp()
 
+    def stamp(self) -> Stamp:
+        """The files' state now (what `loaded` records)."""
+        return self._stamp()
+
     def _stamp(self) -> Stamp:
         out = []
         for path in self.paths:
@@ -33,5 +37,7 @@ class FileWatch:
     def changed(self) -> bool:
         return self._stamp() != self._seen
 
-    def loaded(self) -> None:
-        self._seen = self._stamp()
+    def loaded(self, stamp: Stamp | None = None) -> None:
+        """Record the files as loaded in state `stamp` (taken before they were read: a
+        change while they were read is then seen as one next time), or as they are now."""
+        self._seen = self._stamp() if stamp is None else stamp

@@ -13,9 +13,9 @@ them):
 
 `due` says why a leaf certificate must be issued now (missing, expiring within
 the renewal window, issued by another CA, naming other hosts or another
-identity) or None when the one held is good. CAs are created when missing and
-kept; one nearing its end is reported (`ca_expiring`), not replaced: replacing
-a CA must first roll the new one out to every trust store.
+identity) or None when the one held is good. CAs are created when missing; one the
+operator made is replaced with an overlap as it nears its end (`ca_rotation`,
+`ca_secrets`), one the user brought is only reported (`ca_expiring`).
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ class CertificateSettings:
     operator_hosts: str = "epochlog-operator.{namespace}.svc"
     validity_days: int = 365
     renew_before_days: int = 30
+    ca_validity_days: float = 3650
+    ca_renew_before_days: float = 30
 
     def secret(self, what: str) -> str:
         return f"{self.prefix}-{what}"
@@ -53,6 +55,7 @@ class CertificateSettings:
                 self.secret(f"broker-{b}"),
                 broker_uri(b),
                 self.hosts_of(self.broker_hosts, id=b),
+                broker_id=b,
             )
             for b in self.broker_ids
         ]
@@ -69,6 +72,8 @@ class Leaf:
     secret: str
     uri: str
     hosts: tuple[str, ...]
+    broker_id: int | None = None
+    """The broker that serves it; None: the operator."""
 
 
 def _names(cert: x509.Certificate) -> tuple[set[str], set[str]]:

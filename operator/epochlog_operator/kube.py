@@ -229,16 +229,25 @@ class KubeClient:
     # -- Events ---------------------------------------------------------------------------
 
     async def post_event(
-        self, obj: Obj, *, type_: str, reason: str, message: str, instance: str
+        self,
+        obj: Obj,
+        *,
+        type_: str,
+        reason: str,
+        message: str,
+        instance: str,
+        kind: str = KIND,
+        api_version: str = API_VERSION,
     ) -> None:
+        """An Event on `obj` (a Partition unless `kind` and `api_version` say otherwise)."""
         meta = metadata_of(obj)
         namespace, name = meta.namespaced_name()
         now = _now_rfc3339()
         event = Event(
             metadata=ObjectMeta(generate_name=f"{name}.", namespace=namespace),
             involved_object=ObjectReference(
-                api_version=API_VERSION,
-                kind=KIND,
+                api_version=api_version,
+                kind=kind,
                 name=name,
                 namespace=namespace,
                 uid=meta.uid,

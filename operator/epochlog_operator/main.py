@@ -25,8 +25,9 @@ from aiohttp import web
 from epochlog import collector
 from epochlog.http_limits import LimitedSite
 from epochlog.logs import configure
+from epochlog.protocol.heartbeat import TlsReport
 from epochlog.security.expiry import CertificateExpiry
-from epochlog.security.tls import CertReloader, PeerIdentities, ca_name, server_context
+from epochlog.security.tls import CertReloader, PeerIdentities, TlsSource, ca_name
 from epochlog.tasks import cancel_and_wait
 from epochlog_operator.cert_manager import CertificateManager, private_dir
 from epochlog_operator.handlers import build_registry, kopf_settings
@@ -120,8 +121,15 @@ async def serve(settings: OperatorSettings) -> None:
         reconciler = Reconciler(settings, kube, metrics)
         gate = PeeringGate(settings, kube, reconciler)
         certificates = None
+        tls_reports: dict[int, TlsReport] = {}
         if settings.manage_certificates:
-            certificates = CertificateManager(kube, settings.certificate_settings, private_dir())
+            certificates = CertificateManager(
+                kube,
+                settings.certificate_settings,
+                private_dir(),
+                metrics=metrics,
+                reports=tls_reports,
+            )
             await certificates.reconcile()
         tls = certificates.operator_files() if certificates else settings.tls
         peers = PeerIdentities(ca_name(tls.ca)) if tls else None
@@ -134,13 +142,17 @@ async def serve(settings: OperatorSettings) -> None:
                 peers=peers,
                 readiness=gate.readiness,
                 certificates=expiry,
+                tls_reports=tls_reports,
             ),
             access_log=None,
             **settings.http.runner_args(),
         )
         await runner.setup()
         runners = [runner]
-        server_tls = server_context(tls, require_client_cert=True) if tls else None
+        source = TlsSource(tls, require_client_cert=True, owner="operator") if tls else None
+        server_tls = source.server if source else None
+        if certificates is not None:
+            certificates.own = source
         site = LimitedSite(
             runner,
             settings.listen_address,
@@ -150,8 +162,8 @@ async def serve(settings: OperatorSettings) -> None:
         )
         await site.start()
         reloader = None
-        if tls is not None and server_tls is not None:
-            reloader = CertReloader(tls, [server_tls], owner="operator")
+        if source is not None:
+            reloader = CertReloader(source)
             reloader.start()
         else:
             log.warning(

@@ -176,6 +176,18 @@ class Metrics:
             "a proposal is awaited, and when a lag clock may pass its limit or a refresh "
             "falls due while a follower trails; the others are decided on news only.",
         )
+        self.ca_phase = self._family(
+            "epochlog_operator_ca_phase",
+            "gauge",
+            "1 for the phase each CA the operator keeps is in (Steady, TrustingNew, "
+            "Reissuing), 0 for the others, by ca (cluster-ca, clients-ca); a CA the user "
+            "brought is Steady (docs/operating/certificates.md).",
+        )
+        self.ca_steps = self._family(
+            "epochlog_operator_ca_steps_total",
+            "counter",
+            "Steps of CA replacements written, by ca and step (start, promote, drop).",
+        )
         self.active = self._family(
             "epochlog_operator_active",
             "gauge",

@@ -33,7 +33,7 @@ from epochlog.protocol.errors import (
     InvalidRequestError,
     NotControllerError,
 )
-from epochlog.protocol.heartbeat import BrokerHeartbeat
+from epochlog.protocol.heartbeat import BrokerHeartbeat, TlsReport
 from epochlog.security.expiry import CertificateExpiry
 from epochlog.security.principal import Principal
 from epochlog.security.tls import PeerIdentities
@@ -133,6 +133,7 @@ def build_app(
     peers: PeerIdentities | None = None,
     readiness: Callable[[], tuple[bool, str]] | None = None,
     certificates: CertificateExpiry | None = None,
+    tls_reports: dict[int, TlsReport] | None = None,
 ) -> web.Application:
     """The operator's routes; with `probes_only`, health, readiness and metrics alone (the
     probe listener, which stays open when the heartbeat port asks for credentials).
@@ -141,7 +142,9 @@ def build_app(
     certificate of the broker it names, for an address that certificate names.
     `readiness`: whether the replica is Ready and its role or why not (the peering gate's
     `PeeringGate.readiness`); without it a replica is Ready by its role alone.
-    `certificates`: the operator's certificate files, whose ends /metrics exports."""
+    `certificates`: the operator's certificate files, whose ends /metrics exports.
+    `tls_reports`: where each broker's last report of what it trusts and serves is kept
+    (a CA replacement steps on them)."""
     limits = limits or HttpLimits()
 
     def role() -> tuple[bool, str]:
@@ -156,6 +159,8 @@ def build_app(
                 check_sender(peers.of_transport(request.transport), hb)
             hb = checked_ip(hb, request.remote)
             response = reconciler.heartbeat(hb)
+            if tls_reports is not None and hb.tls is not None:
+                tls_reports[hb.broker_id] = hb.tls
         except InvalidRequestError as exc:
             metrics.heartbeats.inc(outcome="invalid")
             log.warning("invalid heartbeat", remote=request.remote, error=exc.message)

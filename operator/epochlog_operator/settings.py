@@ -43,6 +43,8 @@ else from the default below. The table is the documentation (`epochlog operator
 | --certificate-validity-days   | EPOCHLOG_CERTIFICATE_VALIDITY_DAYS   | 365      |
 | --certificate-renew-before-days | EPOCHLOG_CERTIFICATE_RENEW_BEFORE_DAYS | 30    |
 | --certificate-check-interval-s | EPOCHLOG_CERTIFICATE_CHECK_INTERVAL_S | 3600   |
+| --ca-validity-days            | EPOCHLOG_CA_VALIDITY_DAYS            | 3650     |
+| --ca-renew-before-days        | EPOCHLOG_CA_RENEW_BEFORE_DAYS        | 30       |
 | --identity                    | POD_NAME                             | (3)      |
 
 (1) the pod's service account, else ~/.kube/config. (2) falls with the start
@@ -55,7 +57,8 @@ the cluster CA, the clients CA, a certificate per broker of --broker-ids (naming
 the hosts of --broker-hosts, a template with {id} and {namespace},
 "epochlog-broker-{id}.epochlog-broker.{namespace}.svc" by default) and its own
 (--operator-hosts, "epochlog-operator.{namespace}.svc") in Secrets
-(`certificates`, `cert_manager`), and renews them before they expire.
+(`certificates`, `cert_manager`), and renews them before they expire; a CA it made
+is replaced with an overlap --ca-renew-before-days before its end (`ca_rotation`).
 
 The API write budget (status writes and Event posts together) defaults to the
 client-go QPS and burst that controller-runtime gives a controller, 20 and 30: a
@@ -202,6 +205,10 @@ class OperatorSettings:
     certificate_validity_days: int = 365
     certificate_renew_before_days: int = 30
     certificate_check_interval_s: float = 3600
+    ca_validity_days: float = 3650
+    """Of the CAs the operator makes (fractions of a day for tests)."""
+    ca_renew_before_days: float = 30
+    """A CA the operator made is replaced this long before its end."""
     identity: str = field(default_factory=default_identity)
 
     def __post_init__(self) -> None:
@@ -288,6 +295,10 @@ class OperatorSettings:
             )
         if not self.certificate_check_interval_s > 0:
             raise SettingsError("--certificate-check-interval-s must be positive")
+        if not 0 < self.ca_renew_before_days < self.ca_validity_days:
+            raise SettingsError(
+                "--ca-renew-before-days must be positive and below --ca-validity-days"
+            )
         return CertificateSettings(
             namespace=self.certificates_namespace,
             prefix=self.certificate_prefix,
@@ -296,6 +307,8 @@ class OperatorSettings:
             operator_hosts=self.operator_hosts,
             validity_days=self.certificate_validity_days,
             renew_before_days=self.certificate_renew_before_days,
+            ca_validity_days=self.ca_validity_days,
+            ca_renew_before_days=self.ca_renew_before_days,
         )
 
     @property
@@ -384,6 +397,8 @@ _ENV: Final[dict[str, tuple[str, str]]] = {
     "certificate_validity_days": ("EPOCHLOG_CERTIFICATE_VALIDITY_DAYS", "int"),
     "certificate_renew_before_days": ("EPOCHLOG_CERTIFICATE_RENEW_BEFORE_DAYS", "int"),
     "certificate_check_interval_s": ("EPOCHLOG_CERTIFICATE_CHECK_INTERVAL_S", "float"),
+    "ca_validity_days": ("EPOCHLOG_CA_VALIDITY_DAYS", "float"),
+    "ca_renew_before_days": ("EPOCHLOG_CA_RENEW_BEFORE_DAYS", "float"),
     "identity": ("POD_NAME", "str"),
 }
 
@@ -602,6 +617,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "certificate_check_interval_s",
         "look at the certificates this often (default 3600)",
+        type=float,
+    )
+    add("ca_validity_days", "days a CA made here is valid (default 3650)", type=float)
+    add(
+        "ca_renew_before_days",
+        "replace a CA made here this many days before it ends, with an overlap in which "
+        "the old and the new one are trusted (default 30)",
         type=float,
     )
     add("identity", "this replica's name in the peering object (default user@host/time)")

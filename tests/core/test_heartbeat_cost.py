@@ -4,7 +4,7 @@ not every hosted partition, and still carries every change the full look carried
 
 from __future__ import annotations
 
-from epochlog.protocol.heartbeat import HeartbeatResponse, PartitionAssignment
+from epochlog.protocol.heartbeat import HeartbeatResponse, PartitionAssignment, TlsReport
 from epochlog_broker.core import FACTS_SWEEP_HEARTBEATS, BrokerCore
 from epochlog_broker.log.simfs import CrashFileSystem
 from epochlog_broker.replication.leader import Leader
@@ -77,3 +77,37 @@ def test_a_follower_that_stops_fetching_is_reported_when_its_window_ends() -> No
                 lagging_at = now
     assert lagging_at is not None, "the lagging follower is reported"
     assert caught_up + window < lagging_at <= caught_up + window + 100
+
+
+def _tls(*cas: str) -> TlsReport:
+    return TlsReport(cluster_cas=cas, clients_cas=("c" * 64,), certificate="d" * 64)
+
+
+def test_an_idle_brokers_tls_report_travels_once_until_it_changes() -> None:
+    """The operator keeps each broker's last TLS report; an unchanged one is not sent
+    again, so TLS does not grow an idle broker's heartbeats. A full heartbeat (a new
+    report session, a restarted controller), a lost heartbeat and a change carry it."""
+    c = core(CrashFileSystem())
+    c.on_heartbeat_response(assign_all(NAMES[:3], retention_ms=-1), T0)
+    one, two = _tls("a" * 64), _tls("a" * 64, "b" * 64)
+    first = c.heartbeat(T0, one)
+    assert first.full
+    assert first.tls == one
+    c.on_heartbeat_response(HeartbeatResponse(session_id=7), T0, first.seq)
+    idle = []
+    for i in range(1, 6):
+        hb = c.heartbeat(T0 + 500 * i, one)
+        c.on_heartbeat_response(HeartbeatResponse(session_id=7), T0 + 500 * i, hb.seq)
+        idle.append(hb.tls)
+    assert idle == [None] * 5
+    lost = c.heartbeat(T0 + 3000, two)
+    assert lost.tls == two
+    c.heartbeat_failed(lost.seq)
+    again = c.heartbeat(T0 + 3500, two)
+    assert again.tls == two, "a report in a lost heartbeat is sent again"
+    c.on_heartbeat_response(HeartbeatResponse(session_id=7), T0 + 3500, again.seq)
+    assert c.heartbeat(T0 + 4000, two).tls is None
+    c.on_heartbeat_response(HeartbeatResponse(full_report_required=True), T0 + 4000)
+    full = c.heartbeat(T0 + 4500, two)
+    assert full.full
+    assert full.tls == two, "a controller that lost its copy is told again"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from epochlog.protocol.heartbeat import BrokerHeartbeat
+from epochlog.protocol.heartbeat import BrokerHeartbeat, TlsReport
 from epochlog_operator.decide import Decision
 from epochlog_tools.sim.scenario import Sim, spec
 
@@ -24,8 +24,8 @@ def spy(sim: Sim, broker: int) -> list[BrokerHeartbeat]:
     sent: list[BrokerHeartbeat] = []
     build = core.heartbeat
 
-    def recording(now_ms: int) -> BrokerHeartbeat:
-        hb = build(now_ms)
+    def recording(now_ms: int, tls: TlsReport | None = None) -> BrokerHeartbeat:
+        hb = build(now_ms, tls)
         sent.append(hb)
         return hb
 

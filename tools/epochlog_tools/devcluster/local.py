@@ -71,6 +71,7 @@ from epochlog.resources import (
 )
 from epochlog.security.options import Credentials
 from epochlog_tools.devcluster import podman as pm
+from epochlog_tools.devcluster.managed_certs import ManagedCertificates
 from epochlog_tools.devcluster.partitions import (
     NAMESPACE,
     Partition,
@@ -81,6 +82,7 @@ from epochlog_tools.devcluster.partitions import (
 )
 from epochlog_tools.devcluster.waits import leads
 from epochlog_tools.harness import (
+    ADMIN,
     APISERVER_READY_PATH,
     HEALTH_PATH,
     LOOPBACK,
@@ -165,6 +167,13 @@ class DevSettings:
     broker_args: tuple[str, ...] = ()
     """More `epochlog broker` flags for every broker (benchmarks: a short
     `--retention-check-interval-ms`)."""
+    managed_certificates: bool = False
+    """The operator keeps the certificates in Secrets (`--manage-certificates`) and a
+    kubelet stand-in mounts them for the brokers (`managed_certs`), instead of `pki/`."""
+    ca_validity_s: float = 3650 * 86400.0
+    """With managed certificates: how long the CAs the cluster starts with are valid."""
+    ca_renew_before_s: float = 30 * 86400.0
+    """With managed certificates: the operator replaces a CA this long before its end."""
 
     @classmethod
     def for_tests(cls) -> DevSettings:
@@ -207,7 +216,7 @@ class ProcessInfo:
     name: str
     """"apiserver", "operator", "broker-1", "broker-2", ..."""
     role: str
-    """"apiserver" | "operator" | "broker"."""
+    """"apiserver" | "operator" | "broker" | "kubelet" (the Secret volumes' writer)."""
     pid: int
     url: str
     """https://127.0.0.1:PORT (http:// in plaintext)"""
@@ -387,7 +396,19 @@ class LocalCluster:
     @property
     def credentials(self) -> Credentials:
         """What a client of this cluster presents: the `admin` user's certificate."""
+        if self.managed is not None:
+            return self.managed.credentials(ADMIN)
         return self.security.credentials()
+
+    @property
+    def managed(self) -> ManagedCertificates | None:
+        """Where the certificates the operator keeps are mounted (managed certificates)."""
+        s = self.settings
+        if not (self.tls and s.managed_certificates):
+            return None
+        return ManagedCertificates(
+            self.state_dir, self.brokers, s.ca_validity_s, s.ca_renew_before_s
+        )
 
     @property
     def processes(self) -> dict[str, ProcessInfo]:
@@ -539,7 +560,9 @@ class LocalCluster:
                     reconcile_interval_ms=s.reconcile_interval_ms,
                     status_refresh_interval_ms=s.status_refresh_interval_ms,
                     leader_imbalance_check_interval_ms=s.leader_imbalance_check_interval_ms,
-                    security=security.operator_flags(),
+                    security=self.managed.operator_flags()
+                    if self.managed
+                    else security.operator_flags(),
                     probe_port=op_probe,
                 ),
             ),
@@ -555,7 +578,7 @@ class LocalCluster:
                 controller_url=url(op_port, scheme),
                 heartbeat_interval_ms=s.heartbeat_interval_ms,
                 checkpoint_interval_ms=s.checkpoint_interval_ms,
-                security=security.broker_flags(b),
+                security=self.managed.broker_flags(b) if self.managed else security.broker_flags(b),
                 probe_port=probe,
                 controlled_shutdown_timeout_ms=s.handover_timeout_ms,
                 kafka_port=kafka,
@@ -578,6 +601,19 @@ class LocalCluster:
                     data_dir=str(data_dir),
                     argv=argv,
                     container=container,
+                )
+            )
+        if self.managed is not None:
+            plan.append(
+                ProcessInfo(
+                    name="kubelet",
+                    role="kubelet",
+                    pid=0,
+                    url=plan[0].url,
+                    broker_id=None,
+                    log=str(logs / "kubelet.log"),
+                    data_dir=None,
+                    argv=self.managed.kubelet_argv(plan[0].url),
                 )
             )
         return plan
@@ -645,7 +681,9 @@ class LocalCluster:
         self.kubeconfig.unlink(missing_ok=True)
         plan = self._plan()
         try:
-            api, operator, brokers = plan[0], plan[1], plan[2:]
+            api, operator = plan[0], plan[1]
+            brokers = [p for p in plan[2:] if p.role == "broker"]
+            kubelet = [p for p in plan[2:] if p.role == "kubelet"]
             say(f"starting the Kubernetes API emulator on {api.url}")
             self._start(api)
             await self._wait_healthy(api)
@@ -656,9 +694,24 @@ class LocalCluster:
                     watching=[api.process],
                     timeout_s=self.settings.startup_timeout_s,
                 )
+            if self.managed is not None:
+                say("creating the CA Secrets the operator keeps")
+                await self.managed.seed(api.url)
             say(f"starting the operator on {operator.url}")
             self._start(operator)
             await self._wait_healthy(operator)
+            if self.managed is not None:
+                say("starting the Secret volumes' writer (the kubelet's part)")
+                for k in kubelet:
+                    self._start(k)
+                with _as_dev_errors():
+                    await wait_until(
+                        self.managed.ready,
+                        "the brokers' Secret volumes",
+                        watching=[k.process for k in kubelet],
+                        timeout_s=self.settings.startup_timeout_s,
+                    )
+                await self.managed.issue_user(api.url, ADMIN)
             say(f"starting {len(brokers)} brokers: {', '.join(b.url for b in brokers)}")
             for broker in brokers:
                 self._start(broker)
@@ -778,7 +831,7 @@ class LocalCluster:
         """Stop every process in state.json: SIGTERM, then SIGKILL after the grace period.
         Brokers first (they flush and checkpoint), then the operator, then the API server.
         The brokers' data and the logs stay; state.json goes."""
-        for role in ("broker", "operator", "apiserver"):
+        for role in ("broker", "kubelet", "operator", "apiserver"):
             group = [p for p in self._processes.values() if p.role == role]
             results = await asyncio.gather(*(p.stop(self.settings.grace_period_s) for p in group))
             for p, how in zip(group, results, strict=True):

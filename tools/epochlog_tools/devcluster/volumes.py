@@ -52,7 +52,8 @@ def write_volume(d: Path, payload: Payload, gid: int) -> bool:
                 sub.mkdir()
                 _own(sub, gid)
         write_file(path, content, mode)
-        os.chown(path, 0, gid)
+        if os.geteuid() == 0:
+            os.chown(path, 0, gid)
     tmp = d / f"{DATA}_tmp"
     tmp.unlink(missing_ok=True)
     tmp.symlink_to(fresh.name)
@@ -88,5 +89,6 @@ def read_payload(directory: Path) -> dict[str, tuple[bytes, int]]:
 
 
 def _own(path: Path, gid: int) -> None:
-    os.chown(path, 0, gid)
+    if os.geteuid() == 0:  # as the kubelet; a user's own files stay theirs
+        os.chown(path, 0, gid)
     path.chmod(0o750)

@@ -39,9 +39,10 @@ from epochlog_tools.harness.readiness import (
     wait_healthy,
     wait_until,
 )
-from epochlog_tools.harness.security import PLAINTEXT, Security
+from epochlog_tools.harness.security import ADMIN, PLAINTEXT, Security
 
 __all__ = [
+    "ADMIN",
     "APISERVER_READY_PATH",
     "HEALTH_PATH",
     "LOOPBACK",
