@@ -241,6 +241,7 @@ async def leaders_serve(client: Client, cluster: LocalCluster, watch: PartitionW
 async def settle(
     args: argparse.Namespace,
     cluster: LocalCluster,
+    http: aiohttp.ClientSession,
     client: Client,
     watch: PartitionWatch,
     names: Sequence[str],
@@ -273,6 +274,33 @@ async def settle(
     say(f"waiting until no leader, epoch, ISR or condition changed for {quiet_s:g} s")
     if not await watch.settled(quiet_s, timeout_s=60):
         row.notes.append("leaders, epochs or ISRs kept changing before the idle window")
+    # The Events of the apply (elections, ISR changes) wait for the API write budget and
+    # drain for a while after the last change: the idle window starts once they are out.
+    say(f"waiting until the operator wrote nothing to the API for {quiet_s:g} s")
+    started = time.monotonic()
+    if await operator_writes_quiet(http, cluster, quiet_s, timeout_s=180):
+        row.notes.append(
+            f"apply: the operator's API writes (Events, refreshes) stopped "
+            f"{time.monotonic() - started - quiet_s:.1f} s after the cluster settled"
+        )
+    else:
+        row.notes.append("the operator kept writing to the API before the idle window")
+
+
+async def operator_writes_quiet(
+    http: aiohttp.ClientSession, cluster: LocalCluster, quiet_s: float, timeout_s: float
+) -> bool:
+    """Until the operator's API writes stay the same for `quiet_s`; False after `timeout_s`."""
+    url = cluster.probe_url("operator")
+    deadline = time.monotonic() + timeout_s
+    last = (await scrape(http, url)).total("epochlog_operator_api_writes_total")
+    while time.monotonic() < deadline:
+        await asyncio.sleep(quiet_s)
+        now = (await scrape(http, url)).total("epochlog_operator_api_writes_total")
+        if now == last:
+            return True
+        last = now
+    return False
 
 
 # -- the phases -----------------------------------------------------------------------------
@@ -748,7 +776,7 @@ async def _phases(args: argparse.Namespace, cluster: LocalCluster, work: Path, r
             row.led_s = time.monotonic() - started
             after = await scrape(http, cluster.probe_url("operator"))
             row.notes.append("apply: until the last leader, " + api_writes(before, after))
-            await settle(args, cluster, client, watch, names, row)
+            await settle(args, cluster, http, client, watch, names, row)
             if args.settle_seconds > 0:
                 say(f"waiting {args.settle_seconds:g} s more before the idle window")
                 await asyncio.sleep(args.settle_seconds)
