@@ -1210,9 +1210,7 @@ class BrokerCore:
     ) -> list[Effect]:
         """Apply the controller's answer to heartbeat `seq` (None: the latest sent)."""
         answered = self.report_session.seq if seq is None else seq
-        self.report_session.on_answer(
-            answered, response.session_id, response.full_report_required
-        )
+        self.report_session.on_answer(answered, response.session_id, response.full_report_required)
         for sent in sorted(s for s in self._tls_sent if s <= answered):
             report = self._tls_sent.pop(sent)
             if sent == answered and not response.full_report_required:
