@@ -193,7 +193,10 @@ class KubeApiServer:
                         body = {"metadata": {"finalizers": None}}
                         async with http.patch(path, json=body, headers=merge):
                             pass
-            kinds = "partitions,clusterkopfpeerings,kopfpeerings,events,secrets,configmaps"
+            kinds = (
+                "partitions,epochlogusers,clusterkopfpeerings,kopfpeerings,events,secrets,"
+                "configmaps"
+            )
             proc = await asyncio.create_subprocess_exec(
                 str(self.bin / "kubectl"), "--kubeconfig", str(self.kubeconfig), "delete", kinds,
                 "--all", "--all-namespaces", "--wait=false",
