@@ -24,7 +24,7 @@ import asyncio
 import base64
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +155,19 @@ async def _refused_within(
     return took
 
 
+async def _written(
+    cluster: LocalCluster, holds: Callable[[Any], bool], started: float, what: str
+) -> None:
+    """Until the policy file the operator writes passes `holds`: the propagation part of
+    the bound, printed."""
+
+    async def written() -> bool:
+        return holds(json.loads(cluster.access_policy_file.read_text()))
+
+    await waiting.until(written, f"the policy written ({what})", OPERATOR_ALLOWANCE_S)
+    print(f"policy written ({what}): {time.monotonic() - started:.3f} s")
+
+
 async def _usable(
     cluster: LocalCluster,
     ca: Path,
@@ -219,12 +232,14 @@ async def test_a_tls_user_is_created_used_narrowed_and_deleted(
                 {"spec": {"authorization": {"acls": [rule("orders", "write", "read")]}}},
                 headers=MERGE,
             )
+            await _written(cluster, lambda p: "audit" not in json.dumps(p), started, "narrowed")
             await _refused_within(alice, audit, started, "alice narrowed: audit refused")
             assert await _code(alice, "POST", orders, json=one) == ""
             await api.ready("alice")
 
             started = time.monotonic()
             await api.call("DELETE", f"{USERS}/alice")
+            await _written(cluster, lambda p: "User:alice" not in json.dumps(p), started, "deleted")
             await _refused_within(alice, orders, started, "alice deleted: orders refused")
 
         async def secret_gone() -> bool:
