@@ -120,6 +120,31 @@ class SecretObject(WireModel):
     data: dict[str, str] = Field(default_factory=dict)
 
 
+class TokenReviewSpec(WireModel):
+    token: str
+    audiences: tuple[str, ...] = ()
+
+
+class TokenReviewUser(WireModel):
+    username: str = ""
+
+
+class TokenReviewStatus(WireModel):
+    authenticated: bool = False
+    user: TokenReviewUser = Field(default_factory=TokenReviewUser)
+    audiences: tuple[str, ...] = ()
+    error: str = ""
+
+
+class TokenReviewObject(WireModel):
+    """authentication.k8s.io/v1 TokenReview: who the API server says a token stands for."""
+
+    api_version: str = "authentication.k8s.io/v1"
+    kind: str = "TokenReview"
+    spec: TokenReviewSpec
+    status: TokenReviewStatus | None = None
+
+
 class StatusDetails(WireModel):
     """meta/v1 StatusDetails, the part of an API server's error answer (a Status) epochlog
     reads: how long a 429 Too Many Requests asks the client to wait."""

@@ -26,7 +26,9 @@ from typing import Any, Final
 
 import aiohttp
 import structlog
+from pydantic import ValidationError
 
+from epochlog.objects import TokenReviewObject, TokenReviewSpec, TokenReviewStatus, to_body
 from epochlog.protocol.token_review import TokenReviewAnswer, token_expiry
 from epochlog.users import SERVICE_ACCOUNT_PREFIX, TOKEN_AUDIENCE
 from epochlog_operator.kube import KubeApiError, KubeClient
@@ -56,11 +58,9 @@ class TokenReviewer:
         self.counts: dict[str, int] = {"accepted": 0, "refused": 0, "unanswered": 0}
 
     async def review(self, token: str) -> TokenReviewAnswer:
-        body = {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenReview",
-            "spec": {"token": token, "audiences": [self.audience]},
-        }
+        body = to_body(
+            TokenReviewObject(spec=TokenReviewSpec(token=token, audiences=(self.audience,)))
+        )
         async with self._slots:
             try:
                 got = await self.kube.request("POST", TOKEN_REVIEWS_PATH, body)
@@ -73,15 +73,15 @@ class TokenReviewer:
         return self._answer(token, got)
 
     def _answer(self, token: str, got: Any) -> TokenReviewAnswer:
-        found = got.get("status") if isinstance(got, dict) else None
-        status: dict[str, Any] = found if isinstance(found, dict) else {}
-        named = status.get("user")
-        user: dict[str, Any] = named if isinstance(named, dict) else {}
-        username = str(user.get("username") or "")
+        try:
+            status = TokenReviewObject.model_validate(got).status or TokenReviewStatus()
+        except ValidationError:
+            status = TokenReviewStatus(error="the API server's answer was not a TokenReview")
+        username = status.user.username
         why = None
-        if status.get("authenticated") is not True:
-            why = str(status.get("error") or "the API server did not authenticate the token")
-        elif self.audience not in (status.get("audiences") or []):
+        if not status.authenticated:
+            why = status.error or "the API server did not authenticate the token"
+        elif self.audience not in status.audiences:
             why = f"the token is not for the audience {self.audience!r}"
         elif not username.startswith(SERVICE_ACCOUNT_PREFIX):
             why = "the token is not a ServiceAccount's"

@@ -67,7 +67,7 @@ import structlog
 from pydantic import ValidationError
 
 from epochlog.client import Client, ClientError
-from epochlog.objects import PartitionObject, to_body
+from epochlog.objects import ObjectMeta, PartitionObject, SecretObject, to_body
 from epochlog.protocol.bodies import HostedRole
 from epochlog.protocol.errors import EpochlogError
 from epochlog.protocol.wire import WireModel
@@ -655,13 +655,11 @@ class LocalCluster:
         path = f"/api/v1/namespaces/{CA_SECRETS_NAMESPACE}/secrets"
         async with self._api() as http:
             for name, data in secrets.items():
-                body = {
-                    "apiVersion": "v1",
-                    "kind": "Secret",
-                    "metadata": {"name": name},
-                    "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
-                }
-                async with http.post(path, json=body) as rsp:
+                body = SecretObject(
+                    metadata=ObjectMeta(name=name),
+                    data={k: base64.b64encode(v).decode() for k, v in data.items()},
+                )
+                async with http.post(path, json=to_body(body)) as rsp:
                     if rsp.status != 409:  # kept from before: the same CA
                         await self._check(rsp, "create", f"{path}/{name}")
 
