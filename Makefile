@@ -115,7 +115,8 @@ cluster-down:
 # The tests that exercise the Kubernetes API, run against a real kube-apiserver (the test
 # cluster's binaries; tests/kube_apiserver.py) instead of the emulator.
 KUBE_API_TESTS := tests/devcluster/test_fidelity.py tests/devcluster/test_apiserver.py \
-	tests/devcluster/test_watch.py tests/devcluster/test_kubectl.py tests/operator_e2e
+	tests/devcluster/test_watch.py tests/devcluster/test_kubectl.py \
+	tests/devcluster/test_users_api.py tests/operator_e2e
 
 # Slow scenarios on real images and whole clusters: the embedded scenarios; the tests of
 # the Kubernetes API against a real API server; the chart's scenarios on the test cluster

@@ -1,6 +1,7 @@
-"""The `Partition` CustomResourceDefinition, generated from the pydantic models.
+"""The `Partition` and `EpochlogUser` CustomResourceDefinitions, generated from the pydantic models.
 
-`epochlog.resources` is the single definition of the resource; this module turns
+`epochlog.resources` is the single definition of the Partition (and
+`epochlog.users` of the EpochlogUser); this module turns
 `PartitionSpec` and `PartitionStatus` into the CRD's structural OpenAPI v3
 schema and adds what a JSON schema cannot say but the API server can enforce:
 
@@ -22,9 +23,14 @@ Map keys (broker ids as text) are not constrained: a structural schema cannot
 describe keys, and a CEL rule over every key of an unbounded map would exceed
 the API server's cost budget; the controller's models check them.
 
-`crds/partitions.epochlog.dev.yaml` is this module's output
-(`python -m epochlog.crd > crds/partitions.epochlog.dev.yaml`); a test fails
-when the file and the models disagree.
+The EpochlogUser's CRD is made the same way (`user_crd`), with CEL rules for what
+its models check across fields (`USER_RULES`) and the columns of `kubectl get
+epochlogusers`: NAME, AUTHENTICATION, READY, AGE.
+
+`crds/partitions.epochlog.dev.yaml` and `crds/epochlogusers.epochlog.dev.yaml` are
+this module's output (`python -m epochlog.crd > crds/partitions.epochlog.dev.yaml`,
+`python -m epochlog.crd epochlogusers > crds/epochlogusers.epochlog.dev.yaml`); a
+test fails when the files and the models disagree.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from typing import Any, Final
 import yaml
 from pydantic import BaseModel
 
-from epochlog import resources
+from epochlog import resources, users
 from epochlog.resources import (
     GROUP,
     KIND,
@@ -55,6 +61,12 @@ CRD_FILE: Final = f"{CRD_NAME}.yaml"
 
 HEADER: Final = (
     "# Generated from epochlog/resources.py by `python -m epochlog.crd`; do not edit by hand.\n"
+)
+USER_CRD_NAME: Final = f"{users.PLURAL}.{GROUP}"
+USER_CRD_FILE: Final = f"{USER_CRD_NAME}.yaml"
+USER_HEADER: Final = (
+    "# Generated from epochlog/users.py by `python -m epochlog.crd epochlogusers`; "
+    "do not edit by hand.\n"
 )
 
 # The pattern `PartitionSpec` checks topics against (in a field validator, so it
@@ -364,14 +376,143 @@ def partition_crd() -> dict[str, Any]:
     }
 
 
+USER_AUTHENTICATION_RULES: Final = (
+    Rule(
+        "self.type == 'serviceaccount' ? has(self.serviceAccount) : !has(self.serviceAccount)",
+        "serviceAccount is required with type serviceaccount, and only there",
+        ".serviceAccount",
+    ),
+)
+USER_RESOURCE_RULES: Final = (
+    Rule(
+        "self.name != '*' || !has(self.patternType) || self.patternType == 'literal'",
+        "name '*' (every resource) takes patternType literal",
+        ".patternType",
+    ),
+)
+USER_RULES: Final = (
+    # X.509 bounds a common name to 64 characters; a tls user's name is its certificate's.
+    Rule(
+        "self.spec.authentication.type != 'tls' || size(self.metadata.name) <= 64",
+        "a tls user's name is its certificate's common name: at most 64 characters",
+    ),
+)
+USER_PRINTER_COLUMNS: Final = (
+    {
+        "name": "Authentication",
+        "type": "string",
+        "description": "tls, scram-sha-512, token or serviceaccount",
+        "jsonPath": ".spec.authentication.type",
+    },
+    {
+        "name": "Ready",
+        "type": "string",
+        "description": "Whether the credential and the rules are in the brokers' policy",
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+    },
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {
+        "name": "Username",
+        "type": "string",
+        "priority": 1,
+        "description": "The name it authenticates as (kubectl get -o wide)",
+        "jsonPath": ".status.username",
+    },
+    {
+        "name": "Secret",
+        "type": "string",
+        "priority": 1,
+        "description": "The Secret holding its credential (kubectl get -o wide)",
+        "jsonPath": ".status.secret",
+    },
+)
+
+
+def user_openapi_schema() -> dict[str, Any]:
+    """The EpochlogUser CRD version's `openAPIV3Schema`."""
+    spec = _model_schema(users.EpochlogUserSpec, "spec")
+    status = _model_schema(users.EpochlogUserStatus, "status")
+    spec["required"] = ["authentication"]
+    _add_rules(spec["properties"]["authentication"], USER_AUTHENTICATION_RULES)
+    rule = spec["properties"]["authorization"]["properties"]["acls"]["items"]
+    _add_rules(rule["properties"]["resource"], USER_RESOURCE_RULES)
+    conditions = status["properties"]["conditions"]
+    conditions["x-kubernetes-list-type"] = "map"
+    conditions["x-kubernetes-list-map-keys"] = ["type"]
+    root: dict[str, Any] = {
+        "type": "object",
+        "description": "A user of epochlog: its credential and what it may do.",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {
+                "type": "object",
+                "properties": {"name": {"type": "string", "maxLength": 253}},
+            },
+            "spec": spec,
+            "status": status,
+        },
+    }
+    _add_rules(root, USER_RULES)
+    return root
+
+
+def user_crd() -> dict[str, Any]:
+    """The `apiextensions.k8s.io/v1` CustomResourceDefinition of `EpochlogUser`."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": USER_CRD_NAME, "labels": {"app.kubernetes.io/part-of": "epochlog"}},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": users.KIND,
+                "listKind": f"{users.KIND}List",
+                "plural": users.PLURAL,
+                "singular": users.SINGULAR,
+                "shortNames": list(users.SHORT_NAMES),
+                "categories": ["epochlog"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": [dict(c) for c in USER_PRINTER_COLUMNS],
+                    "schema": {"openAPIV3Schema": user_openapi_schema()},
+                }
+            ],
+        },
+    }
+
+
+def _dump(crd: dict[str, Any]) -> str:
+    return yaml.safe_dump(crd, sort_keys=False, width=100, allow_unicode=True)
+
+
 def crd_yaml() -> str:
-    """The CRD as the YAML text kept in `crds/`."""
-    body = yaml.safe_dump(partition_crd(), sort_keys=False, width=100, allow_unicode=True)
-    return HEADER + body
+    """The Partition CRD as the YAML text kept in `crds/`."""
+    return HEADER + _dump(partition_crd())
+
+
+def user_crd_yaml() -> str:
+    """The EpochlogUser CRD as the YAML text kept in `crds/`."""
+    return USER_HEADER + _dump(user_crd())
+
+
+GENERATED: Final = {CRD_FILE: crd_yaml, USER_CRD_FILE: user_crd_yaml}
+"""Every file of `crds/` made here, and what makes it."""
 
 
 def main() -> None:
-    sys.stdout.write(crd_yaml())
+    which = sys.argv[1] if len(sys.argv) > 1 else PLURAL
+    makers = {PLURAL: crd_yaml, users.PLURAL: user_crd_yaml}
+    if which not in makers:
+        sys.exit(f"usage: python -m epochlog.crd [{' | '.join(makers)}]")
+    sys.stdout.write(makers[which]())
 
 
 if __name__ == "__main__":

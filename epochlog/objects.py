@@ -2,8 +2,8 @@
 
 `epochlog.resources` models what is inside a Partition (spec, status); this
 module models the parts every Kubernetes object shares, the core/v1 Event the
-operator posts and the core/v1 Secrets it keeps certificates in, with the same
-naming rule (`epochlog.protocol.wire`): snake_case in Python, camelCase on the
+operator posts and the core/v1 Secrets it keeps certificates and users' credentials
+in, with the same naming rule (`epochlog.protocol.wire`): snake_case in Python, camelCase on the
 wire. The operator and the local cluster
 build request bodies from these models and read `metadata` through them, so that
 no Kubernetes field name is spelled by hand outside the models.
@@ -26,6 +26,17 @@ API_VERSION = f"{GROUP}/{VERSION}"
 """apiVersion of the Partition resource."""
 
 
+class OwnerReference(WireModel):
+    """meta/v1 OwnerReference: the object whose deletion collects this one."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool | None = None
+    block_owner_deletion: bool | None = None
+
+
 class ObjectMeta(WireModel):
     """The `metadata` of a Kubernetes object, the fields epochlog uses."""
 
@@ -39,6 +50,7 @@ class ObjectMeta(WireModel):
     deletion_timestamp: str | None = None
     labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
+    owner_references: tuple[OwnerReference, ...] | None = None
 
     def namespaced_name(self) -> tuple[str, str]:
         """(namespace, name) of an object that has both, as every stored Partition does."""
@@ -107,6 +119,31 @@ class SecretObject(WireModel):
     metadata: ObjectMeta
     type: str = "Opaque"
     data: dict[str, str] = Field(default_factory=dict)
+
+
+class TokenReviewSpec(WireModel):
+    token: str
+    audiences: tuple[str, ...] = ()
+
+
+class TokenReviewUser(WireModel):
+    username: str = ""
+
+
+class TokenReviewStatus(WireModel):
+    authenticated: bool = False
+    user: TokenReviewUser = Field(default_factory=TokenReviewUser)
+    audiences: tuple[str, ...] = ()
+    error: str = ""
+
+
+class TokenReviewObject(WireModel):
+    """authentication.k8s.io/v1 TokenReview: who the API server says a token stands for."""
+
+    api_version: str = "authentication.k8s.io/v1"
+    kind: str = "TokenReview"
+    spec: TokenReviewSpec
+    status: TokenReviewStatus | None = None
 
 
 class StatusDetails(WireModel):

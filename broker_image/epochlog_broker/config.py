@@ -58,6 +58,9 @@ class BrokerConfig:
     authenticated user may do everything."""
     access_policy_file: str | None = None
     """Where `access_policy` came from: read again when it changes."""
+    service_account_tokens: bool = False
+    """Bearer tokens the policy does not list may be ServiceAccount tokens (audience
+    `epochlog`), reviewed by the operator (`token_reviews`); only with a policy."""
     tls_reload_interval_s: float = DEFAULT_RELOAD_INTERVAL_S
     """How often the certificate files (and the access policy file) are checked for
     changes."""

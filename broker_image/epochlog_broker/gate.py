@@ -2,8 +2,9 @@
 
 With TLS on (the default), every request on the API listener names a principal: the
 peer's verified certificate (a broker, the operator, or a user of the clients CA)
-or, without a certificate, a bearer token from the access policy. Nobody else gets
-past `principal` (AUTHENTICATION_FAILED).
+or, without a certificate, a bearer token: one the access policy lists, or (with
+`--service-account-tokens`) a ServiceAccount token the operator vouches for
+(`token_reviews`). Nobody else gets past `principal` (AUTHENTICATION_FAILED).
 
 - Replication (`/internal/...`): only a broker's certificate (`check_broker`, before
   the body is read, so nobody else can make a broker parse one), and then only the
@@ -19,7 +20,8 @@ In plaintext, chosen explicitly for local development, nobody can be told apart:
 every request is `Anonymous`, and without a policy it may do everything.
 
 The policy file is read again when it changes (`reload_policy`); a file that does
-not parse is logged and the policy in force stays.
+not parse is logged and the policy in force stays. A policy file that is not there
+(yet: a Secret the operator has not written) grants users nothing until it is.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from epochlog.security.access import AccessPolicy, Operation, load_policy
 from epochlog.security.principal import ANONYMOUS, Kind, Principal
 from epochlog.security.tls import PeerIdentities, TlsFiles, ca_name
 from epochlog.security.watch import FileWatch
+from epochlog_broker.token_reviews import TokenReviews
 
 log = structlog.get_logger("epochlog.broker")
 BEARER = "Bearer "
@@ -49,10 +52,13 @@ class Gate:
         tls: TlsFiles | None,
         policy: AccessPolicy | None,
         policy_file: str | None = None,
+        tokens: TokenReviews | None = None,
     ) -> None:
         self.tls = tls
         self.policy = policy
         self.policy_file = policy_file
+        self.tokens = tokens
+        """ServiceAccount tokens, asked of the operator (None: only the policy's tokens)."""
         self._policy_watch = FileWatch([policy_file] if policy_file else [])
         self._peers = PeerIdentities(ca_name(tls.ca)) if tls else None
 
@@ -74,7 +80,7 @@ class Gate:
         )
         return True
 
-    def principal(self, request: web.Request) -> Principal:
+    async def principal(self, request: web.Request) -> Principal:
         if self._peers is not None:
             found = self._peers.of_transport(request.transport)
             if found is not None:
@@ -83,10 +89,13 @@ class Gate:
         if auth is not None:
             if not auth.startswith(BEARER) or self.policy is None:
                 raise AuthenticationFailedError("the Authorization header holds no known token")
-            user = self.policy.token_principal(auth[len(BEARER) :].strip())
-            if user is None:
-                raise AuthenticationFailedError("the bearer token is not one the policy knows")
-            return user
+            token = auth[len(BEARER) :].strip()
+            user = self.policy.token_principal(token)
+            if user is not None:
+                return user
+            if self.tokens is not None:
+                return await self.tokens.principal(token)
+            raise AuthenticationFailedError("the bearer token is not one the policy knows")
         if self.tls is None:
             return ANONYMOUS
         raise AuthenticationFailedError(

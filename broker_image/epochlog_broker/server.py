@@ -143,6 +143,7 @@ from epochlog_broker.replica_wire import (
     session_request,
 )
 from epochlog_broker.replication.messages import Acks
+from epochlog_broker.token_reviews import TokenReviews
 
 log = structlog.get_logger("epochlog.broker")
 OPENAPI: Final = render_openapi().encode()
@@ -235,7 +236,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 async def _authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
     # Every route of the API listener, /healthz included: unauthenticated probes go to
     # the probe listener.
-    request[PRINCIPAL] = request.app[GATE_KEY].principal(request)
+    request[PRINCIPAL] = await request.app[GATE_KEY].principal(request)
     return await handler(request)
 
 
@@ -741,7 +742,10 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> int:
     """Run a broker until `stop` is set or SIGTERM/SIGINT arrives; 0 after a clean stop."""
     broker = Broker(config)
     await broker.start()
-    gate = Gate(config.tls, config.access_policy, config.access_policy_file)
+    tokens = None
+    if config.service_account_tokens:
+        tokens = TokenReviews(lambda: broker.peer_session, lambda: broker.controllers.current)
+    gate = Gate(config.tls, config.access_policy, config.access_policy_file, tokens)
     runner = web.AppRunner(
         build_app(broker, gate),
         access_log=None,

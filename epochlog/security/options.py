@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
 from epochlog.security.access import AccessPolicy, load_policy
@@ -88,7 +89,12 @@ def add_tls_arguments(parser: argparse.ArgumentParser, *, server: bool) -> None:
 def server_security(args: argparse.Namespace) -> tuple[TlsFiles | None, AccessPolicy | None]:
     """(TLS files, access policy) from a server's arguments; ValueError when TLS is
     neither configured nor explicitly turned off."""
-    policy = load_policy(args.access_policy) if args.access_policy else None
+    policy = None
+    if args.access_policy:
+        # Not there yet (a Secret the operator has not written): nothing for users until it
+        # is; the brokers' reload takes it when it appears.
+        missing = not Path(args.access_policy).exists()
+        policy = AccessPolicy() if missing else load_policy(args.access_policy)
     if args.plaintext:
         if args.cert or args.key:
             raise ValueError("--plaintext and --cert/--key contradict each other")

@@ -1,4 +1,5 @@
-"""kopf handlers for Partitions: they only tell the `Reconciler` what the API server holds.
+"""kopf handlers for Partitions and EpochlogUsers: they only tell the `Reconciler` (and the
+`UserController`) what the API server holds.
 
 kopf watches the Partitions (and pauses while another replica has the
 peering), and one event-watching handler passes every object on: the objects
@@ -30,8 +31,10 @@ from typing import Any, Final, cast
 
 import kopf
 
+from epochlog import users
 from epochlog.resources import GROUP, PLURAL, VERSION
 from epochlog_operator.reconciler import Reconciler
+from epochlog_operator.user_controller import UserController
 
 ANNOTATIONS_PREFIX: Final = "operator.epochlog.dev"
 
@@ -68,8 +71,10 @@ def build_registry(
     reconciler: Reconciler,
     connection: kopf.ConnectionInfo,
     on_cleanup: Callable[[], Awaitable[None]] | None = None,
+    user_controller: UserController | None = None,
 ) -> kopf.OperatorRegistry:
-    """kopf's handlers for one operator; `on_cleanup` runs when kopf stops."""
+    """kopf's handlers for one operator; `on_cleanup` runs when kopf stops; EpochlogUsers
+    are watched when a `user_controller` keeps them (--manage-users)."""
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry, id="epochlog-login")
@@ -88,6 +93,22 @@ def build_registry(
             )
         else:
             reconciler.observe(obj)
+
+    if user_controller is not None:
+        controller = user_controller
+
+        @kopf.on.event(GROUP, VERSION, users.PLURAL, registry=registry, id="user-watched")
+        async def user_watched(event: kopf.RawEvent, **_: Any) -> None:
+            obj = event.get("object")
+            if not isinstance(obj, dict):
+                return
+            if event.get("type") == "DELETED":
+                meta = obj.get("metadata") or {}
+                controller.forget(
+                    str(meta.get("namespace") or ""), str(meta.get("name") or ""), meta.get("uid")
+                )
+            else:
+                controller.observe(dict(obj))
 
     @kopf.on.cleanup(registry=registry, id="epochlog-cleanup")
     async def cleanup(**_: Any) -> None:

@@ -165,12 +165,14 @@ class KubeClient:
             await self._session.close()
             self._session = None
 
-    async def request(self, method: str, path: str, body: Any = None) -> Any:
+    async def request(
+        self, method: str, path: str, body: Any = None, *, content_type: str = _JSON
+    ) -> Any:
         if self._session is None:
             raise RuntimeError("the Kubernetes client is not open")
         data = None if body is None else json.dumps(body)
         async with self._session.request(
-            method, self.server + path, data=data, headers={"Content-Type": _JSON}
+            method, self.server + path, data=data, headers={"Content-Type": content_type}
         ) as rsp:
             text = await rsp.text()
             try:

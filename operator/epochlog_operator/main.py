@@ -37,6 +37,8 @@ from epochlog_operator.peering import PeeringGate
 from epochlog_operator.reconciler import Reconciler
 from epochlog_operator.server import build_app
 from epochlog_operator.settings import OperatorSettings, SettingsError
+from epochlog_operator.token_review import TokenReviewer
+from epochlog_operator.user_controller import UserController, UserSettings
 
 log = structlog.get_logger("epochlog.operator")
 
@@ -131,6 +133,8 @@ async def serve(settings: OperatorSettings) -> None:
                 reports=tls_reports,
             )
             await certificates.reconcile()
+        users = _user_controller(settings, kube, reconciler) if settings.manage_users else None
+        tokens = TokenReviewer(kube) if settings.review_tokens else None
         tls = certificates.operator_files() if certificates else settings.tls
         peers = PeerIdentities(ca_name(tls.ca)) if tls else None
         expiry = CertificateExpiry(tls) if tls else None
@@ -143,6 +147,7 @@ async def serve(settings: OperatorSettings) -> None:
                 readiness=gate.readiness,
                 certificates=expiry,
                 tls_reports=tls_reports,
+                tokens=tokens,
             ),
             access_log=None,
             **settings.http.runner_args(),
@@ -223,6 +228,8 @@ async def serve(settings: OperatorSettings) -> None:
             if certificates is not None:
                 interval = settings.certificate_check_interval_s
                 loops.append(("certificates", certificates.run(interval)))
+            if users is not None:
+                loops.append(("users", users.run()))
             for name, coro in loops:
                 task = asyncio.create_task(coro, name=name)
                 task.add_done_callback(stop_on_failure)
@@ -232,7 +239,7 @@ async def serve(settings: OperatorSettings) -> None:
             # and the HTTP server start later is closed by kopf's cleanup handler.
             kopf_task = asyncio.create_task(
                 kopf.operator(
-                    registry=build_registry(reconciler, connection, close),
+                    registry=build_registry(reconciler, connection, close, users),
                     settings=_kopf_settings(settings),
                     # kopf's Identity is a NewType of str that kopf does not export.
                     identity=settings.identity,  # type: ignore[arg-type]
@@ -252,6 +259,25 @@ async def serve(settings: OperatorSettings) -> None:
             await close()
     if failures:
         raise failures[0]
+
+
+def _user_controller(
+    settings: OperatorSettings, kube: KubeClient, reconciler: Reconciler
+) -> UserController:
+    return UserController(
+        kube,
+        UserSettings(
+            namespace=settings.certificates_namespace,
+            prefix=settings.certificate_prefix,
+            policy_secret=settings.policy_secret,
+            base_file=settings.access_policy_base,
+            policy_file=settings.access_policy_file,
+            validity_days=settings.certificate_validity_days,
+            renew_before_days=settings.certificate_renew_before_days,
+            check_interval_s=settings.users_check_interval_s,
+        ),
+        active=lambda: reconciler.active,
+    )
 
 
 def run(

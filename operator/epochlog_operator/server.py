@@ -7,6 +7,10 @@
   "errors": [{"field", "message"}]}}`; a replica that is standing by answers
   503 NOT_CONTROLLER (retriable), takes nothing from the heartbeat and closes
   the connection, so that the broker moves on to its next controller address.
+- `POST /v1/token-reviews` (with `--review-tokens`): body a `TokenReviewRequest`,
+  answer a `TokenReviewAnswer` (`token_review`); only from a broker's certificate
+  (403 CLUSTER_AUTHORIZATION_FAILED otherwise, before the body is read), bodies of
+  at most `MAX_BODY_BYTES` (413); any replica answers, acting or standing by.
 - `GET /metrics`: Prometheus text (`epochlog_operator_active` says which
   replica acts).
 - `GET /healthz`: 200 while the decision loop comes round (liveness probe).
@@ -32,14 +36,21 @@ from epochlog.protocol.errors import (
     EpochlogError,
     InvalidRequestError,
     NotControllerError,
+    RecordTooLargeError,
 )
 from epochlog.protocol.heartbeat import BrokerHeartbeat, TlsReport
+from epochlog.protocol.token_review import (
+    MAX_BODY_BYTES,
+    TOKEN_REVIEW_PATH,
+    TokenReviewRequest,
+)
 from epochlog.security.expiry import CertificateExpiry
-from epochlog.security.principal import Principal
+from epochlog.security.principal import Kind, Principal
 from epochlog.security.tls import PeerIdentities
 from epochlog_operator.indexed import IndexedHeartbeat
 from epochlog_operator.metrics import CONTENT_TYPE, Metrics, state_families
 from epochlog_operator.reconciler import Reconciler
+from epochlog_operator.token_review import TokenReviewer
 
 log = structlog.get_logger("epochlog.operator.server")
 
@@ -89,6 +100,29 @@ def parse_heartbeat(body: bytes) -> IndexedHeartbeat:
         raise invalid_heartbeat(exc) from exc
 
 
+def parse_token_review(body: bytes) -> TokenReviewRequest:
+    """The question in a request body; InvalidRequestError naming what is wrong."""
+    try:
+        return TokenReviewRequest.model_validate_json(body)
+    except ValidationError as exc:
+        problems = [
+            {"field": _field(e["loc"]), "message": _message(e["msg"])} for e in exc.errors()
+        ]
+        first = problems[0]
+        raise InvalidRequestError(
+            f"invalid token review: {first['field']}: {first['message']}", errors=problems
+        ) from exc
+
+
+def check_broker(sender: Principal | None) -> None:
+    """Token reviews are the brokers' questions: only a broker's certificate may ask."""
+    if sender is None or sender.kind is not Kind.BROKER:
+        raise ClusterAuthorizationFailedError(
+            "token reviews are asked by brokers, with a broker's certificate, "
+            f"not {sender or 'none'}"
+        )
+
+
 def check_sender(sender: Principal | None, hb: BrokerHeartbeat) -> None:
     """A heartbeat speaks for the broker whose certificate sent it, and only for an
     address that certificate names."""
@@ -134,6 +168,7 @@ def build_app(
     readiness: Callable[[], tuple[bool, str]] | None = None,
     certificates: CertificateExpiry | None = None,
     tls_reports: dict[int, TlsReport] | None = None,
+    tokens: TokenReviewer | None = None,
 ) -> web.Application:
     """The operator's routes; with `probes_only`, health, readiness and metrics alone (the
     probe listener, which stays open when the heartbeat port asks for credentials).
@@ -144,7 +179,9 @@ def build_app(
     `PeeringGate.readiness`); without it a replica is Ready by its role alone.
     `certificates`: the operator's certificate files, whose ends /metrics exports.
     `tls_reports`: where each broker's last report of what it trusts and serves is kept
-    (a CA replacement steps on them)."""
+    (a CA replacement steps on them).
+
+    `tokens`: answers brokers' questions about ServiceAccount tokens (`--review-tokens`)."""
     limits = limits or HttpLimits()
 
     def role() -> tuple[bool, str]:
@@ -181,6 +218,30 @@ def build_app(
             body=response.model_dump_json(by_alias=True), content_type="application/json"
         )
 
+    async def token_review(request: web.Request) -> web.Response:
+        assert tokens is not None  # routed only with a reviewer
+        try:
+            if peers is not None:
+                check_broker(peers.of_transport(request.transport))
+            if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+                raise RecordTooLargeError(
+                    f"a token review of {request.content_length} bytes (at most {MAX_BODY_BYTES})"
+                )
+            body = await read_body(request, limits)
+            if len(body) > MAX_BODY_BYTES:
+                raise RecordTooLargeError(
+                    f"a token review of {len(body)} bytes (at most {MAX_BODY_BYTES})"
+                )
+            answer = await tokens.review(parse_token_review(body).token)
+        except ClusterAuthorizationFailedError as exc:
+            log.warning("token review refused", remote=request.remote, error=exc.message)
+            return _error(exc)
+        except EpochlogError as exc:
+            return _error(exc)
+        return web.Response(
+            body=answer.model_dump_json(by_alias=True), content_type="application/json"
+        )
+
     async def render_metrics(request: web.Request) -> web.Response:
         reconciler.count_waiting()
         state = state_families(
@@ -205,6 +266,8 @@ def build_app(
     app = web.Application(client_max_size=MAX_BODY)
     if not probes_only:
         app.router.add_post("/v1/heartbeat", heartbeat)
+        if tokens is not None:
+            app.router.add_post(TOKEN_REVIEW_PATH, token_review)
     app.router.add_get("/metrics", render_metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -45,6 +45,12 @@ else from the default below. The table is the documentation (`epochlog operator
 | --certificate-check-interval-s | EPOCHLOG_CERTIFICATE_CHECK_INTERVAL_S | 3600   |
 | --ca-validity-days            | EPOCHLOG_CA_VALIDITY_DAYS            | 3650     |
 | --ca-renew-before-days        | EPOCHLOG_CA_RENEW_BEFORE_DAYS        | 30       |
+| --manage-users                | EPOCHLOG_MANAGE_USERS (true/false)   | false    |
+| --access-policy-secret        | EPOCHLOG_ACCESS_POLICY_SECRET        | (6)      |
+| --access-policy-base          | EPOCHLOG_ACCESS_POLICY_BASE          | (none)   |
+| --access-policy-file          | EPOCHLOG_ACCESS_POLICY_FILE          | (none)   |
+| --users-check-interval-s      | EPOCHLOG_USERS_CHECK_INTERVAL_S      | 5        |
+| --review-tokens               | EPOCHLOG_REVIEW_TOKENS (true/false)  | false    |
 | --identity                    | POD_NAME                             | (3)      |
 
 (1) the pod's service account, else ~/.kube/config. (2) falls with the start
@@ -59,6 +65,15 @@ the hosts of --broker-hosts, a template with {id} and {namespace},
 (--operator-hosts, "epochlog-operator.{namespace}.svc") in Secrets
 (`certificates`, `cert_manager`), and renews them before they expire; a CA it made
 is replaced with an overlap --ca-renew-before-days before its end (`ca_rotation`).
+(6) With --manage-users the operator keeps the brokers' access policy from the
+EpochlogUsers it serves (`users`, `user_controller`): a credential per user in a
+Secret named after it, and the policy (the file --access-policy-base, if given,
+plus every user's entries) in the Secret --access-policy-secret of
+--certificates-namespace, `<prefix>-broker-access-policy` by default, and also in
+the file --access-policy-file where brokers read it without a kubelet (the
+embedded cluster). The base file is looked at every --users-check-interval-s.
+--review-tokens answers brokers' questions about ServiceAccount tokens
+(`token_review`) with TokenReviews.
 
 The API write budget (status writes and Event posts together) defaults to the
 client-go QPS and burst that controller-runtime gives a controller, 20 and 30: a
@@ -209,6 +224,12 @@ class OperatorSettings:
     """Of the CAs the operator makes (fractions of a day for tests)."""
     ca_renew_before_days: float = 30
     """A CA the operator made is replaced this long before its end."""
+    manage_users: bool = False
+    access_policy_secret: str | None = None
+    access_policy_base: str | None = None
+    access_policy_file: str | None = None
+    users_check_interval_s: float = 5.0
+    review_tokens: bool = False
     identity: str = field(default_factory=default_identity)
 
     def __post_init__(self) -> None:
@@ -220,6 +241,8 @@ class OperatorSettings:
             )
         if self.manage_certificates:
             self.certificate_settings  # noqa: B018 - checks --broker-ids and the windows
+        if not self.users_check_interval_s > 0:
+            raise SettingsError("--users-check-interval-s must be positive")
         for name in (
             "heartbeat_interval_ms",
             "broker_session_timeout_ms",
@@ -312,6 +335,11 @@ class OperatorSettings:
         )
 
     @property
+    def policy_secret(self) -> str:
+        """The Secret the brokers' access policy is written to (--manage-users)."""
+        return self.access_policy_secret or f"{self.certificate_prefix}-broker-access-policy"
+
+    @property
     def tls(self) -> TlsFiles | None:
         if self.plaintext or not (self.ca and self.cert and self.key):
             return None
@@ -399,6 +427,12 @@ _ENV: Final[dict[str, tuple[str, str]]] = {
     "certificate_check_interval_s": ("EPOCHLOG_CERTIFICATE_CHECK_INTERVAL_S", "float"),
     "ca_validity_days": ("EPOCHLOG_CA_VALIDITY_DAYS", "float"),
     "ca_renew_before_days": ("EPOCHLOG_CA_RENEW_BEFORE_DAYS", "float"),
+    "manage_users": ("EPOCHLOG_MANAGE_USERS", "bool"),
+    "access_policy_secret": ("EPOCHLOG_ACCESS_POLICY_SECRET", "str"),
+    "access_policy_base": ("EPOCHLOG_ACCESS_POLICY_BASE", "str"),
+    "access_policy_file": ("EPOCHLOG_ACCESS_POLICY_FILE", "str"),
+    "users_check_interval_s": ("EPOCHLOG_USERS_CHECK_INTERVAL_S", "float"),
+    "review_tokens": ("EPOCHLOG_REVIEW_TOKENS", "bool"),
     "identity": ("POD_NAME", "str"),
 }
 
@@ -625,5 +659,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "replace a CA made here this many days before it ends, with an overlap in which "
         "the old and the new one are trusted (default 30)",
         type=float,
+    )
+    add(
+        "manage_users",
+        "keep users' credentials and the brokers' access policy from EpochlogUsers",
+        action="store_const",
+        const=True,
+    )
+    add(
+        "access_policy_secret",
+        "the Secret (in --certificates-namespace) the brokers' access policy is written to "
+        "(default <prefix>-broker-access-policy)",
+    )
+    add("access_policy_base", "a policy file whose entries come before the users' (YAML or JSON)")
+    add("access_policy_file", "also write the brokers' access policy to this file")
+    add(
+        "users_check_interval_s",
+        "look at the base policy file and due certificates this often (default 5)",
+        type=float,
+    )
+    add(
+        "review_tokens",
+        "answer brokers' questions about ServiceAccount tokens with TokenReviews",
+        action="store_const",
+        const=True,
     )
     add("identity", "this replica's name in the peering object (default user@host/time)")

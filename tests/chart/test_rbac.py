@@ -6,7 +6,10 @@ where the chart's peering object was made as `helm install` makes it. Every requ
 it sends (kopf's and its own: told apart from the test's by User-Agent) is recorded
 as the authorizer sees it. Scenario: start, brokers heartbeat with the certificates
 of their Secrets, a Partition applied, a leader elected, a broker's certificate
-renewed, the Partition deleted, the operator stopped. The test fails when the
+renewed, the Partition deleted, and with users on an EpochlogUser created (its Secret
+and the brokers' policy written), changed to another type (its Secret replaced),
+deleted (its Secret deleted), and a broker's question about a ServiceAccount token
+answered (a TokenReview), the operator stopped. The test fails when the
 ServiceAccount's roles do not allow one recorded request, or grant a (verb,
 resource, name) that no request used.
 """
@@ -19,6 +22,7 @@ import datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from kmock import Request
 
@@ -102,6 +106,53 @@ def _write(directory: Path, held: dict[str, bytes]) -> TlsFiles:
     return TlsFiles(*(str(directory / n) for n in ("ca.crt", "tls.crt", "tls.key")))
 
 
+USERS = f"/apis/epochlog.dev/v1alpha1/namespaces/{NAMESPACE}/epochlogusers"
+
+
+async def users_scenario(env: Env, op: Any, broker: TlsFiles) -> None:
+    """An EpochlogUser's life, and a ServiceAccount token reviewed for a broker."""
+    body = {
+        "apiVersion": "epochlog.dev/v1alpha1",
+        "kind": "EpochlogUser",
+        "metadata": {"name": "alice"},
+        "spec": {"authentication": {"type": "tls"}},
+    }
+    await env.api.ok("POST", USERS, body)
+
+    async def made(keys: set[str]) -> bool:
+        status, got = await env.api.call("GET", f"{SECRETS}/alice")
+        return status == 200 and set(got.get("data") or {}) == keys
+
+    tls_keys = {"ca.crt", "user.crt", "user.key"}
+    await waiting.until(lambda: made(tls_keys), "alice's Secret", 20)
+    async with env.api.session.patch(
+        f"{USERS}/alice",
+        json={"spec": {"authentication": {"type": "token"}}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    ) as rsp:
+        assert rsp.status == 200, await rsp.text()
+    await waiting.until(lambda: made({"token"}), "alice's Secret replaced", 20)
+    await env.api.ok("DELETE", f"{USERS}/alice")
+
+    async def gone() -> bool:
+        status, _ = await env.api.call("GET", f"{SECRETS}/alice")
+        return status == 404
+
+    await waiting.until(gone, "alice's Secret deleted", 20)
+    accounts = f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts"
+    await env.api.call("POST", accounts, {"metadata": {"name": "reader"}})
+    issued = await env.api.ok(
+        "POST", f"{accounts}/reader/token", {"spec": {"audiences": ["epochlog"]}}
+    )
+    connector = aiohttp.TCPConnector(ssl=client_context(broker))
+    async with (
+        aiohttp.ClientSession(connector=connector) as http,
+        http.post(op.url + "/v1/token-reviews", json={"token": issued["status"]["token"]}) as rsp,
+    ):
+        assert rsp.status == 200, await rsp.text()
+        assert (await rsp.json())["authenticated"] is True
+
+
 async def scenario(env: Env, objects: list[dict[str, Any]], tmp_path: Path) -> None:
     """What a release lives through, with the chart's peering object made first."""
     for peering in find(objects, "KopfPeering") + find(objects, "ClusterKopfPeering"):
@@ -154,6 +205,8 @@ async def scenario(env: Env, objects: list[dict[str, Any]], tmp_path: Path) -> N
             return await op.metric(env.session, "epochlog_operator_partitions") == 0
 
         await waiting.until(forgotten, "the operator forgot the deleted Partition", 20)
+        if "--manage-users" in args:
+            await users_scenario(env, op, files[0])
     await op.stop()
     assert op.process.returncode == 0, op.log.read_text()[-5000:]
 
@@ -181,13 +234,24 @@ def compare(roles: list[Role], seen: list[Access]) -> tuple[list[str], list[str]
     return denied, sorted(unused)
 
 
-@pytest.mark.parametrize("cluster_wide", [False, True], ids=["namespaced", "cluster-wide"])
+@pytest.mark.parametrize(
+    ("cluster_wide", "users"),
+    [(False, False), (True, False), (False, True), (True, True)],
+    ids=["namespaced", "cluster-wide", "namespaced-users", "cluster-wide-users"],
+)
 async def test_the_operator_role_grants_exactly_what_the_operator_calls(
-    env: Env, tmp_path: Path, cluster_wide: bool
+    env: Env, tmp_path: Path, cluster_wide: bool, users: bool
 ) -> None:
-    objects = objects_of({"clusterWide": cluster_wide}, namespace=NAMESPACE)
+    values: dict[str, Any] = {"clusterWide": cluster_wide}
+    if users:
+        values["users"] = {"enabled": True, "serviceAccountTokens": True}
+    objects = objects_of(values, namespace=NAMESPACE)
     roles = roles_bound_to(objects, f"{RELEASE}-operator", NAMESPACE)
-    assert [r.kind for r in roles] == (["Role", "ClusterRole"] if cluster_wide else ["Role"])
+    kinds = [r.kind for r in roles]
+    if cluster_wide:
+        assert kinds == (["ClusterRole"] if users else ["Role", "ClusterRole"])
+    else:
+        assert kinds == (["Role", "ClusterRole"] if users else ["Role"])
     recorder = Recorder(env)
     env.server.handler.listen(recorder)
 
@@ -202,5 +266,7 @@ async def test_the_operator_role_grants_exactly_what_the_operator_calls(
         f"the chart's roles grant what was not used:\n{unused}\nmeasured:\n{measured}"
     )
     if not cluster_wide:
-        # A namespaced install needs nothing outside its namespace.
-        assert all(a.namespace == NAMESPACE for a in seen), measured
+        # A namespaced install needs nothing outside its namespace, but for creating
+        # TokenReviews (cluster-scoped) with users.serviceAccountTokens.
+        outside = [a for a in seen if a.namespace != NAMESPACE]
+        assert all(a.resource == "tokenreviews" for a in outside), measured

@@ -47,6 +47,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "cluster-wide": {"clusterWide": True},
     "plaintext": {"tls": {"enabled": False}},
     "cluster-wide-plaintext": {"clusterWide": True, "tls": {"enabled": False}},
+    "users": {"users": {"enabled": True, "serviceAccountTokens": True}},
     "replicas": {"operator": {"replicas": 1}, "broker": {"replicas": 5}},
     "one-broker": {"broker": {"replicas": 1}},
     "zones": {
@@ -624,3 +625,41 @@ def test_the_chart_executor_reaches_each_broker_by_its_own_service_name() -> Non
     for i in range(3):
         own = f"{BROKER}-{i}.{NAMESPACE}.svc"
         assert [pod for pod, aliases in names.items() if own in aliases] == [f"{BROKER}-{i}"]
+
+
+def test_users_from_resources_are_off_by_default_and_move_the_policy_to_the_operator() -> None:
+    plain = objects_of({}, namespace=NAMESPACE)
+    assert "--manage-users" not in operator_container(plain)["args"]
+    objects = objects_of({"users": {"enabled": True}}, namespace=NAMESPACE)
+    args = flags(operator_container(objects)["args"])
+    assert "--manage-users" in args
+    assert args["--access-policy-secret"] == f"{RELEASE}-broker-access-policy"
+    assert "--review-tokens" not in args
+    deployment = one(objects, "Deployment", OPERATOR)
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    # The chart's policy is the operator's base.
+    assert volumes["access-policy-base"]["secret"]["secretName"] == f"{RELEASE}-access-policy"
+    assert args["--access-policy-base"] == "/etc/epochlog/access-base/policy.yaml"
+    sts = one(objects, "StatefulSet", BROKER)
+    (broker,) = sts["spec"]["template"]["spec"]["containers"]
+    assert "--access-policy=/etc/epochlog/access/policy.json" in broker["args"]
+    assert "--service-account-tokens" not in broker["args"]
+    mounted = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+    policy = mounted["access-policy"]["secret"]
+    assert policy == {
+        "secretName": f"{RELEASE}-broker-access-policy",
+        "optional": True,
+        "defaultMode": 0o440,
+    }
+    # ServiceAccount tokens: the brokers ask, the operator reviews, with a ClusterRole.
+    assert find(objects, "ClusterRole") == []
+    tokens = objects_of(
+        {"users": {"enabled": True, "serviceAccountTokens": True}}, namespace=NAMESPACE
+    )
+    assert "--review-tokens" in operator_container(tokens)["args"]
+    (broker,) = one(tokens, "StatefulSet", BROKER)["spec"]["template"]["spec"]["containers"]
+    assert "--service-account-tokens" in broker["args"]
+    (role,) = find(tokens, "ClusterRole")
+    assert role["rules"] == [
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}
+    ]

@@ -334,6 +334,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
             tls=tls,
             access_policy=policy,
             access_policy_file=args.access_policy,
+            service_account_tokens=args.service_account_tokens,
             tls_reload_interval_s=args.cert_reload_interval_ms / 1000,
             controlled_shutdown_timeout_s=max(0, args.controlled_shutdown_timeout_ms) / 1000,
             rack=args.rack or None,
@@ -869,6 +870,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=5000,
         help="look for a rotated certificate and key, and a changed access policy, this "
         "often (default 5000)",
+    )
+    broker.add_argument(
+        "--service-account-tokens",
+        action="store_true",
+        default=env("EPOCHLOG_SERVICE_ACCOUNT_TOKENS", "") == "true",
+        help="take ServiceAccount tokens (audience epochlog) as bearer tokens, asking the "
+        "operator (its --review-tokens) who they stand for; needs --access-policy (env "
+        "EPOCHLOG_SERVICE_ACCOUNT_TOKENS)",
     )
     broker.set_defaults(func=_cmd_broker)
 

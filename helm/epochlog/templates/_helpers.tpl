@@ -26,6 +26,9 @@ which makes broker N's Secret carry the name of broker N's pod.
 {{- define "epochlog.brokerName" -}}{{ include "epochlog.fullname" . }}-broker{{- end }}
 {{- define "epochlog.clientName" -}}{{ include "epochlog.fullname" . }}-client{{- end }}
 {{- define "epochlog.accessPolicyName" -}}{{ include "epochlog.fullname" . }}-access-policy{{- end }}
+{{- /* The policy the operator writes from EpochlogUsers (users.enabled), brokers mount. */ -}}
+{{- define "epochlog.brokerAccessPolicyName" -}}{{ include "epochlog.fullname" . }}-broker-access-policy{{- end }}
+{{- define "epochlog.usersEnabled" -}}{{ and .Values.tls.enabled .Values.users.enabled }}{{- end }}
 {{- define "epochlog.testTokenName" -}}{{ include "epochlog.fullname" . }}-test-token{{- end }}
 {{- define "epochlog.pipelineTokenName" -}}{{ include "epochlog.fullname" . }}-pipeline-token{{- end }}
 {{- define "epochlog.pipelineName" -}}{{ include "epochlog.fullname" . }}-pipeline{{- end }}

@@ -16,6 +16,15 @@ one for the `admin` user, made with `epochlog.security.pki` on the first `up`);
 health, readiness and metrics are on separate plain probe ports. `tls=False`
 (`epochlog dev up --plaintext`) runs everything in plaintext.
 
+`users=True` (`epochlog dev up --users`) has the operator keep users from
+EpochlogUser resources (`--manage-users`): the cluster's clients CA and cluster CA
+certificate go into the Secrets the operator issues users' certificates from
+(`epochlog-clients-ca`, `epochlog-cluster-ca-cert`, as an administrator bringing
+their own CA would make them), the operator writes the brokers' access policy to
+`access-policy.json` (the base, `access-policy-base.json`, lets `admin` do
+everything), which the brokers read and reload, and the brokers take ServiceAccount
+tokens, which the operator reviews against the emulator (`--review-tokens`).
+
 `images=True` (`epochlog dev up --images`) runs each broker from the built
 broker image (`make images`) as a podman container on this host's network,
 with the same arguments, the state directory mounted at the same path and the
@@ -31,13 +40,14 @@ state.json (`ClusterState`):
 
     {"version": 1, "stateDir": ..., "kubeconfig": ..., "bootstrap": [broker URLs],
      "settings": {DevSettings}, "brokers": N, "startedAt": ISO time,
-     "tls": true, "processes": [{"name", "role", "pid", "url", "probe_url",
+     "tls": true, "users": false, "processes": [{"name", "role", "pid", "url", "probe_url",
                                  "broker_id", "log", "data_dir", "argv"}, ...]}
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import functools
@@ -57,7 +67,7 @@ import structlog
 from pydantic import ValidationError
 
 from epochlog.client import Client, ClientError
-from epochlog.objects import PartitionObject, to_body
+from epochlog.objects import ObjectMeta, PartitionObject, SecretObject, to_body
 from epochlog.protocol.bodies import HostedRole
 from epochlog.protocol.errors import EpochlogError
 from epochlog.protocol.wire import WireModel
@@ -110,6 +120,13 @@ STATE_VERSION: Final = 1
 STATE_FILE: Final = "state.json"
 KUBECONFIG_FILE: Final = "kubeconfig"
 PKI_DIR: Final = "pki"
+ACCESS_POLICY_FILE: Final = "access-policy.json"
+ACCESS_POLICY_BASE: Final = "access-policy-base.json"
+BASE_POLICY: Final = {
+    "acls": [{"principal": "User:admin", "topics": ["*"], "groups": ["*"], "operations": ["all"]}]
+}
+"""`admin` may do everything; users get what their EpochlogUsers grant."""
+CA_SECRETS_NAMESPACE: Final = "default"
 EXAMPLE_TOPIC: Final = "orders"
 EXAMPLE_PARTITIONS: Final = 3
 
@@ -164,6 +181,9 @@ class DevSettings:
     seconds."""
     kafka_offsets_partitions: int = DEFAULT_KAFKA_OFFSETS_PARTITIONS
     """Partitions of the Kafka consumer groups' offsets topic (`offsets_partitions`)."""
+    users_check_interval_s: float = 5.0
+    """With users from EpochlogUsers: how often the operator looks at the base policy and
+    at certificates falling due."""
     broker_args: tuple[str, ...] = ()
     """More `epochlog broker` flags for every broker (benchmarks: a short
     `--retention-check-interval-ms`)."""
@@ -321,6 +341,8 @@ class ClusterState(WireModel):
     """The operator and the brokers speak TLS with the certificates in `pki/`."""
     images: bool = False
     """The brokers run from the built broker image (`--images`)."""
+    users: bool = False
+    """The operator keeps users from EpochlogUsers and writes the brokers' access policy."""
 
 
 class StatusReport(WireModel):
@@ -360,10 +382,14 @@ class LocalCluster:
         settings: DevSettings | None = None,
         tls: bool = True,
         images: bool = False,
+        users: bool = False,
     ) -> None:
         if brokers < 1:
             raise DevClusterError("a cluster needs at least one broker")
+        if users and not tls:
+            raise DevClusterError("users from EpochlogUsers need TLS (the clients CA)")
         self.images = images
+        self.users = users
         self.state_dir = Path(state_dir).absolute()
         self.brokers = brokers
         self.tls = tls
@@ -384,6 +410,15 @@ class LocalCluster:
     @property
     def pki_dir(self) -> Path:
         return self.state_dir / PKI_DIR
+
+    @property
+    def access_policy_file(self) -> Path:
+        """What the operator writes and the brokers read (`users=True`)."""
+        return self.state_dir / ACCESS_POLICY_FILE
+
+    @property
+    def access_policy_base(self) -> Path:
+        return self.state_dir / ACCESS_POLICY_BASE
 
     @functools.cached_property
     def security(self) -> Security:
@@ -471,6 +506,7 @@ class LocalCluster:
             settings=settings,
             tls=state.tls,
             images=state.images,
+            users=state.users,
         )
         processes = [ProcessInfo.from_json(p) for p in state.processes]
         cluster._processes = {p.name: p for p in processes}
@@ -489,6 +525,7 @@ class LocalCluster:
             processes=tuple(p.to_json() for p in self._processes.values()),
             tls=self.tls,
             images=self.images,
+            users=self.users,
         )
 
     def save(self) -> None:
@@ -508,16 +545,17 @@ class LocalCluster:
     # -- starting --------------------------------------------------------------------------
 
     def _crds(self) -> Path:
-        """The CRD folder of the source tree, else the Partition CRD generated from the models
-        (an installed package has no crds/ folder). The operator runs standalone, so the
-        Partition CRD is all it needs."""
+        """The CRD folder of the source tree, else the CRDs generated from the models (an
+        installed package has no crds/ folder). The operator runs standalone, so the
+        Partition and EpochlogUser CRDs are all it needs."""
         if (_REPO_CRDS / "partitions.epochlog.dev.yaml").exists():
             return _REPO_CRDS
-        from epochlog.crd import crd_yaml
+        from epochlog.crd import GENERATED
 
         folder = self.state_dir / "crds"
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "partitions.epochlog.dev.yaml").write_text(crd_yaml())
+        for name, make in GENERATED.items():
+            (folder / name).write_text(make())
         return folder
 
     def _plan(self) -> list[ProcessInfo]:
@@ -564,6 +602,7 @@ class LocalCluster:
                     if self.managed
                     else security.operator_flags(),
                     probe_port=op_probe,
+                    extra=self._operator_user_flags(),
                 ),
             ),
         ]
@@ -583,7 +622,7 @@ class LocalCluster:
                 controlled_shutdown_timeout_ms=s.handover_timeout_ms,
                 kafka_port=kafka,
                 kafka_offsets_partitions=s.kafka_offsets_partitions,
-                extra=s.broker_args,
+                extra=(*self._broker_user_flags(), *s.broker_args),
             )
             container = f"epochlog-dev-{self._digest}-broker-{b}" if self.images else None
             if container is not None:
@@ -617,6 +656,48 @@ class LocalCluster:
                 )
             )
         return plan
+
+    def _operator_user_flags(self) -> list[str]:
+        if not self.users:
+            return []
+        return [
+            "--manage-users",
+            "--review-tokens",
+            "--certificates-namespace",
+            CA_SECRETS_NAMESPACE,
+            "--access-policy-base",
+            str(self.access_policy_base),
+            "--access-policy-file",
+            str(self.access_policy_file),
+            "--users-check-interval-s",
+            str(self.settings.users_check_interval_s),
+        ]
+
+    def _broker_user_flags(self) -> list[str]:
+        if not self.users:
+            return []
+        return ["--access-policy", str(self.access_policy_file), "--service-account-tokens"]
+
+    async def _user_secrets(self) -> None:
+        """The CA Secrets the operator issues users' certificates from, and the base policy."""
+        pki = self.security.pki
+        assert pki is not None  # users need TLS (checked in __init__)
+        self.access_policy_base.write_text(json.dumps(BASE_POLICY, indent=1) + "\n")
+        clients = pki.clients_ca_issuer()
+        secrets = {
+            "epochlog-clients-ca": {"ca.crt": clients.cert_pem(), "ca.key": clients.key_pem()},
+            "epochlog-cluster-ca-cert": {"ca.crt": pki.cluster_ca.read_bytes()},
+        }
+        path = f"/api/v1/namespaces/{CA_SECRETS_NAMESPACE}/secrets"
+        async with self._api() as http:
+            for name, data in secrets.items():
+                body = SecretObject(
+                    metadata=ObjectMeta(name=name),
+                    data={k: base64.b64encode(v).decode() for k, v in data.items()},
+                )
+                async with http.post(path, json=to_body(body)) as rsp:
+                    if rsp.status != 409:  # kept from before: the same CA
+                        await self._check(rsp, "create", f"{path}/{name}")
 
     @property
     def _digest(self) -> str:
@@ -697,6 +778,8 @@ class LocalCluster:
             if self.managed is not None:
                 say("creating the CA Secrets the operator keeps")
                 await self.managed.seed(api.url)
+            if self.users:
+                await self._user_secrets()
             say(f"starting the operator on {operator.url}")
             self._start(operator)
             await self._wait_healthy(operator)
@@ -712,6 +795,14 @@ class LocalCluster:
                         timeout_s=self.settings.startup_timeout_s,
                     )
                 await self.managed.issue_user(api.url, ADMIN)
+            if self.users:
+                with _as_dev_errors():
+                    await wait_until(
+                        self.access_policy_file.exists,
+                        "the operator to write the access policy",
+                        watching=[operator.process],
+                        timeout_s=self.settings.startup_timeout_s,
+                    )
             say(f"starting {len(brokers)} brokers: {', '.join(b.url for b in brokers)}")
             for broker in brokers:
                 self._start(broker)

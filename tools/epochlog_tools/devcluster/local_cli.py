@@ -1,6 +1,7 @@
 """`epochlog dev ...`: the embedded cluster from the command line.
 
-    epochlog dev up [--brokers N] [--state-dir DIR] [--no-examples] [--images] [timing flags]
+    epochlog dev up [--brokers N] [--state-dir DIR] [--no-examples] [--images] [--users]
+                    [timing flags]
     epochlog dev up --chart helm/epochlog [--set KEY=VALUE ...] [--values FILE ...]
     epochlog dev status [--json]
     epochlog dev kill|pause|resume|restart NAME
@@ -172,6 +173,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         settings=settings_from_args(args),
         tls=not args.plaintext,
         images=args.images,
+        users=args.users,
     )
 
     s = cluster.settings
@@ -355,6 +357,12 @@ def add_dev_commands(sub: Any) -> None:
         "--plaintext",
         action="store_true",
         help="no TLS between the processes (default: TLS with certificates made in STATE_DIR/pki)",
+    )
+    up.add_argument(
+        "--users",
+        action="store_true",
+        help="users from EpochlogUser resources: the operator keeps their credentials and "
+        "the brokers' access policy (admin may do everything); ServiceAccount tokens taken",
     )
     up.add_argument(
         "--images",

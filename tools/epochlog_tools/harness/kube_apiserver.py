@@ -193,13 +193,25 @@ class KubeApiServer:
                         body = {"metadata": {"finalizers": None}}
                         async with http.patch(path, json=body, headers=merge):
                             pass
-            kinds = "partitions,clusterkopfpeerings,kopfpeerings,events,secrets,configmaps"
+            kinds = (
+                "partitions,epochlogusers,clusterkopfpeerings,kopfpeerings,events,secrets,"
+                "configmaps"
+            )
             proc = await asyncio.create_subprocess_exec(
                 str(self.bin / "kubectl"), "--kubeconfig", str(self.kubeconfig), "delete", kinds,
                 "--all", "--all-namespaces", "--wait=false",
                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
             )  # fmt: skip
             await proc.wait()
+            # ServiceAccounts a test made; each namespace's `default` is the cluster's.
+            async with http.get("/api/v1/serviceaccounts") as rsp:
+                accounts = (await rsp.json())["items"]
+            for sa in accounts:
+                meta = sa["metadata"]
+                if meta["name"] != "default" and not meta["namespace"].startswith("kube-"):
+                    path = f"/api/v1/namespaces/{meta['namespace']}/serviceaccounts/{meta['name']}"
+                    async with http.delete(path):
+                        pass
             crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
             async with http.get(crds) as rsp:
                 names = [c["metadata"]["name"] for c in (await rsp.json())["items"]]

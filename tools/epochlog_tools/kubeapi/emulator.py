@@ -9,7 +9,8 @@ object; this class replaces it, for resource paths, with what a real API
 server does (see `objects`, `store`): resourceVersion on every write and 409 on
 a stale one, the status subresource, `metadata.generation`, finalizers and
 deletion timestamps, schema validation with CEL rules, namespaces, Events with
-field selectors, watches that resume from a resourceVersion within the window
+field selectors, immutable Secrets, ServiceAccount tokens (TokenRequest and
+TokenReview, `tokens`), watches that resume from a resourceVersion within the window
 the store keeps, server-side apply (`apply`), what a DELETE answers (a `Status`
 once the object is gone), `Table` output for `kubectl get`, and CRDs as objects
 (creating one serves its resource).
@@ -50,7 +51,8 @@ from epochlog_tools.kubeapi.registry import (
     EVENTS,
     NAMESPACES,
     SECRETS,
-    VERBS,
+    SERVICEACCOUNTS,
+    TOKENREVIEWS,
     CrdError,
     ResourceType,
     types_of_crd,
@@ -58,6 +60,13 @@ from epochlog_tools.kubeapi.registry import (
 from epochlog_tools.kubeapi.selectors import field_matcher, label_matcher
 from epochlog_tools.kubeapi.store import WATCH_WINDOW, Change, Store, rt_key
 from epochlog_tools.kubeapi.tables import NAME_COLUMN, table
+from epochlog_tools.kubeapi.tokens import (
+    DEFAULT_EXPIRATION_S,
+    ISSUER,
+    TokenIssuer,
+    request_problems,
+    review,
+)
 
 DEFAULT_NAMESPACES: Final = ("default", "kube-system", "kube-public", "kube-node-lease")
 # Namespaces a real cluster refuses to delete.
@@ -152,6 +161,8 @@ class KubernetesApi(KubernetesEmulator):
     _types: dict[tuple[str, str, str], ResourceType] = attrs.field(factory=dict, init=False)
     _store: Store | None = attrs.field(default=None, init=False)
     _listeners: list[Callable[[Request], None]] = attrs.field(factory=list, init=False)
+    tokens: TokenIssuer = attrs.field(factory=TokenIssuer, init=False)
+    """The service-account key: signs TokenRequests' tokens, checks TokenReviews'."""
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -177,7 +188,7 @@ class KubernetesApi(KubernetesEmulator):
             namespaced=rt.namespaced,
             kind=rt.kind,
             singular=rt.singular,
-            verbs=set(VERBS),
+            verbs=set(rt.verbs),
             shortnames=set(rt.short_names),
             categories=set(rt.categories),
             subresources=set(rt.subresources),
@@ -326,12 +337,25 @@ class KubernetesApi(KubernetesEmulator):
                     "singularName": rt.singular,
                     "namespaced": rt.namespaced,
                     "kind": rt.kind,
-                    "verbs": list(VERBS),
+                    "verbs": list(rt.verbs),
                     **({"shortNames": list(rt.short_names)} if rt.short_names else {}),
                     **({"categories": list(rt.categories)} if rt.categories else {}),
                 }
             )
             for sub in sorted(rt.subresources):
+                if rt is SERVICEACCOUNTS:
+                    entries.append(
+                        {
+                            "name": f"{rt.plural}/{sub}",
+                            "singularName": "",
+                            "namespaced": True,
+                            "group": "authentication.k8s.io",
+                            "version": "v1",
+                            "kind": "TokenRequest",
+                            "verbs": ["create"],
+                        }
+                    )
+                    continue
                 entries.append(
                     {
                         "name": f"{rt.plural}/{sub}",
@@ -369,6 +393,14 @@ class KubernetesApi(KubernetesEmulator):
             if route.subresource is not None and route.subresource not in rt.subresources:
                 raise errors.no_such_resource()
             method = str(request.method.value).upper()
+            if rt is TOKENREVIEWS or route.subresource == "token":
+                if method != "POST" or (rt is TOKENREVIEWS) != (route.name is None):
+                    raise errors.method_not_allowed(
+                        f"the server does not allow this method on the requested resource: {method}"
+                    )
+                if rt is TOKENREVIEWS:
+                    return self._token_review(request)
+                return self._token_request(route, request)
             if method == "GET":
                 if request.params.get("watch") in ("true", "1"):
                     return await self._watch(rt, route, request)
@@ -390,6 +422,66 @@ class KubernetesApi(KubernetesEmulator):
             )
         except ApiError as exc:
             return _error(exc)
+
+    # -- ServiceAccount tokens ----------------------------------------------------------
+
+    def _token_request(self, route: Route, request: Request) -> rendering.Response:
+        """POST .../serviceaccounts/{name}/token: a signed token for the ServiceAccount."""
+        rt = SERVICEACCOUNTS
+        account = self._existing(rt, route)
+        body = _json_body(request) or {}
+        spec = body.get("spec") if isinstance(body, dict) else None
+        problems = request_problems(spec)
+        if problems:
+            raise errors.invalid(rt, route.name or "", problems)
+        spec = dict(spec or {})
+        seconds = int(spec.get("expirationSeconds", DEFAULT_EXPIRATION_S))
+        audiences = list(spec.get("audiences") or [])
+        token, expires = self.tokens.issue(
+            route.namespace or "",
+            route.name or "",
+            str(account["metadata"]["uid"]),
+            audiences,
+            seconds,
+        )
+        return _ok(
+            {
+                "kind": "TokenRequest",
+                "apiVersion": "authentication.k8s.io/v1",
+                "metadata": {
+                    "name": route.name,
+                    "namespace": route.namespace,
+                    "creationTimestamp": None,
+                },
+                "spec": {
+                    "audiences": audiences or [ISSUER],
+                    "expirationSeconds": seconds,
+                    "boundObjectRef": spec.get("boundObjectRef"),
+                },
+                "status": {"token": token, "expirationTimestamp": objects.rfc3339_at(expires)},
+            },
+            status=201,
+        )
+
+    def _token_review(self, request: Request) -> rendering.Response:
+        """POST /apis/authentication.k8s.io/v1/tokenreviews: who a token stands for."""
+        body = _json_body(request) or {}
+        spec = body.get("spec") if isinstance(body, dict) else None
+
+        def account_uid(namespace: str, name: str) -> str | None:
+            found = self.store.get(SERVICEACCOUNTS, namespace, name)
+            return None if found is None else str(found["metadata"].get("uid"))
+
+        return _ok(
+            {
+                "kind": "TokenReview",
+                "apiVersion": "authentication.k8s.io/v1",
+                "metadata": {"creationTimestamp": None},
+                "spec": spec if isinstance(spec, dict) else {},
+                "status": review(self.tokens, spec, account_uid),
+            },
+            status=201,
+        )
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -736,6 +828,7 @@ class KubernetesApi(KubernetesEmulator):
         identified = objects.check_identity(rt, body, old["metadata"].get("namespace"))
         if rt is SECRETS:
             identified = objects.secret_data(identified)
+            objects.check_immutable_secret(old, identified)
         obj = objects.merge_update(rt, old, identified, subresource)
         objects.check_no_new_finalizers(rt, old, obj)
         warnings = objects.validate(rt, obj, field_validation)

@@ -53,6 +53,11 @@ def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def rfc3339_at(seconds: float) -> str:
+    """A time in seconds since the Unix epoch, as the API server writes times."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _normalize_time(value: Any, micro: bool) -> Any:
     """Timestamps as the API server returns them: UTC, `Z`, seconds (or microseconds)."""
     if not isinstance(value, str) or not value:
@@ -135,6 +140,22 @@ def secret_data(obj: dict[str, Any]) -> dict[str, Any]:
     if data:
         obj["data"] = data
     return obj
+
+
+def check_immutable_secret(old: dict[str, Any], new: dict[str, Any]) -> None:
+    """A Secret marked `immutable: true` keeps its data and the mark (422 Invalid, as
+    ValidateSecretUpdate answers); it can only be deleted."""
+    if old.get("immutable") is not True:
+        return
+    name = str(old["metadata"].get("name", ""))
+    why = "field is immutable when `immutable` is set"
+    problems = []
+    if new.get("immutable") is not True:
+        problems.append(FieldError("immutable", ErrorKind.FORBIDDEN, detail=why))
+    if (new.get("data") or {}) != (old.get("data") or {}):
+        problems.append(FieldError("data", ErrorKind.FORBIDDEN, detail=why))
+    if problems:
+        raise errors.invalid(SECRETS, name, problems)
 
 
 def _check_metadata(rt: ResourceType, obj: dict[str, Any]) -> list[FieldError]:

@@ -2,10 +2,12 @@
 
 A `ResourceType` is what discovery announces (kind, plural, short names, scope,
 subresources) plus what the server needs to handle objects of it: the
-structural schema, the printer columns, the selectable fields, and whether
-`metadata.generation` is tracked. Built in are core/v1 `namespaces`, `events`
-and `secrets` and `apiextensions.k8s.io/v1` `customresourcedefinitions`; every
-other type comes from a CRD object, registered when the CRD is created.
+structural schema, the printer columns, the selectable fields, the verbs, and
+whether `metadata.generation` is tracked. Built in are core/v1 `namespaces`,
+`events`, `secrets` and `serviceaccounts` (with the `token` subresource, a
+TokenRequest), `authentication.k8s.io/v1` `tokenreviews` (create only, kept
+nowhere) and `apiextensions.k8s.io/v1` `customresourcedefinitions`; every other
+type comes from a CRD object, registered when the CRD is created.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class ResourceType:
     selectable_fields: frozenset[str] = _META_FIELDS
     field_aliases: Mapping[str, str] = field(default_factory=dict, compare=False)
     tracks_generation: bool = True
+    verbs: tuple[str, ...] = VERBS
 
     @property
     def api_version(self) -> str:
@@ -131,6 +134,30 @@ SECRETS = ResourceType(
     tracks_generation=False,
 )
 
+SERVICEACCOUNTS = ResourceType(
+    group="",
+    version="v1",
+    plural="serviceaccounts",
+    kind="ServiceAccount",
+    singular="serviceaccount",
+    namespaced=True,
+    short_names=("sa",),
+    subresources=frozenset({"token"}),
+    columns=(Column("Age", "date", ".metadata.creationTimestamp"),),
+    tracks_generation=False,
+)
+
+TOKENREVIEWS = ResourceType(
+    group="authentication.k8s.io",
+    version="v1",
+    plural="tokenreviews",
+    kind="TokenReview",
+    singular="tokenreview",
+    namespaced=False,
+    tracks_generation=False,
+    verbs=("create",),
+)
+
 CRDS = ResourceType(
     group="apiextensions.k8s.io",
     version="v1",
@@ -144,7 +171,7 @@ CRDS = ResourceType(
     columns=(Column("Created At", "date", ".metadata.creationTimestamp"),),
 )
 
-BUILTINS = (NAMESPACES, EVENTS, SECRETS, CRDS)
+BUILTINS = (NAMESPACES, EVENTS, SECRETS, SERVICEACCOUNTS, TOKENREVIEWS, CRDS)
 
 
 def _columns(version: Mapping[str, Any], where: str) -> tuple[Column, ...]:
