@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -323,16 +323,27 @@ def openapi_schema() -> dict[str, Any]:
     _add_rules(spec, SPEC_RULES)
     _add_rules(spec["properties"]["topic"], TOPIC_RULES)
     _add_rules(status, STATUS_RULES)
-    root: dict[str, Any] = {
+    root = _object_schema(
+        "A partition of an epochlog topic; its name is `<topic>-<partition>`.", spec, status
+    )
+    _add_rules(root, NAME_RULES)
+    return root
+
+
+def _object_schema(
+    description: str, spec: dict[str, Any], status: dict[str, Any]
+) -> dict[str, Any]:
+    """A resource's whole schema around its spec and status."""
+    return {
         "type": "object",
-        "description": "A partition of an epochlog topic; its name is `<topic>-<partition>`.",
+        "description": description,
         "required": ["spec"],
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
             # The API server allows only name and generateName to be constrained here. The
-            # bound on the name is what lets it price NAME_RULES within its CEL cost
-            # budget: unbounded, the rule is refused (by more than 100x).
+            # bound on the name is what lets it price a rule on the name within its CEL
+            # cost budget: unbounded, such a rule is refused (by more than 100x).
             "metadata": {
                 "type": "object",
                 "properties": {"name": {"type": "string", "maxLength": 253}},
@@ -341,25 +352,37 @@ def openapi_schema() -> dict[str, Any]:
             "status": status,
         },
     }
-    _add_rules(root, NAME_RULES)
-    return root
 
 
 def partition_crd() -> dict[str, Any]:
     """The `apiextensions.k8s.io/v1` CustomResourceDefinition of `Partition`."""
+    return _crd(CRD_NAME, KIND, PLURAL, SINGULAR, SHORT_NAMES, PRINTER_COLUMNS, openapi_schema())
+
+
+def _crd(
+    name: str,
+    kind: str,
+    plural: str,
+    singular: str,
+    short_names: Sequence[str],
+    columns: Sequence[Mapping[str, Any]],
+    schema: dict[str, Any],
+) -> dict[str, Any]:
+    """A namespaced CustomResourceDefinition of group epochlog.dev: one version, served and
+    stored, with a status subresource."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": CRD_NAME, "labels": {"app.kubernetes.io/part-of": "epochlog"}},
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "epochlog"}},
         "spec": {
             "group": GROUP,
             "scope": "Namespaced",
             "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": PLURAL,
-                "singular": SINGULAR,
-                "shortNames": list(SHORT_NAMES),
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": singular,
+                "shortNames": list(short_names),
                 "categories": ["epochlog"],
             },
             "versions": [
@@ -368,8 +391,8 @@ def partition_crd() -> dict[str, Any]:
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": [dict(c) for c in PRINTER_COLUMNS],
-                    "schema": {"openAPIV3Schema": openapi_schema()},
+                    "additionalPrinterColumns": [dict(c) for c in columns],
+                    "schema": {"openAPIV3Schema": schema},
                 }
             ],
         },
@@ -439,54 +462,22 @@ def user_openapi_schema() -> dict[str, Any]:
     conditions = status["properties"]["conditions"]
     conditions["x-kubernetes-list-type"] = "map"
     conditions["x-kubernetes-list-map-keys"] = ["type"]
-    root: dict[str, Any] = {
-        "type": "object",
-        "description": "A user of epochlog: its credential and what it may do.",
-        "required": ["spec"],
-        "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
-            "metadata": {
-                "type": "object",
-                "properties": {"name": {"type": "string", "maxLength": 253}},
-            },
-            "spec": spec,
-            "status": status,
-        },
-    }
+    root = _object_schema("A user of epochlog: its credential and what it may do.", spec, status)
     _add_rules(root, USER_RULES)
     return root
 
 
 def user_crd() -> dict[str, Any]:
     """The `apiextensions.k8s.io/v1` CustomResourceDefinition of `EpochlogUser`."""
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": USER_CRD_NAME, "labels": {"app.kubernetes.io/part-of": "epochlog"}},
-        "spec": {
-            "group": GROUP,
-            "scope": "Namespaced",
-            "names": {
-                "kind": users.KIND,
-                "listKind": f"{users.KIND}List",
-                "plural": users.PLURAL,
-                "singular": users.SINGULAR,
-                "shortNames": list(users.SHORT_NAMES),
-                "categories": ["epochlog"],
-            },
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": [dict(c) for c in USER_PRINTER_COLUMNS],
-                    "schema": {"openAPIV3Schema": user_openapi_schema()},
-                }
-            ],
-        },
-    }
+    return _crd(
+        USER_CRD_NAME,
+        users.KIND,
+        users.PLURAL,
+        users.SINGULAR,
+        users.SHORT_NAMES,
+        USER_PRINTER_COLUMNS,
+        user_openapi_schema(),
+    )
 
 
 def _dump(crd: dict[str, Any]) -> str:

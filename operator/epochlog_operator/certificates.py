@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
 
 from epochlog.security.principal import OPERATOR_URI, broker_uri
+from epochlog.security.renewal import renewal_due
 
 
 @dataclass(frozen=True)
@@ -95,15 +95,9 @@ def due(
     renew_before: timedelta,
 ) -> str | None:
     """Why `leaf` must be issued now, or None when `held` serves."""
-    if held is None:
-        return "missing"
-    try:
-        # The signature, not the name: two CAs may carry the same name.
-        held.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, InvalidSignature):
-        return "issued by another CA"
-    if held.not_valid_after_utc - renew_before <= now:
-        return f"expires {held.not_valid_after_utc.isoformat()}"
+    why = renewal_due(held, ca, now, renew_before)
+    if why is not None or held is None:
+        return why
     uris, hosts = _names(held)
     if leaf.uri not in uris:
         return f"names another identity than {leaf.uri}"

@@ -31,11 +31,11 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
 from cryptography.x509.oid import NameOID
 
 from epochlog.security.access import AccessPolicy, AclEntry, ScramEntry, TokenEntry
 from epochlog.security.principal import Kind
+from epochlog.security.renewal import renewal_due
 from epochlog.users import (
     SERVICE_ACCOUNT_PREFIX,
     AclResourceType,
@@ -198,15 +198,9 @@ def certificate_due(
     renew_before: timedelta,
 ) -> str | None:
     """Why a tls user's certificate must be issued now, or None when `held` serves."""
-    if held is None:
-        return "missing"
-    try:
-        # The signature, not the name: a replaced clients CA may carry the same name.
-        held.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, InvalidSignature):
-        return "issued by another CA"
-    if held.not_valid_after_utc - renew_before <= now:
-        return f"expires {held.not_valid_after_utc.isoformat()}"
+    why = renewal_due(held, ca, now, renew_before)
+    if why is not None or held is None:
+        return why
     names = held.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     if not names or names[0].value != common_name:
         return f"names another user than {common_name}"
