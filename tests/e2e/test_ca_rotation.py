@@ -110,6 +110,7 @@ def _port(url: str) -> int:
     return int(url.rsplit(":", 1)[1])
 
 
+@pytest.mark.scenario  # both CAs replaced under load on a whole cluster: 90 s, in make e2e
 async def test_both_cas_are_replaced_under_acks_all_load_with_nothing_lost_or_refused(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
