@@ -658,10 +658,15 @@ class KubeTarget:
         secret: str | None = None,
         files: str | None = None,
         env: Mapping[str, str] | None = None,
+        service_account: str | None = None,
+        token_audience: str | None = None,
     ) -> None:
         """Start a pod of the broker image running `command` (once; no restarts), with
         the Secret `secret`, if given, at /etc/epochlog/user, the ConfigMap `files`
-        (`config_map`), if given, at /opt/client, and the environment `env`."""
+        (`config_map`), if given, at /opt/client, and the environment `env`. As the
+        ServiceAccount `service_account` (default: the namespace's default), with, when
+        `token_audience` is given, its projected token for that audience (an hour long)
+        at /var/run/secrets/epochlog/token."""
         container: dict[str, Any] = {
             "name": "run",
             "image": self.broker_image(),
@@ -687,6 +692,16 @@ class KubeTarget:
                 {"name": "files", "mountPath": "/opt/client", "readOnly": True}
             )
             spec["volumes"].append({"name": "files", "configMap": {"name": files}})
+        if service_account is not None:
+            spec["serviceAccountName"] = service_account
+        if token_audience is not None:
+            container["volumeMounts"].append(
+                {"name": "token", "mountPath": "/var/run/secrets/epochlog", "readOnly": True}
+            )
+            source = {"audience": token_audience, "expirationSeconds": 3600, "path": "token"}
+            spec["volumes"].append(
+                {"name": "token", "projected": {"sources": [{"serviceAccountToken": source}]}}
+            )
         body = {
             "apiVersion": "v1",
             "kind": "Pod",

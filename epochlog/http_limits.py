@@ -18,10 +18,13 @@ open for an hour). `HttpLimits` bounds that:
   descriptors; connections already open are served as before.
 
 Request size limits are the listener's own (`client_max_size`, per endpoint
-in the handlers). `LimitedSite` applies the connection limits to an aiohttp
-runner's listener; handlers read bodies with `read_body`. A TLS listener runs its
-handshakes through `epochlog.security.handshake.ServerTls`: a refused certificate
-is answered with its TLS alert, and a connection whose handshake failed stops
+in the handlers). A request aiohttp cannot parse (a header line over its 8190
+bytes, a malformed request line) is answered with epochlog's error body
+(INVALID_REQUEST, with aiohttp's status and reason), as every other error is.
+`LimitedSite` applies the connection limits to an aiohttp runner's listener;
+handlers read bodies with `read_body`. A TLS listener runs its handshakes
+through `epochlog.security.handshake.ServerTls`: a refused certificate is
+answered with its TLS alert, and a connection whose handshake failed stops
 counting against `max_connections` when it closes.
 """
 
@@ -30,12 +33,14 @@ from __future__ import annotations
 import asyncio
 import ssl
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any, Final
 
 import structlog
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
-from epochlog.protocol.errors import RequestBodyTimeoutError
+from epochlog.protocol.errors import InvalidRequestError, RequestBodyTimeoutError, error_answer
 from epochlog.security.handshake import ServerTls
 
 log = structlog.get_logger("epochlog.http")
@@ -104,6 +109,32 @@ class _Counted(asyncio.Protocol):
         self._inner.connection_lost(exc)
 
 
+class _Answering(RequestHandler):
+    """aiohttp's handler of a connection, answering a request it could not parse with
+    epochlog's error body instead of plain text."""
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        plain = super().handle_error(request, status, exc, message)  # logs; closes after
+        if not 400 <= status < 500:
+            return plain
+        reason = message or HTTPStatus(status).phrase
+        body = error_answer(InvalidRequestError(reason), leader=None, leader_epoch=None)
+        answer = web.json_response(body.dump(), status=status)
+        answer.force_close()
+        return answer
+
+
+def _handler(server: web.Server) -> RequestHandler:
+    """What `server()` makes, as `_Answering`."""
+    return _Answering(server, loop=server._loop, **server._kwargs)
+
+
 class LimitedSite(web.TCPSite):
     """A TCP listener for an aiohttp runner that refuses connections over the limit."""
 
@@ -134,9 +165,9 @@ class LimitedSite(web.TCPSite):
                     log.warning("connection_refused", limit=cap, refused=self.refused)
                 return _Refused()
             if tls is None:
-                return _Counted(server(), self)
+                return _Counted(_handler(server), self)
             protocol = ServerTls(
-                server(),
+                _handler(server),
                 tls,
                 # A TLS handshake that does not finish holds a connection like half-sent
                 # headers do: the same time limit.

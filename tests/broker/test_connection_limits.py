@@ -2,14 +2,15 @@
 
 Anyone on the network can open connections to a broker. Half-sent requests
 must be closed within the request timeout, a body that stops coming must be
-answered 408 REQUEST_TIMED_OUT, connections beyond the cap must be closed at
-once, and through all of it the broker keeps serving acks=all writes with
-nothing lost.
+answered 408 REQUEST_TIMED_OUT, a request aiohttp cannot parse must get an error
+body as any other, connections beyond the cap must be closed at once, and through
+all of it the broker keeps serving acks=all writes with nothing lost.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -127,6 +128,32 @@ async def test_a_body_that_stops_coming_is_answered_408_and_the_connection_close
     assert b"did not arrive within 1 s" in rest
     records = await cluster.read_all(NAME, leader)
     assert records == [], "a request whose body never came wrote something"
+
+
+async def test_a_request_the_parser_refuses_is_answered_with_an_error_body(
+    cluster: Cluster,
+) -> None:
+    """A header line over aiohttp's limit, a request line that is not HTTP: aiohttp answers
+    before any handler runs, with epochlog's error body all the same."""
+    leader = await cluster.leader_of(NAME)
+    assert leader is not None
+    long_header = (
+        b"POST /v1/partitions/events-0/records?acks=all HTTP/1.1\r\nHost: x\r\n"
+        b"Authorization: Bearer " + b"a" * 10_000 + b"\r\nContent-Length: 0\r\n\r\n"
+    )
+    for request in (long_header, b"NOT HTTP AT ALL\r\n\r\n"):
+        reader, writer = await half_send(broker_port(cluster, leader), request, tls(cluster))
+        try:
+            answer = await closed_by_the_server(reader)
+        finally:
+            writer.close()
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.split()[1] == b"400", answer[:300]  # HTTP/1.0: the version unparsed
+        assert b"application/json" in head, answer[:300]
+        error = json.loads(body)["error"]
+        assert error["code"] == "INVALID_REQUEST", error
+        assert error["message"], error
+    assert await cluster.read_all(NAME, leader) == []
 
 
 async def test_connections_beyond_the_cap_are_closed_at_once(tmp_path: Path) -> None:
