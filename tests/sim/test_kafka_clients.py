@@ -9,6 +9,11 @@ checker as every other client.
 - A Kafka consumer that retention passed by reads on from the log start (seed 9500157),
   and one whose Partition started over after an unclean recovery reports the truncation
   (seed 9600064).
+- A Kafka consumer reset past deleted records keeps the leader epoch ListOffsets gave
+  its position; when every disk is then lost and the Partition begins again at 0, it
+  finds the truncation through that epoch and reads the new history from 0 (seed
+  9286979), and the checker does not blame the loss for the records it read, which
+  the deletion had removed before.
 - The Kafka producer records only what an answer said: REQUEST_TIMED_OUT and no answer
   leave the batch open, an acknowledgement records its base offset.
 """
@@ -169,3 +174,81 @@ def test_a_kafka_consumer_whose_partition_started_over_reports_the_truncation() 
     assert not sim.check(), "the schedule keeps every property"
     [reader] = [c for c in sim.clients if isinstance(c, SimKafkaConsumer)]
     assert any(t.client == reader.name for t in sim.history.truncations)
+
+
+def test_a_kafka_consumer_reset_past_deleted_records_finds_a_log_begun_again() -> None:
+    """Found by the simulator (seed 9286979): a Kafka consumer read t-0's records 0..9 in
+    epoch 1; DeleteRecords then removed everything below 30 while it was paused, and its
+    fetch at 10 was answered OFFSET_OUT_OF_RANGE: it reset to 30, the earliest offset,
+    and forgot the epochs it had read. Every replica then lost its disk, and the unclean
+    recovery began the log again at 0. The consumer, at 30 with no epoch, skipped the new
+    history's 0..29 without being told, and the checker blamed the recovery for 0..9,
+    which the deletion had taken first. As Java's consumer does, the reset keeps the
+    epoch ListOffsets answered for its position and validates it after the leader change:
+    that epoch now ends at 0, below the position, a truncation it reports there."""
+    sim = Sim(9286979, brokers=3, partitions=[spec("t", 0, replicas=(A, B, C))])
+    sim.start()
+    assert sim.produce(P, [f"old.{n}" for n in range(10)]).acked
+    reader = SimKafkaConsumer(sim.world, 160, sim.store, sim.history, sim.client_config)
+    reader.partitions = [P]
+    reader.reading = {P: reader.reading[P]}
+    reader.start()
+    sim.clients.append(reader)
+    assert sim.wait_for(lambda: reader.position[P] == 10, 5_000)
+    sim.pause(160, 2_000)
+    assert sim.produce(P, [f"old.{n}" for n in range(10, 30)]).acked
+    assert sim.delete_records(P, 30) == 30
+    assert sim.wait_for(lambda: reader.position[P] == 30, 10_000)
+    assert reader.reading[P].position_epoch == status(sim, P).leader_epoch
+    assert [t.time for t in sim.history.truncations] == []
+    before = status(sim, P).leader_epoch
+    for b in (A, B, C):
+        sim.kill(b)
+        sim.wipe(b)
+    for b in (A, B, C):
+        sim.restart(b)
+    assert sim.wait_for(lambda: sim.leading(P) and status(sim, P).leader_epoch > before, 20_000)
+    assert [u.surviving for u in sim.history.unclean_elections] == [frozenset()]
+    assert sim.wait_for(lambda: len(sim.isr(P)) == 3, 20_000)
+    assert sim.produce(P, [f"new.{n}" for n in range(40)]).acked
+    assert sim.wait_for(lambda: reader.position[P] == 40, 10_000)
+    [found] = sim.history.truncations
+    assert (found.client, found.offset, found.position) == (reader.name, 0, 30)
+    read = [(r.offset, r.value) for r in sim.history.reads if r.client == reader.name]
+    assert read == [(n, f"old.{n}") for n in range(10)] + [(n, f"new.{n}") for n in range(40)]
+    assert reader.kafka_requests[KAFKA_OFFSET_FOR_LEADER_EPOCH] > 0
+    sim.heal_all()
+    assert sim.wait_for(sim.replicated, 30_000)
+    sim.assert_ok()
+
+
+def test_the_checker_does_not_blame_a_lost_log_for_records_deleted_before() -> None:
+    """A consumer read offset 0 in epoch 1; the log start moved past it (retention or a
+    DeleteRecords); then every disk was lost and the log began again in epoch 5 with
+    another record at 0, and the consumer never reported a truncation. The record was due
+    to go before the loss: nothing to report. Had the log start moved only after the
+    recovery (in the new history), the read is the recovery's to explain."""
+    from epochlog.resources import PartitionStatus
+    from epochlog_tools.checker.checks import Checker, Timing
+    from epochlog_tools.checker.history import History, Read, UncleanElection
+    from tests.sim.helpers import checks
+
+    def judged(moved_at: int | None) -> set[str]:
+        history = History()
+        history.sent.update({"a0": P, "b0": P})
+        history.reads.append(Read("c", P, 0, "a0", 10, leader_epoch=1))
+        if moved_at is not None:
+            history.log_start_moves[P] = [(moved_at, 25)]
+        history.leader_starts[(P, 5)] = ((), 0)
+        history.unclean_elections.append(UncleanElection(100, P, 5, A, 0, frozenset()))
+        led = PartitionStatus(leader=A, leader_epoch=5, partition_epoch=9, isr=(A,), replicas=(A,))
+        final = {P: {A: ([(0, 5, "b0")], 1)}}
+        return checks(
+            Checker(history, Timing(), {}).final(
+                end=200, logs=final, statuses={P: led}, healed_at=None, liveness_bound_ms=1
+            )
+        )
+
+    assert judged(moved_at=50) == set()
+    assert judged(moved_at=None) == {"truncation-unreported"}
+    assert judged(moved_at=150) == {"truncation-unreported"}

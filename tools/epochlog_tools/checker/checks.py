@@ -14,6 +14,10 @@ Checks:
   DeleteRecords, not lost: both are told apart by the replicas' log starts
   (`log_starts`; without them, a log starts at its first record). Everything at
   or above a log start must be there (`removed_by_retention` counts the others).
+  A record a consumer read is not lost either when a log start moved past it
+  (`History.log_start_moves`) before an unclean election could take it away, even
+  when the log was lost afterwards and began again below it: the consumer had nothing
+  to find out.
 - diverged: two replicas hold different records at an offset below both of
   their high watermarks (audited during the run and at the end).
 - deleted-records-resurfaced: the leader the status names holds a record below an
@@ -626,6 +630,22 @@ class Checker:
             times = self._started_over[partition] = self.h.started_over(partition)
         return any(since <= t and (until is None or t <= until) for t in times)
 
+    def _deleted_first(self, partition: str, offset: int, since: int, epoch: int) -> bool:
+        """Retention or a DeleteRecords moved a log start of `partition` past `offset` after
+        `since`, before any unclean election since then: the record of leader epoch `epoch`
+        there was due to go, and no election took it away first
+        (`History.log_start_moves`). Not for a record
+        a deposed leader served after an unclean election of a later epoch: that one was
+        never in the history retention went on with."""
+        elections = [u for u in self.h.unclean_elections if u.partition == partition]
+        if any(u.time <= since and 0 <= epoch < u.leader_epoch for u in elections):
+            return False
+        until = min((u.time for u in elections if u.time >= since), default=None)
+        return any(
+            start > offset and since <= t and (until is None or t <= until)
+            for t, start in self.h.log_start_moves.get(partition, [])
+        )
+
     def _reported(self, client: str, partition: str, offset: int, since: int) -> bool:
         """`client` reported a truncation of `partition` at or below `offset` after `since`."""
         return any(
@@ -693,7 +713,9 @@ class Checker:
             got = reference.get(r.partition, {}).get(r.offset)
             if got == r.value or self._started_over_between(r.partition, r.time):
                 continue
-            if removed(r.partition, r.offset):
+            if removed(r.partition, r.offset) or self._deleted_first(
+                r.partition, r.offset, r.time, r.leader_epoch
+            ):
                 continue
             if self._unclean_since(
                 r.partition, r.offset, r.time, epoch=r.leader_epoch, value=r.value

@@ -183,6 +183,10 @@ class History:
     )
     """(partition, leaderEpoch) -> the log its leader began the epoch with: its epoch history
     as (epoch, start offset) and its log end (what an unclean election kept)."""
+    log_start_moves: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    """Partition -> (time, logStartOffset) each time retention or a DeleteRecords moved a
+    replica's log start: the records below it were due to go, whatever happened to the
+    log afterwards."""
     delivered: dict[str, list[tuple[int, int, int | None, int, int]]] = field(default_factory=dict)
     """Per partition, (time, leaderEpoch, leader, partitionEpoch, receiving broker) of each
     assignment a broker received: epochs that left the controller's record for the

@@ -240,6 +240,9 @@ class _Reading:
     """The next question of a validation under way."""
     answering: int | None = None
     """The leader epoch answering the validation under way."""
+    position_epoch: int = -1
+    """The leader epoch a reset gave the position while nothing consumed below it is
+    remembered (Kafka's `FetchPosition.offsetEpoch`, from ListOffsets; -1: none)."""
 
 
 class SimConsumer(SimClient):

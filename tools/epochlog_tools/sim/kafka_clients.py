@@ -21,7 +21,11 @@ Kafka's answers told them, as a Kafka client would know it:
   position with OffsetForLeaderEpoch, and a `diverging_epoch` in a fetch answer is
   judged as that query's answer (`epochlog.client.divergence`, as `SimConsumer`): a
   truncation under it is recorded as a `TruncationSeen`. OFFSET_OUT_OF_RANGE below
-  the log start moves it to the earliest offset (auto.offset.reset=earliest).
+  the log start moves it to the earliest offset (auto.offset.reset=earliest), with the
+  leader epoch ListOffsets answered for it; until it consumes a record there, a leader
+  change validates that epoch as Java's consumer validates a position's: where it ends
+  below the position, the log was truncated under it (the whole log lost and begun
+  again, for one), and it reads on from there.
 - `SimKafkaOffsetsClient`: ListOffsets (latest, v9) with `current_leader_epoch`; the
   offset and leader epoch of each partition answered without error.
 
@@ -30,6 +34,7 @@ Each counts its answered requests by API in `kafka_requests`, for the run's repo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -39,7 +44,7 @@ from kio.schema.errors import ErrorCode
 from epochlog.client.divergence import Ask, EpochEnd, first_question, judge
 from epochlog.protocol.epochs import NO_EPOCH
 from epochlog_broker.replication.messages import Acks, EpochEndOffset
-from epochlog_tools.checker.history import OffsetSeen
+from epochlog_tools.checker.history import OffsetSeen, TruncationSeen
 from epochlog_tools.sim.clients import (
     KAFKA_FETCH,
     KAFKA_LIST_OFFSETS,
@@ -177,6 +182,82 @@ class SimKafkaConsumer(_KafkaClient, SimFetchingConsumer):
             self.config.request_timeout_ms,
         )
 
+    def _needs_validation(self, partition: str, leader_epoch: int) -> bool:
+        r = self.reading[partition]
+        if len(r.consumed) or r.position_epoch == NO_EPOCH:
+            return super()._needs_validation(partition, leader_epoch)
+        return r.question is not None or leader_epoch != r.validated_epoch
+
+    def _validate(self, partition: str, leader: int, epoch: int) -> None:
+        r = self.reading[partition]
+        if len(r.consumed) or r.position_epoch == NO_EPOCH:
+            super()._validate(partition, leader, epoch)
+        else:
+            self._validate_position(partition, leader, epoch)
+
+    def _validate_position(self, partition: str, leader: int, epoch: int) -> None:
+        """A position that carries only its epoch (after a reset), validated as Kafka's Java
+        consumer validates one: ask where that epoch ends; an end below the position is a
+        truncation (`LogTruncationException`, or with a reset policy "resetting offset to
+        the first offset known to diverge"), and the position moves back to it."""
+        r = self.reading[partition]
+        step = Ask(r.position_epoch, r.position)
+        r.question = step
+        topic, index = topic_index(partition)
+
+        def answered(result: object) -> None:
+            self._answered_request(KAFKA_OFFSET_FOR_LEADER_EPOCH, result)
+            if r.question != step:
+                self.after(self.think(), self.act)
+                return
+            r.question = None
+            if not isinstance(result, dict) or _code(result) is not ErrorCode.none:
+                self.after(self.config.backoff_ms, self.act)
+                return
+            # Answered without error: the leader is in the epoch the query carried.
+            r.validated_epoch = epoch
+            end = int(result["end_offset"])
+            if r.position == step.bound and end < r.position:
+                divergence = max(end, 0)
+                self.history.truncations.append(
+                    TruncationSeen(
+                        self.name,
+                        partition,
+                        divergence,
+                        r.position,
+                        epoch,
+                        self.world.now,
+                        len(self.history.reads),
+                    )
+                )
+                r.position = divergence
+                r.position_epoch = int(result["leader_epoch"])
+            self.after(self.think(), self.act)
+
+        self.world.call(
+            self,
+            leader,
+            lambda dst, reply: _broker(dst).handle_kafka_epoch_end(
+                topic, index, step.epoch, epoch, reply
+            ),
+            answered,
+            self.config.request_timeout_ms,
+        )
+
+    def _take(
+        self,
+        partition: str,
+        leader: int,
+        offset: int,
+        high_watermark: int,
+        leader_epoch: int,
+        records: Sequence[tuple[int, bytes | None, int]],
+    ) -> None:
+        super()._take(partition, leader, offset, high_watermark, leader_epoch, records)
+        r = self.reading[partition]
+        if len(r.consumed):
+            r.position_epoch = NO_EPOCH  # the records consumed carry the epochs now
+
     def _kafka_fetched(
         self,
         leader: int,
@@ -227,8 +308,9 @@ class SimKafkaConsumer(_KafkaClient, SimFetchingConsumer):
 
     def _reset(self, leader: int, partition: str, part: KafkaFetchPart) -> None:
         """OFFSET_OUT_OF_RANGE: the position goes to the earliest offset, as Kafka's
-        consumer with auto.offset.reset=earliest, forgetting the epochs read below it;
-        taken only past the position (retention removed the records there): a position
+        consumer with auto.offset.reset=earliest, forgetting the epochs read below it and
+        keeping the leader epoch answered for the new position; taken only past the
+        position (retention or a DeleteRecords removed the records there): a position
         moves back only on a truncation its epochs showed."""
         topic, index = topic_index(partition)
         asked = [(topic, index, part.current_leader_epoch)]
@@ -245,6 +327,9 @@ class SimKafkaConsumer(_KafkaClient, SimFetchingConsumer):
             if r.position == part.fetch_offset and earliest > r.position:
                 r.position = earliest
                 r.consumed.clear()
+                r.position_epoch = int(entry["leader_epoch"])
+                # Answered without error: the leader is in the epoch the query carried.
+                r.validated_epoch = part.current_leader_epoch
 
         self.world.call(
             self,

@@ -399,9 +399,31 @@ class SimBroker(Process):
 
     def _retention(self) -> None:
         assert self.core is not None
-        self.core.enforce_retention(self.now)
+        self._enforce_retention(self.core)
         self.run(self.core.take_deferred())
         self.after(self.config.retention_check_ms, self._retention)
+
+    def _enforce_retention(self, core: BrokerCore) -> None:
+        """A retention pass, each log start it moves noted in the history, also when the
+        pass is cut short."""
+        before = self._log_starts(core)
+        try:
+            core.enforce_retention(self.now)
+        finally:
+            self._note_log_starts(core, before)
+
+    @staticmethod
+    def _log_starts(core: BrokerCore) -> dict[str, int]:
+        return {name: host.log.log_start_offset for name, host in core.partitions.items()}
+
+    def _note_log_starts(self, core: BrokerCore, before: dict[str, int]) -> None:
+        """Ground truth for the checker (`History.log_start_moves`): the log starts that
+        retention or a DeleteRecords moved since `before`. The records below were due to
+        go, whatever happens to the log afterwards."""
+        for name, host in core.partitions.items():
+            start = host.log.log_start_offset
+            if start > before.get(name, 0):
+                self.history.log_start_moves.setdefault(name, []).append((self.world.now, start))
 
     def crash_in_retention(self, steps: int, *, torn: bool = False) -> bool:
         """Run a retention pass now and lose power at its file operation number `steps`
@@ -414,7 +436,7 @@ class SimBroker(Process):
         stopped = False
         self.fs.stop_after(steps)
         try:
-            core.enforce_retention(self.now)
+            self._enforce_retention(core)
         except ProcessStopped:
             stopped = True
         finally:
@@ -464,6 +486,7 @@ class SimBroker(Process):
         rid = self._next_request
         self._next_request += 1
         self._waiters[rid] = reply
+        before = self._log_starts(core)
         try:
             effects = core.delete_records(
                 partition,
@@ -478,6 +501,8 @@ class SimBroker(Process):
             self.run(core.take_deferred())
             reply(exc)
             return
+        finally:
+            self._note_log_starts(core, before)
         self.run(effects)
 
     def _tick(self) -> None:
