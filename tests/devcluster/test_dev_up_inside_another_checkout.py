@@ -105,6 +105,10 @@ def test_dev_up_inside_another_checkout_imports_only_this_install(
     for p in processes:
         # They run in the checkout, and still imported nothing from it.
         assert Path(os.readlink(f"/proc/{p['pid']}/cwd")) == root, p
+    # What it prints to export: the brokers' Kafka listeners, as a Kafka client's bootstrap.
+    kafka = ",".join(p["kafka_address"] for p in processes if p["role"] == "broker")
+    assert kafka
+    assert f"export EPOCHLOG_KAFKA_BOOTSTRAP={kafka}\n" in up.stdout, up.stdout
     down = epochlog(root, "dev", "down", "--state-dir", str(state_dir))
     assert down.returncode == 0, down.stdout + down.stderr
     assert not marker.exists()

@@ -188,6 +188,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(f"\nstate:      {cluster.state_file}", file=out)
     print(f"kubeconfig: {cluster.kubeconfig}", file=out)
     print(f"bootstrap:  {','.join(cluster.bootstrap)}", file=out)
+    kafka = ",".join(cluster.kafka_bootstrap)
+    if kafka:
+        print(f"kafka:      {kafka}", file=out)
     print("\nUse it with:", file=out)
     print(f"  export KUBECONFIG={cluster.kubeconfig}", file=out)
     print(f"  export EPOCHLOG_BOOTSTRAP={','.join(cluster.bootstrap)}", file=out)
@@ -197,6 +200,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"  export EPOCHLOG_CA={tls.ca}", file=out)
         print(f"  export EPOCHLOG_CERT={tls.cert}", file=out)
         print(f"  export EPOCHLOG_KEY={tls.key}", file=out)
+    if kafka:
+        # A Kafka client's bootstrap.servers (kcat -b, --bootstrap-server).
+        print(f"  export EPOCHLOG_KAFKA_BOOTSTRAP={kafka}", file=out)
     print("  kubectl get partitions", file=out)
     print("  epochlog produce --partition orders-0 hello", file=out)
     print("  epochlog consume --partition orders-0", file=out)
