@@ -38,22 +38,7 @@ class KafkaConnection:
     def frame(self, api_key: int, version: int, **values: Any) -> tuple[bytes, int]:
         """A request frame (size prefix included) and its correlation id."""
         self.correlation += 1
-        schema: Any = load_request_schema(api_key, version)
-        header_schema = schema.__header_schema__
-        out = io.BytesIO()
-        entity_writer(header_schema)(
-            out,
-            wire.build(
-                header_schema,
-                request_api_key=api_key,
-                request_api_version=version,
-                correlation_id=self.correlation,
-                client_id="epochlog-tests",
-            ),
-        )
-        entity_writer(schema)(out, wire.build(schema, **values))
-        body = out.getvalue()
-        return struct.pack(">i", len(body)) + body, self.correlation
+        return request_frame(api_key, version, self.correlation, **values), self.correlation
 
     async def send_raw(self, data: bytes) -> None:
         self.writer.write(data)
@@ -81,3 +66,23 @@ class KafkaConnection:
         except (ConnectionError, ssl.SSLError):
             return True
         return data == b""
+
+
+def request_frame(api_key: int, version: int, correlation: int, **values: Any) -> bytes:
+    """A request frame of `api_key` in `version`, size prefix included."""
+    schema: Any = load_request_schema(api_key, version)
+    header_schema = schema.__header_schema__
+    out = io.BytesIO()
+    entity_writer(header_schema)(
+        out,
+        wire.build(
+            header_schema,
+            request_api_key=api_key,
+            request_api_version=version,
+            correlation_id=correlation,
+            client_id="epochlog-tests",
+        ),
+    )
+    entity_writer(schema)(out, wire.build(schema, **values))
+    body = out.getvalue()
+    return struct.pack(">i", len(body)) + body
