@@ -390,6 +390,13 @@ class SimConsumer(SimClient):
         divergence = verdict.divergence_offset
         if divergence is None:
             return
+        self._truncated(partition, divergence, leader_epoch)
+        r.consumed.truncate(divergence)
+
+    def _truncated(self, partition: str, divergence: int, leader_epoch: int) -> None:
+        """The log was found truncated under the position at `divergence` (reported in
+        `leader_epoch`): recorded, and the position moves back there."""
+        r = self.reading[partition]
         self.history.truncations.append(
             TruncationSeen(
                 self.name,
@@ -402,7 +409,6 @@ class SimConsumer(SimClient):
             )
         )
         r.position = divergence
-        r.consumed.truncate(divergence)
 
 
 class SimOffsetsClient(SimClient):

@@ -34,7 +34,7 @@ Each counts its answered requests by API in `kafka_requests`, for the run's repo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -44,7 +44,7 @@ from kio.schema.errors import ErrorCode
 from epochlog.client.divergence import Ask, EpochEnd, first_question, judge
 from epochlog.protocol.epochs import NO_EPOCH
 from epochlog_broker.replication.messages import Acks, EpochEndOffset
-from epochlog_tools.checker.history import OffsetSeen, TruncationSeen
+from epochlog_tools.checker.history import OffsetSeen
 from epochlog_tools.sim.clients import (
     KAFKA_FETCH,
     KAFKA_LIST_OFFSETS,
@@ -218,27 +218,27 @@ class SimKafkaConsumer(_KafkaClient, SimFetchingConsumer):
             r.validated_epoch = epoch
             end = int(result["end_offset"])
             if r.position == step.bound and end < r.position:
-                divergence = max(end, 0)
-                self.history.truncations.append(
-                    TruncationSeen(
-                        self.name,
-                        partition,
-                        divergence,
-                        r.position,
-                        epoch,
-                        self.world.now,
-                        len(self.history.reads),
-                    )
-                )
-                r.position = divergence
+                self._truncated(partition, max(end, 0), epoch)
                 r.position_epoch = int(result["leader_epoch"])
             self.after(self.think(), self.act)
 
+        self._offset_for_leader_epoch(leader, topic, index, step.epoch, epoch, answered)
+
+    def _offset_for_leader_epoch(
+        self,
+        leader: int,
+        topic: str,
+        index: int,
+        asked: int,
+        epoch: int,
+        answered: Callable[[object], None],
+    ) -> None:
+        """OffsetForLeaderEpoch to `leader` (known by `epoch`): where `asked` ends."""
         self.world.call(
             self,
             leader,
             lambda dst, reply: _broker(dst).handle_kafka_epoch_end(
-                topic, index, step.epoch, epoch, reply
+                topic, index, asked, epoch, reply
             ),
             answered,
             self.config.request_timeout_ms,
@@ -353,15 +353,7 @@ class SimKafkaConsumer(_KafkaClient, SimFetchingConsumer):
             else:
                 self._epoch_answered(partition, step, result)
 
-        self.world.call(
-            self,
-            leader,
-            lambda dst, reply: _broker(dst).handle_kafka_epoch_end(
-                topic, index, step.epoch, epoch, reply
-            ),
-            answered,
-            self.config.request_timeout_ms,
-        )
+        self._offset_for_leader_epoch(leader, topic, index, step.epoch, epoch, answered)
 
 
 def _decoded(records: bytes) -> list[tuple[int, bytes | None, int]]:
