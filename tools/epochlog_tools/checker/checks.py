@@ -632,11 +632,10 @@ class Checker:
 
     def _deleted_first(self, partition: str, offset: int, since: int, epoch: int) -> bool:
         """Retention or a DeleteRecords moved a log start of `partition` past `offset` after
-        `since`, before any unclean election since then: the record of leader epoch `epoch`
-        there was due to go, and no election took it away first
-        (`History.log_start_moves`). Not for a record
-        a deposed leader served after an unclean election of a later epoch: that one was
-        never in the history retention went on with."""
+        `since`, before any unclean election since then (`History.log_start_moves`): the
+        record of leader epoch `epoch` there was due to go, and no election took it away
+        first. Not for a record a deposed leader served after an unclean election of a
+        later epoch: that one was never in the history the log start moved in."""
         elections = [u for u in self.h.unclean_elections if u.partition == partition]
         if any(u.time <= since and 0 <= epoch < u.leader_epoch for u in elections):
             return False
