@@ -194,3 +194,21 @@ async def test_random_bytes_on_the_kafka_listener_end_cleanly_and_write_nothing_
     values = [v for _o, v in await _read_all(target.cluster, NAME)]
     assert values[: len(KNOWN)] == KNOWN
     assert set(values[len(KNOWN) :]) <= sent_values, values[len(KNOWN) :]
+
+
+@pytest.mark.parametrize("sent", [1, 2, 3])
+async def test_a_frame_cut_inside_its_size_is_closed_within_the_body_timeout(
+    target: Target, sent: int
+) -> None:
+    """Found by the property above: a connection that sent one to three bytes of a frame's
+    4-byte size was held until the listener's idle timeout (10 minutes), not the body
+    timeout a frame has once it began."""
+    conn = await target.connect()
+    try:
+        await conn.send_raw(b"\x00" * sent)
+        closed = await asyncio.wait_for(conn.closed_by_peer(), HANG_S)
+    except TimeoutError:
+        pytest.fail(f"a frame cut after {sent} byte(s) of its size was held over {HANG_S} s")
+    finally:
+        await conn.close()
+    assert closed

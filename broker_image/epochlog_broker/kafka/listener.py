@@ -12,8 +12,8 @@ explicit choice for local development, everyone is `Anonymous` unless they
 authenticate with SASL (SASL_PLAINTEXT).
 
 Limits, each ending the connection and nothing else: a frame larger than
-`max_request_bytes` plus 64 KiB of headers, a frame that does not arrive whole
-within the body timeout once its size came, a connection idle for
+`max_request_bytes` plus 64 KiB of headers, a frame (its 4-byte size included) that
+does not arrive whole within the body timeout once its first byte came, a connection idle for
 `IDLE_TIMEOUT_S`, and more connections than the API listener's cap. A request of
 an unknown API or version is answered UNSUPPORTED_VERSION when it is ApiVersions (the
 client retries with one it finds in the answer), else the connection is closed, as
@@ -143,16 +143,22 @@ class KafkaListener:
         metrics = self.broker.metrics.kafka_requests
         while True:
             try:
-                head = await asyncio.wait_for(reader.readexactly(4), IDLE_TIMEOUT_S)
+                first = await asyncio.wait_for(reader.readexactly(1), IDLE_TIMEOUT_S)
             except TimeoutError:
                 return
-            size = wire.frame_size(head)
-            if not 0 < size <= self.max_frame:
-                log.warning("kafka_frame_refused", peer=str(peer), size=size, limit=self.max_frame)
-                metrics.labels("-", "malformed").inc()
-                return
+            size = -1
             try:
-                frame = await asyncio.wait_for(reader.readexactly(size), body_timeout)
+                # From a frame's first byte on, the rest of it (its size too) has the body
+                # timeout: a size sent in part does not hold the connection until idle.
+                async with asyncio.timeout(body_timeout):
+                    size = wire.frame_size(first + await reader.readexactly(3))
+                    if not 0 < size <= self.max_frame:
+                        log.warning(
+                            "kafka_frame_refused", peer=str(peer), size=size, limit=self.max_frame
+                        )
+                        metrics.labels("-", "malformed").inc()
+                        return
+                    frame = await reader.readexactly(size)
             except TimeoutError:
                 log.warning("kafka_frame_timed_out", peer=str(peer), size=size)
                 return
