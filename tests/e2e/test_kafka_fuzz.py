@@ -166,7 +166,7 @@ def sent_values() -> set[bytes]:
 
 
 @given(data=st.data())
-@settings(max_examples=examples(60), suppress_health_check=list(HealthCheck), deadline=None)
+@settings(max_examples=examples(40), suppress_health_check=list(HealthCheck), deadline=None)
 async def test_random_bytes_on_the_kafka_listener_end_cleanly_and_write_nothing_else(
     target: Target, sent_values: set[bytes], data: st.DataObject
 ) -> None:
